@@ -1,0 +1,1 @@
+//! Connectors: how flotilla reaches an instance (ssh, docker exec, local process).

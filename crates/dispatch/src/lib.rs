@@ -1,0 +1,1 @@
+//! The dispatcher: acquire a slot, connect, isolate, run the job, release the slot.

@@ -1,0 +1,4 @@
+//! flotilla: runs CI jobs on an autoscaled fleet, at the isolation level each job needs.
+//!
+//! This crate is the binary's library half: configuration, the CLI's commands and the daemon
+//! wiring. The parts it wires together live in their own crates (see ARCHITECTURE.md).

@@ -1,0 +1,1 @@
+//! Crash-safe SQLite persistence of the scaler ledgers and job records.

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Installs, on a fresh Debian 12 machine, everything flotilla's test suite needs,
+# and starts the Docker engine. Idempotent: safe to run again and again.
+#
+# Needs root (or passwordless sudo) and access to Debian's package mirror.
+set -euo pipefail
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
+    log "must run as root (or with sudo) to install packages"; exit 1
+  fi
+fi
+
+PACKAGES=(
+  docker.io            # the Docker engine (API 1.41 on Debian 12)
+  openssh-server       # real sshd for connector tests and inside instance images
+  openssh-client       # ssh(1) for the ControlMaster comparison benchmark
+  qemu-system-x86      # microVM / VM isolation under TCG
+  linux-image-cloud-amd64
+  busybox-static       # tiny offline job image and initramfs
+  debootstrap          # offline Debian instance image
+  git ca-certificates curl iproute2 procps zip unzip
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  log "all packages present"
+fi
+
+# Start dockerd unless something already answers on the socket.
+if ! $SUDO docker version >/dev/null 2>&1; then
+  log "starting dockerd"
+  $SUDO mkdir -p /var/log
+  # iptables may be unusable in some sandboxes; the engine still works without it
+  # for the loopback-published ports the tests use.
+  $SUDO sh -c 'nohup dockerd >/var/log/flotilla-dockerd.log 2>&1 &'
+  for _ in $(seq 1 60); do
+    $SUDO docker version >/dev/null 2>&1 && break
+    sleep 1
+  done
+  if ! $SUDO docker version >/dev/null 2>&1; then
+    log "dockerd did not come up; last log lines:"
+    tail -n 30 /var/log/flotilla-dockerd.log >&2 || true
+    exit 1
+  fi
+fi
+log "docker engine: $($SUDO docker version --format '{{.Server.Version}} (API {{.Server.APIVersion}})')"

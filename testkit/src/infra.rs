@@ -1,0 +1,107 @@
+//! Probes for the real infrastructure that integration tests use.
+//!
+//! ```no_run
+//! # fn t() {
+//! if !flotilla_testkit::infra::require(flotilla_testkit::infra::Infra::Docker) {
+//!     return; // skipped loudly; under CI this panics instead
+//! }
+//! # }
+//! ```
+
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+/// A piece of infrastructure a test may need.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Infra {
+    /// A Docker engine answering on its default socket.
+    Docker,
+    /// The OpenSSH server binary (`/usr/sbin/sshd`).
+    Sshd,
+    /// `qemu-system-x86_64` and a bootable kernel in `/boot`.
+    Qemu,
+}
+
+impl Infra {
+    fn name(self) -> &'static str {
+        match self {
+            Infra::Docker => "a Docker engine",
+            Infra::Sshd => "OpenSSH's sshd",
+            Infra::Qemu => "QEMU and a kernel",
+        }
+    }
+}
+
+/// Whether `infra` is available here (probed once per process).
+pub fn available(infra: Infra) -> bool {
+    static DOCKER: OnceLock<bool> = OnceLock::new();
+    static SSHD: OnceLock<bool> = OnceLock::new();
+    static QEMU: OnceLock<bool> = OnceLock::new();
+    match infra {
+        Infra::Docker => *DOCKER.get_or_init(|| {
+            Command::new("docker")
+                .args(["version", "--format", "{{.Server.Version}}"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false)
+        }),
+        Infra::Sshd => *SSHD.get_or_init(|| std::path::Path::new("/usr/sbin/sshd").exists()),
+        Infra::Qemu => *QEMU.get_or_init(|| {
+            let qemu = Command::new("qemu-system-x86_64")
+                .arg("--version")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false);
+            qemu && kernel_path().is_some()
+        }),
+    }
+}
+
+/// The newest `/boot/vmlinuz-*` kernel, if any.
+pub fn kernel_path() -> Option<std::path::PathBuf> {
+    let mut kernels: Vec<_> = std::fs::read_dir("/boot")
+        .ok()?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("vmlinuz-"))
+        })
+        .collect();
+    kernels.sort();
+    kernels.pop()
+}
+
+/// Whether tests run under CI (the `CI` environment variable is set and not `false`/`0`).
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "false" && v != "0")
+}
+
+/// Returns true if `infra` is available. If it is not: under CI this panics (a test that needs
+/// infrastructure must never pass silently there); elsewhere it prints a loud skip notice and
+/// returns false, and the caller returns early.
+#[track_caller]
+pub fn require(infra: Infra) -> bool {
+    if available(infra) {
+        return true;
+    }
+    let at = std::panic::Location::caller();
+    if in_ci() {
+        panic!(
+            "{} is required by the test at {at} but is not available, and CI is set: \
+             run scripts/setup.sh",
+            infra.name()
+        );
+    }
+    eprintln!(
+        "\n!!!!!!!! SKIPPED: the test at {at} needs {} which is not available here.\n\
+         !!!!!!!! Run scripts/setup.sh to install it; under CI this test would fail.\n",
+        infra.name()
+    );
+    false
+}

@@ -1,0 +1,12 @@
+//! Shared test fixtures for flotilla's crates.
+//!
+//! - [`infra`]: probes for real infrastructure (Docker engine, sshd, QEMU) with the project's
+//!   rule: a test that needs missing infrastructure skips loudly on a developer machine and
+//!   fails when `CI` is set.
+//! - [`fake_group`]: [`FakeInstanceGroup`], an in-memory instance group whose latencies and
+//!   faults tests control, deterministic given a seed and tokio's (possibly paused) clock.
+
+pub mod fake_group;
+pub mod infra;
+
+pub use fake_group::{FakeConfig, FakeInstanceGroup};
