@@ -379,11 +379,23 @@ mod tests {
         assert_eq!(l.len(), 3);
         assert!(l.iter().all(|s| s.state == State::Creating));
         tokio::time::sleep(Duration::from_secs(5)).await;
-        assert!(g.update().await.unwrap().iter().all(|s| s.state == State::Running));
+        assert!(
+            g.update()
+                .await
+                .unwrap()
+                .iter()
+                .all(|s| s.state == State::Running)
+        );
         let id = l[0].id.clone();
-        assert_eq!(g.decrease(std::slice::from_ref(&id)).await.unwrap(), vec![id.clone()]);
+        assert_eq!(
+            g.decrease(std::slice::from_ref(&id)).await.unwrap(),
+            vec![id.clone()]
+        );
         let l = g.update().await.unwrap();
-        assert_eq!(l.iter().find(|s| s.id == id).unwrap().state, State::Deleting);
+        assert_eq!(
+            l.iter().find(|s| s.id == id).unwrap().state,
+            State::Deleting
+        );
         tokio::time::sleep(Duration::from_secs(1)).await;
         let l = g.update().await.unwrap();
         assert_eq!(l.iter().find(|s| s.id == id).unwrap().state, State::Deleted);

@@ -3,10 +3,12 @@
 //! - [`infra`]: probes for real infrastructure (Docker engine, sshd, QEMU) with the project's
 //!   rule: a test that needs missing infrastructure skips loudly on a developer machine and
 //!   fails when `CI` is set.
+//! - [`images`]: the offline test images (`scripts/build-images.sh`), built once per process.
 //! - [`fake_group`]: [`FakeInstanceGroup`], an in-memory instance group whose latencies and
 //!   faults tests control, deterministic given a seed and tokio's (possibly paused) clock.
 
 pub mod fake_group;
+pub mod images;
 pub mod infra;
 
 pub use fake_group::{FakeConfig, FakeInstanceGroup};

@@ -17,12 +17,15 @@
 //! Providers:
 //! - [`local::LocalGroup`]: this host as exactly one always-running instance (the embedded
 //!   default of `flotilla exec`).
-//! - `docker` (feature `docker`): containers that behave like VMs, reached over SSH.
+//! - `docker::DockerGroup` (feature `docker`): containers that behave like VMs, reached over
+//!   SSH.
 //!
 //! A provider knows nothing of jobs, slots or SSH sessions; it only manages machines and says
 //! how to reach them.
 
 mod connector;
+#[cfg(feature = "docker")]
+pub mod docker;
 mod error;
 mod group;
 mod info;

@@ -1,0 +1,99 @@
+//! The scaler's limits and timings (the non-policy keys of `[runners.autoscaler]`).
+
+use std::time::Duration;
+
+/// `[runners.autoscaler.scale_throttle]`: a token bucket on instance creation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ScaleThrottle {
+    /// New instances per second; a negative value means unlimited.
+    pub limit: f64,
+    /// Instances that may be created at once.
+    pub burst: usize,
+}
+
+impl ScaleThrottle {
+    /// GitLab's defaults: 100 instances per second, burst `max_instances` (or the limit when
+    /// `max_instances` is 0).
+    pub fn gitlab_default(max_instances: usize) -> Self {
+        ScaleThrottle {
+            limit: 100.0,
+            burst: if max_instances > 0 {
+                max_instances
+            } else {
+                100
+            },
+        }
+    }
+}
+
+/// Limits and timings of one scaler.
+#[derive(Debug, Clone)]
+pub struct ScalerConfig {
+    /// Job slots per instance (`capacity_per_instance`, at least 1).
+    pub capacity_per_instance: usize,
+    /// Most instances in the group, deleting ones included (0: unlimited).
+    pub max_instances: usize,
+    /// Jobs an instance runs before it is retired (0: unlimited).
+    pub max_use_count: u32,
+    /// Default time `acquire` waits for a slot.
+    pub instance_acquire_timeout: Duration,
+    /// Listing interval when nothing is expected to change.
+    pub update_interval: Duration,
+    /// Listing interval while a state change is expected.
+    pub update_interval_when_expecting: Duration,
+    /// How long a deletion may show no effect before it is requested again.
+    pub deletion_retry_interval: Duration,
+    /// Interval between deletion checks at shutdown.
+    pub shutdown_deletion_interval: Duration,
+    /// Deletion checks at shutdown before giving up.
+    pub shutdown_deletion_retries: u32,
+    /// Consecutive health failures after which an instance is excluded and replaced.
+    pub failure_threshold: u32,
+    /// Creation throttle.
+    pub scale_throttle: ScaleThrottle,
+    /// Delete every instance when the scaler shuts down.
+    pub delete_instances_on_shutdown: bool,
+    /// Heartbeat an instance before handing it to a job.
+    pub acquire_heartbeat: bool,
+    /// How long a reservation lives without being acquired or released (flotilla extension;
+    /// it must exceed a job request's long poll).
+    pub reservation_lease: Duration,
+    /// First delay after a failed ready-up or increase; doubles per consecutive failure.
+    pub backoff_base: Duration,
+    /// Longest delay between creation attempts after failures.
+    pub backoff_max: Duration,
+    /// How long requested instances may take to appear in the listing before the request
+    /// is considered lost.
+    pub request_timeout: Duration,
+}
+
+impl Default for ScalerConfig {
+    fn default() -> Self {
+        ScalerConfig {
+            capacity_per_instance: 1,
+            max_instances: 0,
+            max_use_count: 0,
+            instance_acquire_timeout: Duration::from_secs(15 * 60),
+            update_interval: Duration::from_secs(60),
+            update_interval_when_expecting: Duration::from_secs(2),
+            deletion_retry_interval: Duration::from_secs(60),
+            shutdown_deletion_interval: Duration::from_secs(10),
+            shutdown_deletion_retries: 3,
+            failure_threshold: 3,
+            scale_throttle: ScaleThrottle::gitlab_default(0),
+            delete_instances_on_shutdown: false,
+            acquire_heartbeat: false,
+            reservation_lease: Duration::from_secs(10 * 60),
+            backoff_base: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(5 * 60),
+            request_timeout: Duration::from_secs(20 * 60),
+        }
+    }
+}
+
+impl ScalerConfig {
+    /// The most job slots the fleet may ever have (`None`: unbounded).
+    pub fn max_slots(&self) -> Option<usize> {
+        (self.max_instances > 0).then(|| self.max_instances * self.capacity_per_instance)
+    }
+}

@@ -1,0 +1,394 @@
+//! The one decision function: how many instances to add, which to remove, and why.
+//!
+//! [`desired`] is pure: it reads the ledger, the policy in force and the limits, and returns
+//! a [`Decision`] with a full [`Explanation`]. The driver applies it.
+//!
+//! The rules, in terms of job slots (`capacity_per_instance` per instance):
+//!
+//! - *Usable* instances are live (creating or running), not being removed, healthy, not used
+//!   up and not failed at ready-up. Their slots that do not run a job are *free* (a
+//!   reservation does not make a slot busy: reservations are long polls that mostly return
+//!   empty, and counting them as demand keeps idle instances alive forever). Instances
+//!   requested but not yet listed count as usable with all slots free.
+//! - *Demand* is the `acquire` calls waiting plus the policy's idle target
+//!   (`idle_count`, raised by `scale_factor × slots in use`, capped by `scale_factor_limit`).
+//!   Jobs on instances that are dying are not demand: they will not run again.
+//! - Scale up when free usable slots fall short of demand, by whole instances, never past
+//!   `max_instances` counting every instance still listed (removing ones included) plus those
+//!   requested.
+//! - Otherwise scale down: idle instances (no job) past `idle_time`, oldest idle first, as
+//!   long as the free slots left still cover demand. Instances already being removed are
+//!   neither capacity nor candidates, so slow deletions never eat the scale-down budget.
+//! - Independently, remove instances that cannot serve: timed out, failed ready-up, past the
+//!   health-failure threshold, or used up with no job left; and retry deletions that showed
+//!   no effect after `deletion_retry_interval`.
+
+use crate::config::ScalerConfig;
+use crate::ledger::{Ledger, Readiness, RemovalReason, SlotCounts};
+use crate::policy::Policy;
+use flotilla_fleet::{InstanceId, State};
+use std::fmt;
+use tokio::time::Instant;
+
+/// What the scaler should do now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// Instances to request (before the creation throttle).
+    pub increase: usize,
+    /// Instances to remove, with the reason.
+    pub remove: Vec<(InstanceId, RemovalReason)>,
+    /// Instances whose deletion must be requested (again).
+    pub retry_remove: Vec<InstanceId>,
+    /// Why.
+    pub explanation: Explanation,
+}
+
+/// The inputs and reasoning behind a [`Decision`]: taskscaler's `capacity-info` line, made
+/// readable.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Explanation {
+    /// Slot counts.
+    pub counts: SlotCounts,
+    /// Instances that count as capacity.
+    pub usable_instances: usize,
+    /// Instances requested but not listed yet.
+    pub requested: usize,
+    /// Instances still listed that are being removed.
+    pub removing: usize,
+    /// Slots per instance.
+    pub capacity_per_instance: usize,
+    /// `max_instances` (0: unlimited) and the provider's own maximum.
+    pub max_instances: usize,
+    /// Index of the policy in force (`None`: default policy).
+    pub policy_index: Option<usize>,
+    /// Idle slots the policy asks for.
+    pub idle_target: usize,
+    /// Free slots on usable instances (requested ones included).
+    pub free_slots: usize,
+    /// Waiting acquires plus the idle target.
+    pub demand: usize,
+    /// Instances to add (positive) or remove for idleness (negative).
+    pub required: i64,
+    /// The action in words.
+    pub action: String,
+    /// What limited the action, if anything.
+    pub limited_by: Option<String>,
+}
+
+impl fmt::Display for Explanation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}; demand {} (pending {} + idle target {}) vs free {} on {} usable instances \
+             ({} requested, {} removing), capacity/instance {}, max {}, policy {}; slots {}",
+            self.action,
+            self.demand,
+            self.counts.pending,
+            self.idle_target,
+            self.free_slots,
+            self.usable_instances,
+            self.requested,
+            self.removing,
+            self.capacity_per_instance,
+            if self.max_instances == 0 {
+                "unlimited".to_string()
+            } else {
+                self.max_instances.to_string()
+            },
+            self.policy_index
+                .map(|i| format!("#{i}"))
+                .unwrap_or_else(|| "default".into()),
+            self.counts,
+        )?;
+        if let Some(l) = &self.limited_by {
+            write!(f, "; limited by {l}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Everything [`desired`] reads.
+#[derive(Debug, Clone, Copy)]
+pub struct Inputs<'a> {
+    /// The ledgers.
+    pub ledger: &'a Ledger,
+    /// The policy in force.
+    pub policy: &'a Policy,
+    /// Its index among the configured policies (`None`: default).
+    pub policy_index: Option<usize>,
+    /// Limits and timings.
+    pub config: &'a ScalerConfig,
+    /// The provider's `max_size`.
+    pub provider_max: usize,
+    /// Now.
+    pub now: Instant,
+}
+
+/// Decides what the fleet needs now. Pure: no I/O, no clock, no randomness.
+pub fn desired(input: Inputs<'_>) -> Decision {
+    let Inputs {
+        ledger,
+        policy,
+        policy_index,
+        config,
+        provider_max,
+        now,
+    } = input;
+    let cap = ledger.capacity();
+    let counts = ledger.counts();
+    let requested = ledger.requested_in_flight();
+
+    let mut usable_instances = 0usize;
+    let mut free_slots = requested * cap;
+    let mut in_use = 0usize;
+    let mut removing = 0usize;
+    let mut remove = Vec::new();
+    let mut retry_remove = Vec::new();
+    let mut candidates = Vec::new();
+
+    for i in ledger.instances() {
+        if let Some(r) = &i.removal {
+            removing += 1;
+            // A deletion that has not taken effect is requested again.
+            let due = match r.last_attempt {
+                None => true,
+                Some(at) => {
+                    !r.accepted
+                        || now.saturating_duration_since(at) >= config.deletion_retry_interval
+                }
+            };
+            if i.state.is_live() && due && !ledger.shutting_down() {
+                retry_remove.push(i.id.clone());
+            }
+            continue;
+        }
+        if i.state == State::Timeout {
+            remove.push((i.id.clone(), RemovalReason::Timeout));
+            continue;
+        }
+        if matches!(i.readiness, Readiness::Failed(_)) {
+            remove.push((i.id.clone(), RemovalReason::ReadyUpFailed));
+            continue;
+        }
+        if ledger.unhealthy(i) {
+            remove.push((i.id.clone(), RemovalReason::Unhealthy));
+            continue;
+        }
+        if ledger.used_up(i) {
+            if i.acquired() == 0 {
+                remove.push((i.id.clone(), RemovalReason::MaxUseCount));
+            }
+            continue;
+        }
+        if !ledger.usable(i) {
+            continue;
+        }
+        usable_instances += 1;
+        free_slots += i.not_acquired();
+        in_use += i.acquired();
+        if i.acquired() == 0
+            && i.state == State::Running
+            && i.readiness == Readiness::Ready
+            && now.saturating_duration_since(i.idle_since) >= policy.idle_time
+        {
+            candidates.push(i);
+        }
+    }
+
+    let idle_target = policy.idle_target(in_use);
+    let demand = counts.pending + idle_target;
+    let limit = match (config.max_instances, provider_max) {
+        (0, p) => p,
+        (m, p) => m.min(p),
+    };
+    let total = ledger.instances().count() + requested;
+
+    let mut increase = 0usize;
+    let mut required: i64 = 0;
+    let mut limited_by = None;
+    let action;
+    if ledger.shutting_down() {
+        action = "shutting down: no scaling".to_string();
+    } else if free_slots < demand {
+        let need = (demand - free_slots).div_ceil(cap);
+        required = need as i64;
+        let room = limit.saturating_sub(total);
+        increase = need.min(room);
+        if increase < need {
+            limited_by = Some(format!(
+                "max instances ({limit}): {total} held or requested, {need} more needed"
+            ));
+        }
+        action = format!("scale up by {increase}");
+    } else {
+        let mut surplus = free_slots - demand;
+        candidates.sort_by(|a, b| a.idle_since.cmp(&b.idle_since).then(a.id.cmp(&b.id)));
+        let mut removed = 0usize;
+        for c in candidates.iter() {
+            if surplus < cap {
+                break;
+            }
+            remove.push((c.id.clone(), RemovalReason::IdleTime));
+            surplus -= cap;
+            removed += 1;
+        }
+        required = -(removed as i64);
+        if removed > 0 {
+            action = format!("scale down by {removed} idle past {:?}", policy.idle_time);
+        } else if surplus >= cap {
+            action = "hold".to_string();
+            limited_by = Some(format!(
+                "{} free slots beyond demand, but no instance idle past {:?}",
+                surplus, policy.idle_time
+            ));
+        } else {
+            action = "hold".to_string();
+        }
+    }
+
+    Decision {
+        increase,
+        remove,
+        retry_remove,
+        explanation: Explanation {
+            counts,
+            usable_instances,
+            requested,
+            removing,
+            capacity_per_instance: cap,
+            max_instances: config.max_instances,
+            policy_index,
+            idle_target,
+            free_slots,
+            demand,
+            required,
+            action,
+            limited_by,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_fleet::InstanceStatus;
+    use std::time::Duration;
+
+    struct World {
+        ledger: Ledger,
+        config: ScalerConfig,
+        policy: Policy,
+        now: Instant,
+    }
+
+    impl World {
+        fn new(cap: usize, idle_count: usize) -> Self {
+            World {
+                ledger: Ledger::new(cap, 0, 3),
+                config: ScalerConfig {
+                    capacity_per_instance: cap,
+                    ..Default::default()
+                },
+                policy: Policy {
+                    idle_count,
+                    idle_time: Duration::from_secs(60),
+                    ..Default::default()
+                },
+                now: Instant::now(),
+            }
+        }
+
+        fn running(&mut self, ids: &[&str]) {
+            let listing: Vec<_> = ids
+                .iter()
+                .map(|i| InstanceStatus::new(*i, State::Running))
+                .collect();
+            self.ledger.observe(&listing, self.now);
+            for id in ids {
+                self.ledger.ready_up_done(id, Ok(()), self.now);
+            }
+        }
+
+        fn decide(&self) -> Decision {
+            desired(Inputs {
+                ledger: &self.ledger,
+                policy: &self.policy,
+                policy_index: Some(0),
+                config: &self.config,
+                provider_max: usize::MAX,
+                now: self.now,
+            })
+        }
+
+        fn advance(&mut self, secs: u64) {
+            self.now += Duration::from_secs(secs);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn scales_up_to_idle_target_in_whole_instances() {
+        let mut w = World::new(4, 6);
+        let d = w.decide();
+        assert_eq!(d.increase, 2, "{}", d.explanation);
+        w.ledger.add_requested(2, w.now);
+        assert_eq!(
+            w.decide().increase,
+            0,
+            "requested instances count as capacity"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn respects_max_instances() {
+        let mut w = World::new(1, 10);
+        w.config.max_instances = 3;
+        w.running(&["a"]);
+        let d = w.decide();
+        assert_eq!(d.increase, 2);
+        assert!(d.explanation.limited_by.is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pending_acquires_drive_scale_up() {
+        let mut w = World::new(2, 0);
+        for k in ["a", "b", "c"] {
+            w.ledger.try_acquire(k, w.now).unwrap();
+        }
+        assert_eq!(w.decide().increase, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn scale_down_oldest_idle_first_keeping_target() {
+        let mut w = World::new(1, 1);
+        w.running(&["old"]);
+        w.advance(10);
+        let listing = vec![
+            InstanceStatus::new("old", State::Running),
+            InstanceStatus::new("new", State::Running),
+        ];
+        w.ledger.observe(&listing, w.now);
+        w.ledger.ready_up_done("new", Ok(()), w.now);
+        w.advance(100);
+        let d = w.decide();
+        assert_eq!(d.remove, vec![("old".to_string(), RemovalReason::IdleTime)]);
+        assert_eq!(d.increase, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn never_removes_an_instance_with_a_job() {
+        let mut w = World::new(1, 0);
+        w.running(&["a"]);
+        w.ledger.try_acquire("job", w.now).unwrap();
+        w.advance(3600);
+        assert!(w.decide().remove.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn explanation_reads_well() {
+        let mut w = World::new(2, 3);
+        w.running(&["a"]);
+        let text = w.decide().explanation.to_string();
+        assert!(text.starts_with("scale up by 1"), "{text}");
+        assert!(text.contains("idle target 3"), "{text}");
+    }
+}
