@@ -48,6 +48,8 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+/// The provider's name in configuration (`plugin = "docker"`).
+pub const PLUGIN: &str = "docker";
 /// The label naming a container's group.
 pub const GROUP_LABEL: &str = "flotilla.group";
 /// The label marking a container as made by flotilla.
@@ -489,6 +491,7 @@ impl InstanceGroup for DockerGroup {
             .into_iter()
             .filter_map(|c| c.id)
             .collect();
+        let ours = &ours;
         let removals = ids.iter().map(|id| async move {
             if !ours.contains(id) {
                 // A container already gone counts as deleted; another group's is refused.
@@ -612,6 +615,23 @@ mod tests {
                 .unwrap()
                 .contains(&format!("{INNER_DOCKERD_ENV}=1"))
         );
+    }
+
+    #[test]
+    fn docker_hosts() {
+        for host in [
+            "unix:///var/run/docker.sock",
+            "tcp://127.0.0.1:2375",
+            "http://127.0.0.1:2375",
+        ] {
+            let mut s = DockerSettings::new("g1", "img:1");
+            s.docker_host = Some(host.into());
+            assert!(DockerGroup::new(s).is_ok(), "{host}");
+        }
+        let g = DockerGroup::from_plugin_config(&serde_json::json!({"name": "g2", "image": "i"}))
+            .unwrap();
+        assert_eq!(g.provider_id(), "docker/g2");
+        assert_eq!(g.label_filter(), "flotilla.group=g2");
     }
 
     #[test]

@@ -1,0 +1,276 @@
+//! The local connector: commands run as processes of this host.
+//!
+//! Each command runs as `bash -c <command>` in a process group of its own, so cancelling it
+//! kills everything it started (the group), not just the shell.
+
+use crate::pump::{PUMP_BUFFER, drain, feed_stdin};
+use crate::{
+    BoxedStream, ConnectError, Connector, ExecRequest, ExitStatus, ForwardTarget, Stdin, shell,
+};
+use async_trait::async_trait;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::process::Stdio;
+use std::task::{Context, Poll};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader, ReadBuf};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+/// Runs commands on this host.
+#[derive(Debug, Clone)]
+pub struct LocalConnector {
+    shell: PathBuf,
+    working_dir: Option<PathBuf>,
+}
+
+impl Default for LocalConnector {
+    fn default() -> Self {
+        LocalConnector {
+            shell: PathBuf::from("bash"),
+            working_dir: None,
+        }
+    }
+}
+
+impl LocalConnector {
+    /// A connector running commands with `bash -c` in the current directory.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Uses another shell (it must accept `-c <command line>`).
+    pub fn with_shell(mut self, shell: impl Into<PathBuf>) -> Self {
+        self.shell = shell.into();
+        self
+    }
+
+    /// Runs commands in `dir`.
+    pub fn with_working_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.working_dir = Some(dir.into());
+        self
+    }
+
+    fn command(&self, line: &str) -> Command {
+        let mut cmd = Command::new(&self.shell);
+        cmd.arg("-c").arg(line);
+        if let Some(dir) = &self.working_dir {
+            cmd.current_dir(dir);
+        }
+        // A group of its own: cancellation kills the whole tree, and a terminal's Ctrl-C
+        // aimed at flotilla does not reach the job.
+        cmd.process_group(0);
+        cmd.kill_on_drop(true);
+        cmd
+    }
+}
+
+/// Kills a process group when dropped, unless disarmed.
+struct GroupKiller {
+    pgid: Option<i32>,
+}
+
+impl GroupKiller {
+    fn kill(&mut self) {
+        if let Some(pgid) = self.pgid.take() {
+            // ESRCH (already gone) is fine.
+            let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+        }
+    }
+
+    fn disarm(&mut self) {
+        self.pgid = None;
+    }
+}
+
+impl Drop for GroupKiller {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn exit_status(s: std::process::ExitStatus) -> ExitStatus {
+    use std::os::unix::process::ExitStatusExt;
+    match (s.code(), s.signal()) {
+        (Some(c), _) => ExitStatus::Code(c),
+        (None, Some(sig)) => ExitStatus::from_signal_number(sig, s.core_dumped()),
+        (None, None) => ExitStatus::Code(-1),
+    }
+}
+
+fn spawn_error(e: std::io::Error) -> ConnectError {
+    ConnectError::io("spawning the process", e)
+}
+
+#[async_trait]
+impl Connector for LocalConnector {
+    async fn exec(&self, request: ExecRequest<'_>) -> Result<ExitStatus, ConnectError> {
+        shell::check_env(&request.env)?;
+        let ExecRequest {
+            command,
+            env,
+            stdin,
+            stdout,
+            stderr,
+            cancel,
+        } = request;
+        let mut cmd = self.command(&command);
+        cmd.envs(env)
+            .stdin(match stdin {
+                Stdin::Null => Stdio::null(),
+                _ => Stdio::piped(),
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().map_err(spawn_error)?;
+        let mut killer = GroupKiller {
+            pgid: child.id().map(|p| p as i32),
+        };
+        let child_in = child.stdin.take();
+        let mut child_out = child.stdout.take();
+        let mut child_err = child.stderr.take();
+
+        let work = async {
+            // The pipe is dropped after feeding: that, not shutdown, is what closes it.
+            let feed = async move {
+                match child_in {
+                    Some(mut w) => feed_stdin(stdin, &mut w).await,
+                    None => Ok(()),
+                }
+            };
+            let out = async {
+                match child_out.as_mut() {
+                    Some(r) => drain(r, stdout, "writing stdout").await.map(drop),
+                    None => Ok(()),
+                }
+            };
+            let err = async {
+                match child_err.as_mut() {
+                    Some(r) => drain(r, stderr, "writing stderr").await.map(drop),
+                    None => Ok(()),
+                }
+            };
+            tokio::try_join!(feed, out, err)?;
+            child
+                .wait()
+                .await
+                .map_err(|e| ConnectError::io("waiting for the process", e))
+        };
+        let outcome = tokio::select! {
+            r = work => Some(r),
+            () = cancel.cancelled() => None,
+        };
+        match outcome {
+            Some(Ok(status)) => {
+                // The shell is reaped; leave whatever it put in the background alone.
+                killer.disarm();
+                Ok(exit_status(status))
+            }
+            // A pump failed or the command was cancelled: stop the whole group.
+            Some(Err(e)) => {
+                killer.kill();
+                Err(e)
+            }
+            None => {
+                killer.kill();
+                Err(ConnectError::Cancelled)
+            }
+        }
+    }
+
+    async fn dial_stdio(&self, command: &str) -> Result<BoxedStream, ConnectError> {
+        let mut cmd = self.command(command);
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().map_err(spawn_error)?;
+        let killer = GroupKiller {
+            pgid: child.id().map(|p| p as i32),
+        };
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err(ConnectError::io(
+                "spawning the process",
+                std::io::Error::other("no stdio pipes"),
+            ));
+        };
+        if let Some(stderr) = child.stderr.take() {
+            let command = command.to_string();
+            tokio::spawn(async move {
+                let mut lines = BufReader::with_capacity(PUMP_BUFFER, stderr).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    tracing::debug!(%command, "dial-stdio stderr: {line}");
+                }
+            });
+        }
+        Ok(Box::new(ChildStream {
+            stdin: Some(stdin),
+            stdout,
+            _child: child,
+            _killer: killer,
+        }))
+    }
+
+    async fn forward(&self, target: &ForwardTarget) -> Result<BoxedStream, ConnectError> {
+        let net = |e: std::io::Error| ConnectError::Network {
+            addr: target.to_string(),
+            message: e.to_string(),
+        };
+        match target {
+            ForwardTarget::Unix(path) => Ok(Box::new(
+                tokio::net::UnixStream::connect(path).await.map_err(net)?,
+            )),
+            ForwardTarget::Tcp { host, port } => Ok(Box::new(
+                tokio::net::TcpStream::connect((host.as_str(), *port))
+                    .await
+                    .map_err(net)?,
+            )),
+        }
+    }
+}
+
+/// A child process's stdin and stdout as one stream; dropping it kills the process group.
+struct ChildStream {
+    /// `None` once shut down: dropping the pipe is what closes it.
+    stdin: Option<ChildStdin>,
+    stdout: ChildStdout,
+    _child: Child,
+    _killer: GroupKiller,
+}
+
+impl AsyncRead for ChildStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stdout).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for ChildStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.stdin.as_mut() {
+            Some(w) => Pin::new(w).poll_write(cx, buf),
+            None => Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into())),
+        }
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.stdin.as_mut() {
+            Some(w) => Pin::new(w).poll_flush(cx),
+            None => Poll::Ready(Ok(())),
+        }
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        if let Some(w) = self.stdin.as_mut() {
+            std::task::ready!(Pin::new(w).poll_flush(cx))?;
+        }
+        self.stdin = None;
+        Poll::Ready(Ok(()))
+    }
+}
