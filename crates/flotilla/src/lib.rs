@@ -2,3 +2,6 @@
 //!
 //! This crate is the binary's library half: configuration, the CLI's commands and the daemon
 //! wiring. The parts it wires together live in their own crates (see ARCHITECTURE.md).
+
+pub mod cli;
+pub mod config;

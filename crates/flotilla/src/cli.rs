@@ -1,0 +1,265 @@
+//! The command line: `flotilla run`, `exec`, `status`, `config check`, `--version`.
+//!
+//! [`main`] parses the arguments, sets up logging (`--log-level`, else `RUST_LOG`, else
+//! `info`; always to stderr) and runs the command. [`execute`] runs an already parsed command
+//! against given output streams, so commands can be tested without a process.
+
+use crate::config::Config;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// flotilla runs CI jobs on an autoscaled fleet, at the isolation level each job needs.
+#[derive(Debug, Parser)]
+#[command(name = "flotilla", version, about, propagate_version = true)]
+pub struct Cli {
+    /// Log filter: a level (error, warn, info, debug, trace) or a full `RUST_LOG`-style
+    /// directive. Overrides `RUST_LOG`.
+    #[arg(long, global = true, value_name = "LEVEL")]
+    pub log_level: Option<String>,
+    /// Log line format.
+    #[arg(long, global = true, value_enum, default_value_t = LogOutput::Text)]
+    pub log_format: LogOutput,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// How log lines are written to stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogOutput {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Take jobs from GitLab and run them on the configured fleets (like `gitlab-runner run`).
+    Run(RunArgs),
+    /// Run the jobs of `.gitlab-ci.yml` on a local fleet.
+    Exec(ExecArgs),
+    /// Show fleets, slots and jobs, and why the scaler decided what it decided.
+    Status(StatusArgs),
+    /// Work with configuration files.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+/// Options of `flotilla run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The configuration file (GitLab Runner's `config.toml`, with flotilla's extensions).
+    #[arg(short, long, value_name = "FILE", env = "FLOTILLA_CONFIG")]
+    pub config: Option<PathBuf>,
+}
+
+/// Options of `flotilla exec`.
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// Jobs to run (with the jobs they need); all jobs when none is given.
+    #[arg(value_name = "JOB")]
+    pub jobs: Vec<String>,
+    /// A configuration file describing the fleet; without one, this host with shell isolation.
+    #[arg(short, long, value_name = "FILE", env = "FLOTILLA_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// List the pipeline's jobs and stages instead of running them.
+    #[arg(long)]
+    pub list: bool,
+    /// Run only the jobs of these stages.
+    #[arg(long, value_name = "STAGE")]
+    pub stage: Vec<String>,
+    /// Set a CI/CD variable (repeatable).
+    #[arg(long = "variable", value_name = "KEY=VALUE", value_parser = parse_variable)]
+    pub variables: Vec<(String, String)>,
+    /// Also run manual jobs.
+    #[arg(long)]
+    pub manual: bool,
+    /// Stream this job's log to the terminal.
+    #[arg(long, value_name = "JOB")]
+    pub follow: Option<String>,
+    /// The project directory holding `.gitlab-ci.yml` (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+}
+
+/// Options of `flotilla status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The configuration file of the flotilla to ask.
+    #[arg(short, long, value_name = "FILE", env = "FLOTILLA_CONFIG")]
+    pub config: Option<PathBuf>,
+}
+
+/// `flotilla config ...`.
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Load a configuration file, print warnings to stderr and the normalized configuration
+    /// (secrets redacted) to stdout; exit 1 on errors.
+    Check(CheckArgs),
+}
+
+/// Options of `flotilla config check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The configuration file.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+}
+
+/// Parses `KEY=VALUE`.
+fn parse_variable(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("`{s}` is not KEY=VALUE")),
+    }
+}
+
+/// Exit status of a command that is declared but not wired yet.
+const NOT_IMPLEMENTED: u8 = 2;
+
+/// The binary's entry point: parse arguments, set up logging, run the command.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and version go to stdout with status 0, usage errors to stderr with 2.
+            let _ = e.print();
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        }
+    };
+    if let Err(message) = init_logging(cli.log_level.as_deref(), cli.log_format) {
+        eprintln!("error: {message}");
+        return ExitCode::from(2);
+    }
+    execute(
+        &cli,
+        &mut std::io::stdout().lock(),
+        &mut std::io::stderr().lock(),
+    )
+}
+
+/// Sets up `tracing` on stderr: `--log-level` if given, else `RUST_LOG`, else `info`.
+fn init_logging(level: Option<&str>, format: LogOutput) -> Result<(), String> {
+    use tracing_subscriber::EnvFilter;
+    let filter = match level {
+        Some(level) => {
+            EnvFilter::try_new(level).map_err(|e| format!("invalid --log-level `{level}`: {e}"))?
+        }
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    // A subscriber may already be installed (tests); that is not an error worth stopping for.
+    let _ = match format {
+        LogOutput::Text => builder.try_init(),
+        LogOutput::Json => builder.json().try_init(),
+    };
+    Ok(())
+}
+
+/// Runs a parsed command, writing its output to `out` and diagnostics to `err`.
+pub fn execute(cli: &Cli, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
+    match &cli.command {
+        Command::Config(ConfigCommand::Check(args)) => config_check(args, out, err),
+        Command::Run(_) => not_implemented("run", err),
+        Command::Exec(_) => not_implemented("exec", err),
+        Command::Status(_) => not_implemented("status", err),
+    }
+}
+
+fn not_implemented(command: &str, err: &mut dyn Write) -> ExitCode {
+    let _ = writeln!(err, "flotilla {command}: not implemented yet");
+    ExitCode::from(NOT_IMPLEMENTED)
+}
+
+/// `flotilla config check FILE`.
+fn config_check(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
+    let loaded = match Config::load(&args.file) {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            for e in e.errors() {
+                let _ = writeln!(err, "error: {e}");
+            }
+            return ExitCode::FAILURE;
+        }
+    };
+    for w in &loaded.warnings {
+        let _ = writeln!(err, "warning: {w}");
+    }
+    match loaded.config.to_redacted_toml() {
+        Ok(text) => {
+            if out.write_all(text.as_bytes()).is_err() {
+                return ExitCode::FAILURE;
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            let _ = writeln!(err, "error: cannot print the configuration: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn exec_options_parse() {
+        let cli = Cli::try_parse_from([
+            "flotilla",
+            "exec",
+            "build",
+            "test",
+            "--stage",
+            "deploy",
+            "--variable",
+            "A=1=2",
+            "--variable",
+            "B=",
+            "--manual",
+            "--follow",
+            "test",
+            "--dir",
+            "/src",
+        ])
+        .unwrap();
+        let Command::Exec(e) = cli.command else {
+            panic!("not exec");
+        };
+        assert_eq!(e.jobs, vec!["build", "test"]);
+        assert_eq!(e.stage, vec!["deploy"]);
+        assert_eq!(
+            e.variables,
+            vec![("A".into(), "1=2".into()), ("B".into(), String::new())]
+        );
+        assert!(e.manual && !e.list);
+        assert_eq!(e.follow.as_deref(), Some("test"));
+        assert_eq!(e.dir, Some(PathBuf::from("/src")));
+        assert!(Cli::try_parse_from(["flotilla", "exec", "--variable", "NOEQUALS"]).is_err());
+    }
+
+    #[test]
+    fn unimplemented_commands_say_so() {
+        let cli = Cli::try_parse_from(["flotilla", "status"]).unwrap();
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = execute(&cli, &mut out, &mut err);
+        assert_eq!(code, ExitCode::from(2));
+        assert_eq!(
+            String::from_utf8(err).unwrap(),
+            "flotilla status: not implemented yet\n"
+        );
+        assert!(out.is_empty());
+    }
+}

@@ -1,0 +1,136 @@
+//! The top level of `config.toml`: GitLab Runner's global keys, flotilla's own `[flotilla]`
+//! table, and the `[[runners]]` list.
+
+use super::duration;
+use super::runner::RunnerConfig;
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// GitLab Runner's log levels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    /// `debug`.
+    Debug,
+    /// `info`.
+    Info,
+    /// `warn`.
+    Warn,
+    /// `error`.
+    Error,
+    /// `fatal` (logged as error).
+    Fatal,
+    /// `panic` (logged as error).
+    Panic,
+}
+
+impl LogLevel {
+    /// The matching `tracing` filter directive.
+    pub fn as_filter(self) -> &'static str {
+        match self {
+            LogLevel::Debug => "debug",
+            LogLevel::Info => "info",
+            LogLevel::Warn => "warn",
+            LogLevel::Error | LogLevel::Fatal | LogLevel::Panic => "error",
+        }
+    }
+}
+
+/// GitLab Runner's log formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable, with colours on a terminal.
+    Runner,
+    /// Plain text.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The whole configuration file. Unset keys take GitLab Runner's defaults; flotilla's own
+/// settings are in [`FlotillaConfig`] (`[flotilla]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Config {
+    /// Most jobs at once across all runners (default 1).
+    #[serde(deserialize_with = "super::count::deserialize")]
+    pub concurrent: u32,
+    /// How often each runner asks GitLab for jobs (integer seconds or a duration; default 3s,
+    /// and 0 means the default, like GitLab).
+    #[serde(with = "duration::seconds")]
+    pub check_interval: Duration,
+    /// How long a graceful shutdown may take (integer seconds or a duration; default 30s, 0
+    /// means the default).
+    #[serde(with = "duration::seconds")]
+    pub shutdown_timeout: Duration,
+    /// The log level, unless `--log-level` or `RUST_LOG` says otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_level: Option<LogLevel>,
+    /// The log format.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_format: Option<LogFormat>,
+    /// flotilla extension: `[flotilla]`, settings GitLab Runner does not have.
+    pub flotilla: FlotillaConfig,
+    /// `[[runners]]`.
+    pub runners: Vec<RunnerConfig>,
+}
+
+/// The default `concurrent`.
+pub const DEFAULT_CONCURRENT: u32 = 1;
+/// The default `check_interval`.
+pub const DEFAULT_CHECK_INTERVAL: Duration = Duration::from_secs(3);
+/// The default `shutdown_timeout`.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            concurrent: DEFAULT_CONCURRENT,
+            check_interval: DEFAULT_CHECK_INTERVAL,
+            shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
+            log_level: None,
+            log_format: None,
+            flotilla: FlotillaConfig::default(),
+            runners: Vec::new(),
+        }
+    }
+}
+
+/// flotilla extension: the `[flotilla]` table. Every key must be known.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FlotillaConfig {
+    /// flotilla extension: where the SQLite store (ledgers, minted credentials, job records)
+    /// lives. Loading fills in `<config dir>/.flotilla` when unset and makes a relative path
+    /// absolute against the configuration file's directory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_dir: Option<PathBuf>,
+    /// flotilla extension: where the metrics and status page are served
+    /// (`127.0.0.1:9252`); unset means not served.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen_address: Option<SocketAddr>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gitlab_defaults() {
+        let c = Config::default();
+        assert_eq!(c.concurrent, 1);
+        assert_eq!(c.check_interval, Duration::from_secs(3));
+        assert_eq!(c.shutdown_timeout, Duration::from_secs(30));
+        assert!(c.runners.is_empty());
+        assert_eq!(c.flotilla, FlotillaConfig::default());
+    }
+
+    #[test]
+    fn log_levels_map_to_filters() {
+        assert_eq!(LogLevel::Fatal.as_filter(), "error");
+        assert_eq!(LogLevel::Debug.as_filter(), "debug");
+    }
+}

@@ -1,0 +1,411 @@
+//! `[[runners]]`: one GitLab runner registration and the fleet its jobs run on.
+
+use super::autoscaler::{AutoscalerConfig, IsolationLevel};
+use super::count;
+use super::redact;
+use flotilla_fleet::Secret;
+use serde::de::{self, Deserializer, Visitor};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// How a runner's jobs are executed.
+///
+/// GitLab's autoscaling executors work unchanged; GitLab's single-host `shell` and `docker`
+/// executors are accepted and mapped onto flotilla's model: this host as the only instance
+/// (the `local` provider, no `[runners.autoscaler]` needed) with `shell` or `docker`
+/// isolation respectively.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub enum Executor {
+    /// GitLab's `docker-autoscaler`: jobs in containers on autoscaled instances
+    /// (default isolation `docker`).
+    #[serde(rename = "docker-autoscaler")]
+    DockerAutoscaler,
+    /// GitLab's `instance`: jobs straight on autoscaled instances over SSH/WinRM (default
+    /// isolation `shell`, or `vm` with `vm_isolation`).
+    #[serde(rename = "instance")]
+    Instance,
+    /// flotilla's own executor: an autoscaled fleet whose isolation level is chosen with
+    /// `[runners.autoscaler] isolation` (default `shell`). Without `[runners.autoscaler]` it
+    /// runs on this host. A `flotilla` runner may leave out `url` and `token`; it then serves
+    /// only `flotilla exec`.
+    #[serde(rename = "flotilla")]
+    Flotilla,
+    /// GitLab's `shell`: mapped to this host as the only instance, `shell` isolation.
+    #[serde(rename = "shell")]
+    Shell,
+    /// GitLab's `docker`: mapped to this host as the only instance, `docker` isolation against
+    /// `[runners.docker] host` (or the local daemon).
+    #[serde(rename = "docker")]
+    Docker,
+}
+
+impl Executor {
+    /// Every executor name flotilla accepts.
+    pub const NAMES: [&'static str; 5] = [
+        "docker-autoscaler",
+        "instance",
+        "flotilla",
+        "shell",
+        "docker",
+    ];
+
+    /// The name used in the configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Executor::DockerAutoscaler => "docker-autoscaler",
+            Executor::Instance => "instance",
+            Executor::Flotilla => "flotilla",
+            Executor::Shell => "shell",
+            Executor::Docker => "docker",
+        }
+    }
+
+    /// Parses an executor name.
+    pub fn parse(name: &str) -> Option<Executor> {
+        Some(match name {
+            "docker-autoscaler" => Executor::DockerAutoscaler,
+            "instance" => Executor::Instance,
+            "flotilla" => Executor::Flotilla,
+            "shell" => Executor::Shell,
+            "docker" => Executor::Docker,
+            _ => return None,
+        })
+    }
+
+    /// Whether this executor needs a `[runners.autoscaler]` table (GitLab's autoscaling
+    /// executors do).
+    pub fn requires_autoscaler(self) -> bool {
+        matches!(self, Executor::DockerAutoscaler | Executor::Instance)
+    }
+
+    /// Whether a runner with this executor takes jobs from GitLab and so needs `url` and
+    /// `token`. Only `flotilla` runners may be local-only.
+    pub fn requires_gitlab(self) -> bool {
+        !matches!(self, Executor::Flotilla)
+    }
+
+    /// The isolation level used when `[runners.autoscaler] isolation` is not set.
+    pub fn default_isolation(self, vm_isolation_enabled: bool) -> IsolationLevel {
+        match self {
+            Executor::DockerAutoscaler | Executor::Docker => IsolationLevel::Docker,
+            Executor::Instance if vm_isolation_enabled => IsolationLevel::Vm,
+            Executor::Instance | Executor::Flotilla | Executor::Shell => IsolationLevel::Shell,
+        }
+    }
+}
+
+impl fmt::Display for Executor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Executor {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        Executor::parse(&name).ok_or_else(|| {
+            de::Error::custom(format!(
+                "executor `{name}` is not supported by flotilla; supported: {}",
+                Executor::NAMES.join(", ")
+            ))
+        })
+    }
+}
+
+/// The default `slot_cgroup_template`.
+pub const DEFAULT_SLOT_CGROUP_TEMPLATE: &str = "gitlab-runner/slot-${slot}";
+
+fn default_request_concurrency() -> u32 {
+    1
+}
+
+fn default_slot_cgroup_template() -> String {
+    DEFAULT_SLOT_CGROUP_TEMPLATE.to_string()
+}
+
+/// `[[runners]]`. `Debug` prints the redacted form (token, environment values, credential-like
+/// keys of opaque tables).
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunnerConfig {
+    /// A description, shown in GitLab and in logs.
+    #[serde(default)]
+    pub name: String,
+    /// The GitLab instance's URL. Required unless `executor = "flotilla"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The runner authentication token (`glrt-...`). Required unless
+    /// `executor = "flotilla"`. Printed as `[REDACTED]`.
+    #[serde(
+        default,
+        serialize_with = "redact::secret_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub token: Option<Secret<String>>,
+    /// The runner's id in GitLab, as `gitlab-runner register` records it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<i64>,
+    /// How jobs are executed. Required.
+    pub executor: Executor,
+    /// Most jobs at once for this runner; 0 is no limit of its own (`concurrent` still
+    /// applies).
+    #[serde(default, deserialize_with = "count::deserialize")]
+    pub limit: u32,
+    /// Job requests in flight at once (default 1; 0 is read as 1, like GitLab).
+    #[serde(
+        default = "default_request_concurrency",
+        deserialize_with = "count::deserialize"
+    )]
+    pub request_concurrency: u32,
+    /// Where builds are checked out on the instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub builds_dir: Option<String>,
+    /// Where the local cache is kept on the instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_dir: Option<String>,
+    /// The shell scripts are generated for (`bash`, `sh`, `pwsh`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shell: Option<String>,
+    /// Extra job variables as `KEY=VALUE`. Values other than `FF_*` feature flags are
+    /// printed as `[REDACTED]`.
+    #[serde(default, serialize_with = "redact::environment")]
+    pub environment: Vec<String>,
+    /// Give each slot its own cgroup (`slot_cgroup_template`).
+    #[serde(default)]
+    pub use_slot_cgroups: bool,
+    /// The slot's cgroup path; `${slot}` (or `$slot`) is replaced by the slot number.
+    #[serde(default = "default_slot_cgroup_template")]
+    pub slot_cgroup_template: String,
+    /// `[runners.docker]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub docker: Option<DockerConfig>,
+    /// `[runners.instance]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<InstanceConfig>,
+    /// `[runners.autoscaler]`. Required for `docker-autoscaler` and `instance`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaler: Option<AutoscalerConfig>,
+}
+
+impl fmt::Debug for RunnerConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        redact::debug_redacted("RunnerConfig", self, f)
+    }
+}
+
+impl RunnerConfig {
+    /// The isolation level of this runner's jobs: `[runners.autoscaler] isolation`, or the
+    /// executor's default.
+    pub fn isolation(&self) -> IsolationLevel {
+        let vm = self
+            .autoscaler
+            .as_ref()
+            .is_some_and(|a| a.vm_isolation.enabled);
+        self.autoscaler
+            .as_ref()
+            .and_then(|a| a.isolation)
+            .unwrap_or_else(|| self.executor.default_isolation(vm))
+    }
+
+    /// The environment entries split at the first `=` (entries without one are skipped;
+    /// loading rejects them).
+    pub fn environment_pairs(&self) -> Vec<(&str, &str)> {
+        self.environment
+            .iter()
+            .filter_map(|e| e.split_once('='))
+            .collect()
+    }
+
+    /// The URL and token to reach GitLab with, when both are set.
+    pub fn gitlab_credentials(&self) -> Option<(&str, &Secret<String>)> {
+        Some((self.url.as_deref()?, self.token.as_ref()?))
+    }
+
+    /// `slot_cgroup_template` with the slot number filled in.
+    pub fn slot_cgroup(&self, slot: u32) -> String {
+        expand_slot(&self.slot_cgroup_template, slot)
+    }
+}
+
+/// Replaces `${slot}` and `$slot` in a cgroup template.
+pub fn expand_slot(template: &str, slot: u32) -> String {
+    template
+        .replace("${slot}", &slot.to_string())
+        .replace("$slot", &slot.to_string())
+}
+
+/// When to pull a job's image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PullPolicy {
+    /// Pull every time.
+    Always,
+    /// Pull when the image is not present.
+    IfNotPresent,
+    /// Never pull; the image must be present.
+    Never,
+}
+
+/// `[runners.docker]`: settings of the `docker` isolation level.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DockerConfig {
+    /// The default job image.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Privileged containers are not supported; only `false` is accepted.
+    pub privileged: bool,
+    /// Pull policies, tried in order; written as one string or a list. Empty means GitLab's
+    /// default, `always`.
+    #[serde(
+        deserialize_with = "pull_policies",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub pull_policy: Vec<PullPolicy>,
+    /// Most services per job; -1 or unset is no limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub services_limit: Option<i64>,
+    /// Extra volumes for job containers (`/cache`, `/host:/container:ro`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<String>,
+    /// CPU limit of job containers (`"1.5"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<String>,
+    /// Memory limit of job containers (`"2g"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<String>,
+    /// The Docker daemon to use on the instance (`unix:///var/run/docker.sock`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// The cgroup template for service containers; falls back to the runner's
+    /// `slot_cgroup_template`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service_slot_cgroup_template: Option<String>,
+}
+
+impl DockerConfig {
+    /// The pull policies in effect (`[always]` when none is configured).
+    pub fn effective_pull_policies(&self) -> Vec<PullPolicy> {
+        if self.pull_policy.is_empty() {
+            vec![PullPolicy::Always]
+        } else {
+            self.pull_policy.clone()
+        }
+    }
+}
+
+fn pull_policies<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<PullPolicy>, D::Error> {
+    struct PullPolicyVisitor;
+
+    fn one<E: de::Error>(s: &str) -> Result<PullPolicy, E> {
+        match s {
+            "always" => Ok(PullPolicy::Always),
+            "if-not-present" => Ok(PullPolicy::IfNotPresent),
+            "never" => Ok(PullPolicy::Never),
+            other => Err(E::custom(format!(
+                "unknown pull_policy `{other}`; expected `always`, `if-not-present` or `never`"
+            ))),
+        }
+    }
+
+    impl<'de> Visitor<'de> for PullPolicyVisitor {
+        type Value = Vec<PullPolicy>;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a pull policy or a list of pull policies")
+        }
+
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            one(v).map(|p| vec![p])
+        }
+
+        fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut out = Vec::new();
+            while let Some(s) = seq.next_element::<String>()? {
+                out.push(one(&s)?);
+            }
+            Ok(out)
+        }
+    }
+
+    d.deserialize_any(PullPolicyVisitor)
+}
+
+/// `[runners.instance]`: settings of the `instance` executor.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct InstanceConfig {
+    /// Job images allowed as VM images (with `vm_isolation`); glob patterns.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allowed_images: Vec<String>,
+    /// Use one build directory for all jobs of an instance (only with VM isolation or
+    /// `max_use_count = 1`).
+    pub use_common_build_dir: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn executor_names_round_trip() {
+        for name in Executor::NAMES {
+            assert_eq!(Executor::parse(name).unwrap().as_str(), name);
+        }
+        assert_eq!(Executor::parse("docker+machine"), None);
+    }
+
+    #[test]
+    fn default_isolation_per_executor() {
+        assert_eq!(
+            Executor::DockerAutoscaler.default_isolation(false),
+            IsolationLevel::Docker
+        );
+        assert_eq!(
+            Executor::Instance.default_isolation(false),
+            IsolationLevel::Shell
+        );
+        assert_eq!(
+            Executor::Instance.default_isolation(true),
+            IsolationLevel::Vm
+        );
+        assert_eq!(
+            Executor::Shell.default_isolation(false),
+            IsolationLevel::Shell
+        );
+        assert_eq!(
+            Executor::Docker.default_isolation(false),
+            IsolationLevel::Docker
+        );
+        assert_eq!(
+            Executor::Flotilla.default_isolation(false),
+            IsolationLevel::Shell
+        );
+    }
+
+    #[test]
+    fn slot_templates_expand_both_spellings() {
+        assert_eq!(
+            expand_slot(DEFAULT_SLOT_CGROUP_TEMPLATE, 3),
+            "gitlab-runner/slot-3"
+        );
+        assert_eq!(
+            expand_slot("runner-slot-$slot.slice", 0),
+            "runner-slot-0.slice"
+        );
+    }
+
+    #[test]
+    fn pull_policy_string_or_list() {
+        let d: DockerConfig = toml::from_str("pull_policy = \"if-not-present\"").unwrap();
+        assert_eq!(d.pull_policy, vec![PullPolicy::IfNotPresent]);
+        let d: DockerConfig = toml::from_str("pull_policy = [\"never\", \"always\"]").unwrap();
+        assert_eq!(d.pull_policy, vec![PullPolicy::Never, PullPolicy::Always]);
+        let d = DockerConfig::default();
+        assert_eq!(d.effective_pull_policies(), vec![PullPolicy::Always]);
+        let e = toml::from_str::<DockerConfig>("pull_policy = [\"sometimes\"]").unwrap_err();
+        assert!(
+            e.message().contains("unknown pull_policy `sometimes`"),
+            "{e}"
+        );
+    }
+}

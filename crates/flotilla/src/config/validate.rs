@@ -1,0 +1,490 @@
+//! The rules a decoded configuration must follow, as pure functions from a [`Config`] to a list
+//! of findings with the key path each one is about.
+
+use super::autoscaler::{AutoscalerConfig, IsolationLevel, MIN_IDLE_TIME, Policy};
+use super::cron::parse_period;
+use super::global::Config;
+use super::runner::{Executor, RunnerConfig};
+use super::source::{KeyPath, Target};
+
+/// How bad a finding is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Severity {
+    /// The configuration is rejected.
+    Error,
+    /// The configuration is accepted and the finding printed.
+    Warning,
+}
+
+/// One finding, tied to the key or value it is about.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Finding {
+    pub(crate) severity: Severity,
+    pub(crate) path: KeyPath,
+    pub(crate) target: Target,
+    pub(crate) message: String,
+}
+
+#[derive(Default)]
+struct Findings(Vec<Finding>);
+
+impl Findings {
+    fn error(&mut self, path: KeyPath, message: impl Into<String>) {
+        self.push(Severity::Error, path, Target::Value, message);
+    }
+
+    fn warn(&mut self, path: KeyPath, message: impl Into<String>) {
+        self.push(Severity::Warning, path, Target::Value, message);
+    }
+
+    fn push(
+        &mut self,
+        severity: Severity,
+        path: KeyPath,
+        target: Target,
+        message: impl Into<String>,
+    ) {
+        self.0.push(Finding {
+            severity,
+            path,
+            target,
+            message: message.into(),
+        });
+    }
+}
+
+/// Checks a decoded (and normalized) configuration. Returns every finding, errors and
+/// warnings, in no particular order.
+pub(crate) fn validate(config: &Config) -> Vec<Finding> {
+    let mut f = Findings::default();
+    let root = KeyPath::root();
+    if config.concurrent == 0 {
+        f.warn(
+            root.key("concurrent"),
+            "concurrent = 0: no job will ever run",
+        );
+    }
+    for (i, runner) in config.runners.iter().enumerate() {
+        check_runner(&mut f, &root.key("runners").index(i), runner);
+    }
+    check_sizing(&mut f, config);
+    f.0
+}
+
+fn runner_label(runner: &RunnerConfig) -> String {
+    if runner.name.is_empty() {
+        "runner".to_string()
+    } else {
+        format!("runner `{}`", runner.name)
+    }
+}
+
+fn check_runner(f: &mut Findings, path: &KeyPath, runner: &RunnerConfig) {
+    let label = runner_label(runner);
+    let executor = runner.executor;
+    if executor.requires_gitlab() {
+        match runner.url.as_deref() {
+            None => f.error(
+                path.clone(),
+                format!("{label}: `url` is required for executor `{executor}`"),
+            ),
+            Some(url) if !(url.starts_with("https://") || url.starts_with("http://")) => f.error(
+                path.key("url"),
+                format!("{label}: `url` must start with https:// or http://, got `{url}`"),
+            ),
+            Some(_) => {}
+        }
+        match &runner.token {
+            None => f.error(
+                path.clone(),
+                format!("{label}: `token` is required for executor `{executor}`"),
+            ),
+            Some(t) if t.expose().trim().is_empty() => {
+                f.error(path.key("token"), format!("{label}: `token` is empty"))
+            }
+            Some(_) => {}
+        }
+    }
+    for (j, entry) in runner.environment.iter().enumerate() {
+        if !entry.contains('=') {
+            f.error(
+                path.key("environment").index(j),
+                format!("environment entry `{entry}` is not KEY=VALUE"),
+            );
+        }
+    }
+    if runner.use_slot_cgroups
+        && !runner.slot_cgroup_template.contains("${slot}")
+        && !runner.slot_cgroup_template.contains("$slot")
+    {
+        f.warn(
+            path.key("slot_cgroup_template"),
+            format!(
+                "slot_cgroup_template `{}` has no ${{slot}}: all jobs will share one cgroup",
+                runner.slot_cgroup_template
+            ),
+        );
+    }
+    if let Some(docker) = &runner.docker {
+        let docker_path = path.key("docker");
+        if docker.privileged {
+            f.error(
+                docker_path.key("privileged"),
+                "privileged = true is not supported by flotilla; use a stronger isolation \
+                 level (microvm, vm, instance) for jobs that need it",
+            );
+        }
+        if docker.services_limit.is_some_and(|l| l < -1) {
+            f.error(
+                docker_path.key("services_limit"),
+                "services_limit must be -1 (no limit) or more",
+            );
+        }
+    }
+    match (&runner.autoscaler, executor) {
+        (None, e) if e.requires_autoscaler() => f.error(
+            path.clone(),
+            format!("{label}: executor `{e}` needs a [runners.autoscaler] table"),
+        ),
+        (Some(_), e @ (Executor::Shell | Executor::Docker)) => f.error(
+            path.key("autoscaler"),
+            format!(
+                "executor `{e}` runs jobs on this host and takes no [runners.autoscaler]; \
+                 for an autoscaled fleet use executor = \"flotilla\" with isolation = \"{}\"",
+                e.default_isolation(false)
+            ),
+        ),
+        (Some(a), _) => check_autoscaler(f, &path.key("autoscaler"), a),
+        (None, _) => {}
+    }
+}
+
+fn check_autoscaler(f: &mut Findings, path: &KeyPath, a: &AutoscalerConfig) {
+    if a.plugin.trim().is_empty() {
+        f.error(
+            path.key("plugin"),
+            "[runners.autoscaler] needs a `plugin` (the provider, e.g. \"aws\")",
+        );
+    }
+    if a.capacity_per_instance < 1 {
+        f.error(
+            path.key("capacity_per_instance"),
+            "capacity_per_instance must be at least 1",
+        );
+    }
+    if a.isolation == Some(IsolationLevel::Instance) {
+        if a.max_use_count != 1 {
+            f.error(
+                path.key("max_use_count"),
+                format!(
+                    "isolation = \"instance\" deletes each instance after its job: \
+                     max_use_count must be 1, got {}",
+                    a.max_use_count
+                ),
+            );
+        }
+        if a.capacity_per_instance > 1 {
+            f.error(
+                path.key("capacity_per_instance"),
+                format!(
+                    "isolation = \"instance\" gives each job a whole instance: \
+                     capacity_per_instance must be 1, got {}",
+                    a.capacity_per_instance
+                ),
+            );
+        }
+    }
+    for (key, value) in [
+        ("update_interval", a.update_interval),
+        (
+            "update_interval_when_expecting",
+            a.update_interval_when_expecting,
+        ),
+        ("instance_acquire_timeout", a.instance_acquire_timeout),
+    ] {
+        if value.is_zero() {
+            f.error(path.key(key), format!("{key} must be greater than 0"));
+        }
+    }
+    if a.scale_throttle.limit < -1 {
+        f.error(
+            path.key("scale_throttle").key("limit"),
+            format!(
+                "scale_throttle.limit must be -1 (unlimited), 0 (default 100/s) or positive, got {}",
+                a.scale_throttle.limit
+            ),
+        );
+    }
+    if a.vm_isolation.enabled && a.vm_isolation.nesting_host.trim().is_empty() {
+        f.error(
+            path.key("vm_isolation").key("nesting_host"),
+            "vm_isolation is enabled but nesting_host is not set",
+        );
+    }
+    for (k, policy) in a.policy.iter().enumerate() {
+        check_policy(f, &path.key("policy").index(k), policy);
+    }
+}
+
+fn check_policy(f: &mut Findings, path: &KeyPath, p: &Policy) {
+    if p.periods.is_empty() {
+        f.warn(
+            path.key("periods"),
+            "policy has no periods and never applies",
+        );
+    }
+    for (k, period) in p.periods.iter().enumerate() {
+        if let Err(e) = parse_period(period) {
+            f.error(path.key("periods").index(k), e);
+        }
+    }
+    if let Some(tz) = p.timezone.as_deref()
+        && !matches!(tz, "" | "Local")
+        && tz.parse::<chrono_tz::Tz>().is_err()
+    {
+        f.error(
+            path.key("timezone"),
+            format!("unknown time zone `{tz}` (expected an IANA name such as \"Europe/Berlin\")"),
+        );
+    }
+    if p.idle_time < MIN_IDLE_TIME {
+        f.error(
+            path.key("idle_time"),
+            format!(
+                "idle_time must be at least 1s, got {}",
+                super::duration::format_go_duration(p.idle_time)
+            ),
+        );
+    }
+    if !(p.scale_factor >= 0.0 && p.scale_factor.is_finite()) {
+        f.error(
+            path.key("scale_factor"),
+            format!("scale_factor must be 0 or more, got {}", p.scale_factor),
+        );
+    }
+}
+
+/// GitLab's sizing rule: `concurrent = sum of max_instances * capacity_per_instance`. Only
+/// checked when every autoscaled runner has a `max_instances`.
+fn check_sizing(f: &mut Findings, config: &Config) {
+    let fleets: Vec<Option<u64>> = config
+        .runners
+        .iter()
+        .filter_map(|r| r.autoscaler.as_ref().map(AutoscalerConfig::max_slots))
+        .collect();
+    if fleets.is_empty() || fleets.iter().any(Option::is_none) {
+        return;
+    }
+    let total: u64 = fleets.into_iter().flatten().sum();
+    let concurrent = u64::from(config.concurrent);
+    if total == concurrent {
+        return;
+    }
+    let consequence = if concurrent < total {
+        format!("at most {concurrent} jobs run even when more slots are idle")
+    } else {
+        format!("at most {total} jobs run at once; concurrent above that has no effect")
+    };
+    f.warn(
+        KeyPath::root().key("concurrent"),
+        format!(
+            "concurrent = {concurrent} but the fleets hold {total} job slots \
+             (sum of max_instances x capacity_per_instance): {consequence}"
+        ),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::autoscaler::ScaleThrottle;
+    use flotilla_fleet::Secret;
+    use std::time::Duration;
+
+    fn runner(executor: Executor) -> RunnerConfig {
+        RunnerConfig {
+            name: "r".into(),
+            url: Some("https://gitlab.example.com".into()),
+            token: Some(Secret::new("glrt-x".into())),
+            id: None,
+            executor,
+            limit: 0,
+            request_concurrency: 1,
+            builds_dir: None,
+            cache_dir: None,
+            shell: None,
+            environment: vec![],
+            use_slot_cgroups: false,
+            slot_cgroup_template: "gitlab-runner/slot-${slot}".into(),
+            docker: None,
+            instance: None,
+            autoscaler: Some(AutoscalerConfig {
+                plugin: "aws".into(),
+                max_instances: 5,
+                capacity_per_instance: 2,
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn messages(config: &Config, severity: Severity) -> Vec<String> {
+        validate(config)
+            .into_iter()
+            .filter(|f| f.severity == severity)
+            .map(|f| format!("{}: {}", f.path, f.message))
+            .collect()
+    }
+
+    #[test]
+    fn a_sound_config_has_no_findings() {
+        let c = Config {
+            concurrent: 10,
+            runners: vec![runner(Executor::DockerAutoscaler)],
+            ..Default::default()
+        };
+        assert_eq!(validate(&c), vec![]);
+    }
+
+    #[test]
+    fn sizing_mismatch_is_a_warning() {
+        let c = Config {
+            concurrent: 4,
+            runners: vec![
+                runner(Executor::DockerAutoscaler),
+                runner(Executor::Instance),
+            ],
+            ..Default::default()
+        };
+        let w = messages(&c, Severity::Warning);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].starts_with("concurrent: concurrent = 4 but the fleets hold 20 job slots"));
+        assert!(messages(&c, Severity::Error).is_empty());
+        // Unlimited fleets are not compared.
+        let mut unlimited = runner(Executor::Instance);
+        unlimited.autoscaler.as_mut().unwrap().max_instances = 0;
+        let c = Config {
+            concurrent: 4,
+            runners: vec![runner(Executor::DockerAutoscaler), unlimited],
+            ..Default::default()
+        };
+        assert!(messages(&c, Severity::Warning).is_empty());
+    }
+
+    #[test]
+    fn every_error_is_reported() {
+        let mut r = runner(Executor::DockerAutoscaler);
+        r.url = None;
+        r.token = None;
+        r.environment = vec!["OK=1".into(), "BROKEN".into()];
+        let a = r.autoscaler.as_mut().unwrap();
+        a.plugin = String::new();
+        a.capacity_per_instance = 0;
+        a.scale_throttle = ScaleThrottle {
+            limit: -5,
+            burst: 0,
+        };
+        a.policy = vec![Policy {
+            periods: vec!["* * * *".into(), "* 8-15 * * mon-fri".into()],
+            timezone: Some("Mars/Olympus_Mons".into()),
+            idle_time: Duration::ZERO,
+            scale_factor: -1.0,
+            ..Default::default()
+        }];
+        let c = Config {
+            concurrent: 0,
+            runners: vec![r],
+            ..Default::default()
+        };
+        let e = messages(&c, Severity::Error);
+        let expected_paths = [
+            "runners[0]: runner `r`: `url` is required",
+            "runners[0]: runner `r`: `token` is required",
+            "runners[0].environment[1]: environment entry `BROKEN`",
+            "runners[0].autoscaler.plugin:",
+            "runners[0].autoscaler.capacity_per_instance: capacity_per_instance must be at least 1",
+            "runners[0].autoscaler.scale_throttle.limit:",
+            "runners[0].autoscaler.policy[0].periods[0]: period `* * * *` must have 5 fields",
+            "runners[0].autoscaler.policy[0].timezone: unknown time zone `Mars/Olympus_Mons`",
+            "runners[0].autoscaler.policy[0].idle_time: idle_time must be at least 1s, got 0s",
+            "runners[0].autoscaler.policy[0].scale_factor:",
+        ];
+        for p in expected_paths {
+            assert!(e.iter().any(|m| m.starts_with(p)), "{p} not in {e:#?}");
+        }
+        assert_eq!(e.len(), expected_paths.len(), "{e:#?}");
+        assert!(
+            messages(&c, Severity::Warning)
+                .iter()
+                .any(|w| w.contains("concurrent = 0"))
+        );
+    }
+
+    #[test]
+    fn executor_and_autoscaler_must_agree() {
+        let mut r = runner(Executor::Instance);
+        r.autoscaler = None;
+        let c = Config {
+            runners: vec![r],
+            ..Default::default()
+        };
+        assert_eq!(
+            messages(&c, Severity::Error),
+            vec!["runners[0]: runner `r`: executor `instance` needs a [runners.autoscaler] table"]
+        );
+        let c = Config {
+            concurrent: 10,
+            runners: vec![runner(Executor::Shell)],
+            ..Default::default()
+        };
+        let e = messages(&c, Severity::Error);
+        assert_eq!(e.len(), 1);
+        assert!(
+            e[0].contains("use executor = \"flotilla\" with isolation = \"shell\""),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn flotilla_runners_may_be_local_only() {
+        let mut r = runner(Executor::Flotilla);
+        r.url = None;
+        r.token = None;
+        let c = Config {
+            concurrent: 10,
+            runners: vec![r],
+            ..Default::default()
+        };
+        assert!(messages(&c, Severity::Error).is_empty());
+    }
+
+    #[test]
+    fn instance_isolation_needs_single_use_instances() {
+        let mut r = runner(Executor::Flotilla);
+        let a = r.autoscaler.as_mut().unwrap();
+        a.isolation = Some(IsolationLevel::Instance);
+        let c = Config {
+            concurrent: 10,
+            runners: vec![r],
+            ..Default::default()
+        };
+        let e = messages(&c, Severity::Error);
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert!(e[0].contains("max_use_count must be 1, got 0"));
+        assert!(e[1].contains("capacity_per_instance must be 1, got 2"));
+    }
+
+    #[test]
+    fn slot_cgroup_template_without_placeholder_warns() {
+        let mut r = runner(Executor::Instance);
+        r.use_slot_cgroups = true;
+        r.slot_cgroup_template = "gitlab-runner/all".into();
+        let c = Config {
+            concurrent: 10,
+            runners: vec![r],
+            ..Default::default()
+        };
+        let w = messages(&c, Severity::Warning);
+        assert_eq!(w.len(), 1);
+        assert!(w[0].contains("all jobs will share one cgroup"));
+    }
+}

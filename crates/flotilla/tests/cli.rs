@@ -1,0 +1,140 @@
+//! The real `flotilla` binary: `config check`, `--version`, and the commands not wired yet.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn flotilla(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_flotilla"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .env_remove("FLOTILLA_CONFIG")
+        .output()
+        .unwrap()
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+#[test]
+fn version() {
+    let out = flotilla(&["--version"]);
+    assert!(out.status.success());
+    assert_eq!(
+        text(&out.stdout),
+        format!("flotilla {}\n", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn config_check_accepts_a_good_file_and_prints_it_redacted() {
+    let path = fixture("docker-autoscaler-aws-full.toml");
+    let out = flotilla(&["config", "check", path.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
+    assert_eq!(stderr, "");
+    assert!(!stdout.contains("glrt-full-example-token"), "{stdout}");
+    assert!(!stdout.contains("auths"), "{stdout}");
+    assert!(stdout.contains("token = \"[REDACTED]\""), "{stdout}");
+    assert!(
+        stdout.contains("\"DOCKER_AUTH_CONFIG=[REDACTED]\""),
+        "{stdout}"
+    );
+    assert!(stdout.contains("capacity_per_instance = 4"), "{stdout}");
+    assert!(stdout.contains("isolation = \"docker\""), "{stdout}");
+    // The output is itself a valid configuration.
+    let reloaded = flotilla::config::Config::from_str(&stdout, &path).unwrap();
+    assert_eq!(reloaded.config.concurrent, 40);
+}
+
+#[test]
+fn config_check_prints_warnings_to_stderr_and_still_succeeds() {
+    let path = fixture("gitlab-extras.toml");
+    let out = flotilla(&["config", "check", path.to_str().unwrap()]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
+    let file = path.display().to_string();
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 18, "{stderr}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.starts_with(&format!("warning: {file}:")))
+    );
+    assert!(lines.contains(&&*format!(
+        "warning: {file}:10:2: `session_server` at the top level is not used by flotilla; ignored"
+    )));
+    let stdout = text(&out.stdout);
+    assert!(!stdout.contains("glrt-extras-example-token"));
+    assert!(!stdout.contains("session_server"), "{stdout}");
+}
+
+#[test]
+fn config_check_rejects_a_bad_file_with_every_error() {
+    let path = fixture("broken/many-errors.toml");
+    let out = flotilla(&["config", "check", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(text(&out.stdout), "");
+    let stderr = text(&out.stderr);
+    let file = path.display().to_string();
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 6, "{stderr}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.starts_with(&format!("error: {file}:")))
+    );
+    assert_eq!(
+        lines[0],
+        format!(
+            "error: {file}:4:3: unknown key `stat_dir` in [flotilla]; did you mean `state_dir`?"
+        )
+    );
+    assert_eq!(
+        lines[2],
+        format!("error: {file}:15:29: capacity_per_instance must be at least 1")
+    );
+}
+
+#[test]
+fn config_check_on_a_missing_file_fails() {
+    let out = flotilla(&["config", "check", "/nonexistent/flotilla.toml"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr)
+            .starts_with("error: /nonexistent/flotilla.toml: cannot read configuration:")
+    );
+}
+
+#[test]
+fn commands_not_wired_yet_exit_2() {
+    for (args, name) in [
+        (vec!["run", "--config", "x.toml"], "run"),
+        (vec!["exec", "build", "--list"], "exec"),
+        (vec!["status"], "status"),
+    ] {
+        let out = flotilla(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert_eq!(
+            text(&out.stderr),
+            format!("flotilla {name}: not implemented yet\n")
+        );
+    }
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let out = flotilla(&["config", "check"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("<FILE>"));
+    let out = flotilla(&["--log-level", "not a [valid filter", "status"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).starts_with("error: invalid --log-level"));
+}
