@@ -1,1 +1,35 @@
-//! The job model (GitLab's job payload), stage scripts, trace and masking, artifacts and cache.
+//! The job engine: what a CI job is (GitLab's job payload) and how its stages run.
+//!
+//! - [`model`]: the payload types, decoded leniently ([`JobPayload::from_json`]).
+//! - [`vars`]: the job's effective variables (dedup, expansion, predefined `CI_*`).
+//! - [`script`]: the POSIX shell scripts generated per stage.
+//! - [`trace`]: the log: [`TraceSink`], masking across chunks, output limit, checksum.
+//! - [`env`]: the [`Environment`] an isolation level provides, and [`LocalEnvironment`].
+//! - [`archive`]: artifacts and caches moved as tar streams, kept as zip archives.
+//! - [`store`]: [`ArtifactStore`] and [`CacheStore`] with local-directory implementations.
+//! - [`runner`]: [`JobRunner`], which runs the stages and returns a [`JobResult`].
+
+#![warn(missing_docs)]
+
+pub mod archive;
+pub mod env;
+pub mod model;
+pub mod runner;
+pub mod script;
+pub mod store;
+pub mod trace;
+pub mod vars;
+
+pub use env::{
+    EnvError, EnvPaths, Environment, ExecCommand, ExecSpec, ExitStatus, LocalEnvironment, Place,
+};
+pub use model::{JobPayload, PayloadError, Variable};
+pub use runner::{
+    FailureReason, JobCancel, JobResult, JobRunner, Outcome, RunOptions, StageReport,
+};
+pub use store::{
+    ArtifactStore, ArtifactUpload, CacheKey, CacheStore, LocalArtifactStore, LocalCacheStore,
+    StoreError,
+};
+pub use trace::{BufferSink, FileSink, TerminalSink, TraceError, TraceSink, TraceSummary};
+pub use vars::{JobVariables, RunnerIdentity};

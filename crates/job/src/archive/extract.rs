@@ -1,0 +1,206 @@
+//! Extracting a zip archive from the manager into a directory of the environment.
+
+use super::ArchiveError;
+use super::paths::{PathRejection, check_symlink, normalize_relative};
+use super::ziptime::unix_time;
+use crate::env::{Environment, ExecCommand, ExecSpec, Place};
+use crate::script::quote;
+use crate::trace::TraceWriter;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use tokio_util::io::SyncIoBridge;
+use tokio_util::sync::CancellationToken;
+
+/// What was extracted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ExtractReport {
+    /// Entries extracted (files, directories, symbolic links).
+    pub entries: u64,
+}
+
+#[derive(Debug, Clone)]
+enum Kind {
+    File,
+    Dir,
+    Symlink(String),
+}
+
+#[derive(Debug, Clone)]
+struct PlannedEntry {
+    index: usize,
+    name: String,
+    kind: Kind,
+    mode: u32,
+    mtime: u64,
+    size: u64,
+}
+
+/// Checks every entry of a zip archive (blocking). Any entry that is absolute, climbs out
+/// with `..`, or is a symbolic link pointing out refuses the whole archive.
+fn plan(zip_path: &Path) -> Result<Vec<PlannedEntry>, ArchiveError> {
+    let file = File::open(zip_path)
+        .map_err(ArchiveError::io(format!("opening {}", zip_path.display())))?;
+    let mut archive = zip::ZipArchive::new(file)
+        .map_err(ArchiveError::zip(format!("reading {}", zip_path.display())))?;
+    let mut out = Vec::with_capacity(archive.len());
+    for index in 0..archive.len() {
+        let mut f = archive
+            .by_index(index)
+            .map_err(ArchiveError::zip(format!("reading entry {index}")))?;
+        let raw = String::from_utf8_lossy(f.name_raw()).into_owned();
+        let unsafe_entry = |reason| ArchiveError::UnsafeEntry {
+            name: raw.clone(),
+            reason,
+        };
+        if std::str::from_utf8(f.name_raw()).is_err() {
+            return Err(unsafe_entry(PathRejection::BadName));
+        }
+        let name = match normalize_relative(&raw) {
+            Ok(n) => n,
+            Err(PathRejection::Empty) if f.is_dir() => continue,
+            Err(why) => return Err(unsafe_entry(why)),
+        };
+        let kind = if f.is_symlink() {
+            let mut target = String::new();
+            f.read_to_string(&mut target)
+                .map_err(ArchiveError::io(format!("reading the target of {raw}")))?;
+            check_symlink(&name, &target).map_err(unsafe_entry)?;
+            Kind::Symlink(target)
+        } else if f.is_dir() {
+            Kind::Dir
+        } else {
+            Kind::File
+        };
+        let default_mode = if matches!(kind, Kind::Dir) {
+            0o755
+        } else {
+            0o644
+        };
+        out.push(PlannedEntry {
+            index,
+            name,
+            mode: f.unix_mode().map(|m| m & 0o7777).unwrap_or(default_mode),
+            mtime: f.last_modified().map(unix_time).unwrap_or(0),
+            size: f.size(),
+            kind,
+        });
+    }
+    Ok(out)
+}
+
+/// Checks a zip archive on the manager without extracting it: the number of entries, or why
+/// it is refused.
+pub async fn inspect_zip(zip_path: &Path) -> Result<usize, ArchiveError> {
+    let path = zip_path.to_path_buf();
+    tokio::task::spawn_blocking(move || plan(&path).map(|p| p.len()))
+        .await
+        .map_err(|e| ArchiveError::Io {
+            context: "checking the archive".into(),
+            source: io::Error::other(e.to_string()),
+        })?
+}
+
+/// Writes the planned entries as a tar stream (blocking).
+fn write_tar(
+    zip_path: PathBuf,
+    entries: Vec<PlannedEntry>,
+    out: impl Write,
+) -> Result<(), ArchiveError> {
+    let file = File::open(&zip_path)
+        .map_err(ArchiveError::io(format!("opening {}", zip_path.display())))?;
+    let mut archive = zip::ZipArchive::new(file)
+        .map_err(ArchiveError::zip(format!("reading {}", zip_path.display())))?;
+    let mut builder = tar::Builder::new(out);
+    for e in &entries {
+        let mut h = tar::Header::new_gnu();
+        h.set_mode(e.mode);
+        h.set_mtime(e.mtime);
+        h.set_uid(0);
+        h.set_gid(0);
+        let io_err = ArchiveError::io(format!("streaming {}", e.name));
+        match &e.kind {
+            Kind::Dir => {
+                h.set_entry_type(tar::EntryType::Directory);
+                h.set_size(0);
+                builder
+                    .append_data(&mut h, &e.name, io::empty())
+                    .map_err(io_err)?;
+            }
+            Kind::Symlink(target) => {
+                h.set_entry_type(tar::EntryType::Symlink);
+                h.set_size(0);
+                builder
+                    .append_link(&mut h, &e.name, target)
+                    .map_err(io_err)?;
+            }
+            Kind::File => {
+                h.set_entry_type(tar::EntryType::Regular);
+                h.set_size(e.size);
+                let reader = archive
+                    .by_index(e.index)
+                    .map_err(ArchiveError::zip(format!("reading {}", e.name)))?;
+                builder
+                    .append_data(&mut h, &e.name, reader)
+                    .map_err(io_err)?;
+            }
+        }
+    }
+    let mut out = builder
+        .into_inner()
+        .map_err(ArchiveError::io("finishing the tar stream"))?;
+    out.flush()
+        .map_err(ArchiveError::io("finishing the tar stream"))
+}
+
+/// Extracts the zip archive at `zip_path` (on the manager) into `dir` in the environment's
+/// helper context, creating `dir` if needed. The archive is checked first: an unsafe entry
+/// refuses it before anything is written.
+pub async fn extract_zip(
+    env: &dyn Environment,
+    dir: &str,
+    zip_path: &Path,
+    log: &TraceWriter,
+    cancel: &CancellationToken,
+) -> Result<ExtractReport, ArchiveError> {
+    let path = zip_path.to_path_buf();
+    let entries = tokio::task::spawn_blocking(move || plan(&path))
+        .await
+        .map_err(|e| ArchiveError::Io {
+            context: "checking the archive".into(),
+            source: io::Error::other(e.to_string()),
+        })??;
+    let count = entries.len() as u64;
+    if count == 0 {
+        return Ok(ExtractReport::default());
+    }
+    let (our_side, env_side) = tokio::io::duplex(256 * 1024);
+    let writer = SyncIoBridge::new(our_side);
+    let path = zip_path.to_path_buf();
+    let writing = tokio::task::spawn_blocking(move || write_tar(path, entries, writer));
+    let qdir = quote(dir);
+    let exec = env.exec(ExecSpec {
+        place: Place::Helper,
+        command: ExecCommand::Command(format!("mkdir -p {qdir} && cd {qdir} && tar -x -f -")),
+        stdin: Some(Box::new(env_side)),
+        stdout: Box::new(log.clone()),
+        stderr: Box::new(log.clone()),
+        cancel: cancel.clone(),
+    });
+    let (status, written) = tokio::join!(exec, writing);
+    let status = status.map_err(|e| ArchiveError::env("running tar", e))?;
+    if cancel.is_cancelled() {
+        return Err(ArchiveError::Canceled);
+    }
+    if !status.success() {
+        return Err(ArchiveError::Command {
+            what: "tar".into(),
+            status,
+        });
+    }
+    written.map_err(|e| ArchiveError::Io {
+        context: "writing the tar stream".into(),
+        source: io::Error::other(e.to_string()),
+    })??;
+    Ok(ExtractReport { entries: count })
+}

@@ -1,0 +1,103 @@
+//! Stage scripts: the POSIX shell programs flotilla generates for each stage and pipes to the
+//! environment's shell (no script file is left behind).
+//!
+//! Every script starts the same way: `set -e`, `pipefail` where the shell has it,
+//! `trap 'exit 1' TERM`, then every job variable exported with single-quote quoting, and file
+//! variables written to private files under the per-job temporary directory.
+
+mod quote;
+mod sources;
+mod writer;
+
+pub use quote::quote;
+pub(crate) use sources::url_password;
+pub use sources::{GitStrategy, SourcesPlan, SubmoduleStrategy};
+pub use writer::{ANSI_BOLD_GREEN, ANSI_BOLD_RED, ANSI_RESET, ANSI_YELLOW, ScriptWriter};
+
+use crate::model::JobPayload;
+use crate::vars::JobVariables;
+
+/// A job configuration the scripts cannot be generated for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ScriptError {
+    /// `GIT_STRATEGY` has a value other than clone, fetch, none or empty.
+    #[error("unknown GIT_STRATEGY {0:?} (expected clone, fetch, none or empty)")]
+    UnknownGitStrategy(String),
+    /// `GIT_SUBMODULE_STRATEGY` has a value other than none, normal or recursive.
+    #[error("unknown GIT_SUBMODULE_STRATEGY {0:?} (expected none, normal or recursive)")]
+    UnknownSubmoduleStrategy(String),
+    /// `GIT_DEPTH` is not a number.
+    #[error("GIT_DEPTH {0:?} is not a non-negative number")]
+    BadGitDepth(String),
+}
+
+/// Where a script runs and with which variables.
+#[derive(Debug, Clone, Copy)]
+pub struct ScriptContext<'a> {
+    /// The job's variables (already expanded).
+    pub vars: &'a JobVariables,
+    /// `CI_BUILDS_DIR` as the script sees it.
+    pub builds_dir: &'a str,
+    /// `CI_PROJECT_DIR` as the script sees it.
+    pub project_dir: &'a str,
+}
+
+impl ScriptContext<'_> {
+    /// A writer with the variables exported and file variables written; invalid variable
+    /// names (which no shell can export) are skipped.
+    fn writer(&self) -> ScriptWriter {
+        let mut w = ScriptWriter::new();
+        let vars = self.vars;
+        if vars.iter().any(|v| v.file && v.has_valid_name()) {
+            w.private_dir(vars.tmp_dir());
+        }
+        for v in vars.iter().filter(|v| v.has_valid_name()) {
+            if v.file {
+                w.file_variable(&v.key, &vars.file_path(&v.key), &v.value);
+            } else {
+                w.export(&v.key, &v.value);
+            }
+        }
+        w
+    }
+
+    /// The script for user commands (`step_script`, `after_script`, other steps): `cd` into
+    /// the project directory, then each command echoed as `$ command` and run.
+    pub fn user_script(&self, commands: &[String]) -> String {
+        let mut w = self.writer();
+        w.cd(self.project_dir);
+        if self.vars.bool("CI_DEBUG_TRACE") {
+            w.line("set -x");
+        }
+        for c in commands {
+            w.command(c);
+        }
+        w.finish()
+    }
+
+    /// The `get_sources` script for this job (see [`SourcesPlan`]).
+    pub fn get_sources_script(&self, job: &JobPayload) -> Result<String, ScriptError> {
+        let plan = SourcesPlan::new(job, self.vars)?;
+        let mut w = self.writer();
+        plan.write(&mut w, job, self.builds_dir, self.project_dir);
+        Ok(w.finish())
+    }
+
+    /// The `cleanup_file_variables` script: removes the per-job temporary directory.
+    pub fn cleanup_script(&self) -> String {
+        let mut w = ScriptWriter::new();
+        w.line(&format!("rm -rf {}", quote(self.vars.tmp_dir())));
+        w.finish()
+    }
+}
+
+/// The names of variables that cannot be exported (not `[A-Za-z_][A-Za-z0-9_]*`).
+pub fn unexportable_names(vars: &JobVariables) -> Vec<String> {
+    vars.iter()
+        .filter(|v| !v.has_valid_name())
+        .map(|v| v.key.clone())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,133 @@
+//! get_sources against a real local git repository.
+
+mod common;
+
+use common::{Harness, git, job};
+use flotilla_fleet::Secret;
+use flotilla_job::{Outcome, Variable};
+use std::path::Path;
+
+/// A repository with two commits on main; returns (repo dir, first sha, second sha).
+fn make_repo(root: &Path) -> (std::path::PathBuf, String, String) {
+    let repo = root.join("origin");
+    std::fs::create_dir_all(&repo).unwrap();
+    git(&repo, &["init", "-q"]);
+    std::fs::write(repo.join("a.txt"), "v1\n").unwrap();
+    git(&repo, &["add", "a.txt"]);
+    git(&repo, &["commit", "-q", "-m", "first"]);
+    let first = git(&repo, &["rev-parse", "HEAD"]);
+    std::fs::write(repo.join("a.txt"), "v2\n").unwrap();
+    std::fs::write(repo.join("b.txt"), "new\n").unwrap();
+    git(&repo, &["add", "a.txt", "b.txt"]);
+    git(&repo, &["commit", "-q", "-m", "second"]);
+    let second = git(&repo, &["rev-parse", "HEAD"]);
+    (repo, first, second)
+}
+
+fn git_job(id: i64, url: &str, sha: &str, strategy: &str) -> flotilla_job::JobPayload {
+    let mut j = job(id, &["git rev-parse HEAD", "cat a.txt", "ls"]);
+    j.git_info.repo_url = Secret::new(url.to_string());
+    j.git_info.sha = sha.to_string();
+    j.variables = vec![Variable::new("GIT_STRATEGY", strategy)];
+    j
+}
+
+#[tokio::test]
+async fn clone_fetch_and_none_check_out_exact_commits() {
+    let h = Harness::new();
+    let (repo, first, second) = make_repo(h.root.path());
+    let url = repo.to_str().unwrap();
+    let project = h.project("g");
+
+    // clone: the first commit, although main is at the second.
+    let (r, trace) = h.run("g", &git_job(1, url, &first, "clone")).await;
+    assert_eq!(r.outcome, Outcome::Success, "{trace}");
+    assert!(trace.contains(&format!("{first}\n")), "{trace}");
+    assert!(trace.contains(&format!(
+        "Checking out {} as detached HEAD (ref is main)",
+        &first[..8]
+    )));
+    assert_eq!(
+        std::fs::read_to_string(project.join("a.txt")).unwrap(),
+        "v1\n"
+    );
+    assert!(!project.join("b.txt").exists());
+    // No credentials were stored in the repository's config.
+    let config = std::fs::read_to_string(project.join(".git/config")).unwrap();
+    assert!(!config.contains("helper"), "{config}");
+
+    // fetch: reuses the repository, moves to the second commit, cleans untracked files.
+    std::fs::write(project.join("stray.txt"), "left over\n").unwrap();
+    let (r, trace) = h.run("g", &git_job(2, url, &second, "fetch")).await;
+    assert_eq!(r.outcome, Outcome::Success, "{trace}");
+    assert!(
+        trace.contains("Reinitialized existing Git repository"),
+        "{trace}"
+    );
+    assert!(trace.contains(&format!("{second}\n")), "{trace}");
+    assert_eq!(
+        std::fs::read_to_string(project.join("a.txt")).unwrap(),
+        "v2\n"
+    );
+    assert!(
+        !project.join("stray.txt").exists(),
+        "git clean -ffdx removed it"
+    );
+
+    // none: the directory is left exactly as it is.
+    std::fs::write(project.join("a.txt"), "local edit\n").unwrap();
+    let (r, trace) = h.run("g", &git_job(3, url, &first, "none")).await;
+    assert_eq!(r.outcome, Outcome::Success, "{trace}");
+    assert!(trace.contains("Skipping Git repository setup"));
+    assert!(trace.contains("local edit\n"), "{trace}");
+
+    // empty: an empty directory.
+    let mut j = git_job(4, url, &first, "empty");
+    j.steps[0].script = vec!["ls -A".into()];
+    let (r, trace) = h.run("g", &j).await;
+    assert_eq!(r.outcome, Outcome::Success, "{trace}");
+    assert!(std::fs::read_dir(&project).unwrap().next().is_none());
+}
+
+#[tokio::test]
+async fn shallow_fetch_over_a_file_url() {
+    let h = Harness::new();
+    let (repo, _first, second) = make_repo(h.root.path());
+    let url = format!("file://{}", repo.display());
+    let mut j = git_job(5, &url, &second, "clone");
+    j.variables.push(Variable::new("GIT_DEPTH", "1"));
+    j.steps[0].script = vec!["git rev-list --count HEAD".into(), "cat a.txt".into()];
+    let (r, trace) = h.run("s", &j).await;
+    assert_eq!(r.outcome, Outcome::Success, "{trace}");
+    assert!(trace.contains("Fetching changes with git depth set to 1..."));
+    assert!(trace.contains("\n1\n"), "only one commit fetched: {trace}");
+    assert!(trace.contains("v2\n"));
+}
+
+#[tokio::test]
+async fn a_missing_commit_fails_get_sources() {
+    let h = Harness::new();
+    let (repo, _, _) = make_repo(h.root.path());
+    let j = git_job(
+        6,
+        repo.to_str().unwrap(),
+        "1111111111111111111111111111111111111111",
+        "clone",
+    );
+    let (r, trace) = h.run("m", &j).await;
+    assert!(
+        matches!(
+            r.outcome,
+            Outcome::Failed {
+                reason: flotilla_job::FailureReason::ScriptFailure,
+                ..
+            }
+        ),
+        "{trace}"
+    );
+    assert!(trace.contains("getting the sources failed"), "{trace}");
+    assert!(
+        !trace.contains("$ git rev-parse HEAD"),
+        "the script must not run: {trace}"
+    );
+}

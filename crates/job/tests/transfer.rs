@@ -1,0 +1,413 @@
+//! Artifacts and caches through the local stores, with real tar and real files.
+
+mod common;
+
+use common::{Harness, has_section, job};
+use flotilla_fleet::Secret;
+use flotilla_job::model::{Artifact, ArtifactsFile, Cache, CachePolicy, Dependency, When};
+use flotilla_job::{CacheKey, FailureReason, Outcome, Variable};
+use std::io::{Read, Write};
+
+fn zip_names(path: &std::path::Path) -> Vec<String> {
+    let mut z = zip::ZipArchive::new(std::fs::File::open(path).unwrap()).unwrap();
+    let mut names: Vec<String> = (0..z.len())
+        .map(|i| z.by_index(i).unwrap().name().unwrap().to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+fn dependency_on(id: i64) -> Dependency {
+    Dependency {
+        id,
+        name: format!("job-{id}"),
+        token: Secret::new(format!("dep-token-{id}")),
+        artifacts_file: Some(ArtifactsFile {
+            filename: "artifacts.zip".into(),
+            size: 1,
+        }),
+    }
+}
+
+#[tokio::test]
+async fn artifacts_pass_from_one_job_to_the_next() {
+    let h = Harness::new();
+    let mut build = job(
+        100,
+        &[
+            "mkdir -p out/sub out/tmp",
+            "echo 'hello artifact' > out/a.txt",
+            "head -c 65536 /dev/urandom > out/sub/blob.bin",
+            "sha256sum out/sub/blob.bin",
+            "printf '#!/bin/sh\\necho run\\n' > out/run.sh && chmod 755 out/run.sh",
+            "echo object > out/skip.o",
+            "echo scratch > out/tmp/scratch.txt",
+            "ln -s out/a.txt link",
+            "echo 'not an artifact' > other.txt",
+            "mkdir -p 'odd name' && echo odd > \"odd name/it's.txt\"",
+        ],
+    );
+    build.artifacts = vec![Artifact {
+        name: "build-output".into(),
+        paths: vec!["out/".into(), "link".into(), "odd name".into()],
+        exclude: vec!["**/*.o".into(), "out/tmp/*".into()],
+        when: When::OnSuccess,
+        ..Default::default()
+    }];
+    let (r, trace) = h.run("build", &build).await;
+    assert_eq!(r.outcome, Outcome::Success, "{trace}");
+    assert!(
+        has_section(&trace, "upload_artifacts_on_success"),
+        "{trace}"
+    );
+    let stored = h.artifacts.archive_path(100, "archive");
+    assert_eq!(
+        zip_names(&stored),
+        [
+            "link",
+            "odd name/it's.txt",
+            "out/a.txt",
+            "out/run.sh",
+            "out/sub/blob.bin"
+        ]
+    );
+    let digest = trace
+        .lines()
+        .find(|l| l.ends_with("out/sub/blob.bin") && !l.contains('$'))
+        .unwrap()
+        .to_string();
+
+    let mut test = job(
+        101,
+        &[
+            "cat out/a.txt",
+            "sha256sum out/sub/blob.bin",
+            "test -x out/run.sh && ./out/run.sh",
+            "readlink link",
+            "cat \"odd name/it's.txt\"",
+            "test ! -e out/skip.o && test ! -e other.txt && echo excluded-ok",
+        ],
+    );
+    test.dependencies = vec![dependency_on(100)];
+    let (r, trace) = h.run("test", &test).await;
+    assert_eq!(r.outcome, Outcome::Success, "{trace}");
+    assert!(
+        trace.contains("Downloading artifacts for job-100 (100) succeeded"),
+        "{trace}"
+    );
+    assert!(trace.contains("hello artifact\n"));
+    assert!(
+        trace.contains(&format!("{digest}\n")),
+        "same content: {digest}"
+    );
+    assert!(trace.contains("run\n"));
+    assert!(trace.contains("out/a.txt\n"));
+    assert!(trace.contains("odd\n"));
+    assert!(trace.contains("excluded-ok\n"), "{trace}");
+}
+
+#[tokio::test]
+async fn on_failure_artifacts_are_uploaded_only_when_the_job_fails() {
+    let h = Harness::new();
+    let mut j = job(110, &["echo log > debug.log", "exit 1"]);
+    j.artifacts = vec![
+        Artifact {
+            paths: vec!["debug.log".into()],
+            when: When::OnFailure,
+            artifact_type: "archive".into(),
+            ..Default::default()
+        },
+        Artifact {
+            paths: vec!["*.log".into()],
+            when: When::OnSuccess,
+            artifact_type: "junit".into(),
+            ..Default::default()
+        },
+    ];
+    let (r, trace) = h.run("f", &j).await;
+    assert!(!r.outcome.is_success());
+    assert!(
+        has_section(&trace, "upload_artifacts_on_failure"),
+        "{trace}"
+    );
+    assert_eq!(
+        zip_names(&h.artifacts.archive_path(110, "archive")),
+        ["debug.log"]
+    );
+    assert!(!h.artifacts.archive_path(110, "junit").exists());
+}
+
+#[tokio::test]
+async fn artifact_paths_escaping_the_project_are_refused() {
+    let h = Harness::new();
+    std::fs::write(h.builds().join("outside.txt"), "secret outside\n").unwrap();
+    let mut j = job(
+        120,
+        &[
+            "echo fine > ok.txt",
+            "ln -s ../outside.txt escape-link",
+            "ln -s /etc/passwd absolute-link",
+            "mkdir -p d && ln -s ../../outside.txt d/deep-link",
+        ],
+    );
+    j.artifacts = vec![Artifact {
+        paths: vec![
+            "ok.txt".into(),
+            "../outside.txt".into(),
+            "/etc/passwd".into(),
+            "escape-link".into(),
+            "absolute-link".into(),
+            "d".into(),
+        ],
+        ..Default::default()
+    }];
+    let (r, trace) = h.run("t", &j).await;
+    assert_eq!(r.outcome, Outcome::Success, "{trace}");
+    assert!(
+        trace.contains("../outside.txt: escapes the project directory through `..`; ignored"),
+        "{trace}"
+    );
+    assert!(
+        trace.contains("/etc/passwd: is an absolute path outside the project directory; ignored"),
+        "{trace}"
+    );
+    assert!(
+        trace.contains("escape-link: is a symbolic link pointing outside the project directory"),
+        "{trace}"
+    );
+    assert!(
+        trace.contains("absolute-link: is a symbolic link to the absolute path"),
+        "{trace}"
+    );
+    assert!(
+        trace.contains("d/deep-link: is a symbolic link pointing outside"),
+        "{trace}"
+    );
+    assert_eq!(
+        zip_names(&h.artifacts.archive_path(120, "archive")),
+        ["ok.txt"]
+    );
+}
+
+/// A zip entry to write: (name, content or link target, is a symbolic link).
+type ZipEntry<'a> = (&'a str, &'a str, bool);
+
+/// Writes a zip with the given entries.
+fn write_zip(path: &std::path::Path, entries: &[ZipEntry]) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let mut z = zip::ZipWriter::new(std::fs::File::create(path).unwrap());
+    let opts = zip::write::SimpleFileOptions::default();
+    for (name, content, link) in entries {
+        if *link {
+            z.add_symlink(*name, *content, opts).unwrap();
+        } else {
+            z.start_file(*name, opts).unwrap();
+            z.write_all(content.as_bytes()).unwrap();
+        }
+    }
+    z.finish().unwrap();
+}
+
+#[tokio::test]
+async fn zip_slip_archives_are_refused_before_anything_is_extracted() {
+    let cases: &[(&str, &[ZipEntry], &str)] = &[
+        (
+            "parent",
+            &[("good.txt", "good", false), ("../evil.txt", "evil", false)],
+            "\"../evil.txt\" escapes the project directory",
+        ),
+        (
+            "absolute",
+            &[
+                ("good.txt", "good", false),
+                ("/tmp/flotilla-evil.txt", "evil", false),
+            ],
+            "is an absolute path",
+        ),
+        (
+            "symlink",
+            &[("good.txt", "good", false), ("link", "../../..", true)],
+            "is a symbolic link pointing outside",
+        ),
+        (
+            "absolute symlink",
+            &[("good.txt", "good", false), ("link", "/etc", true)],
+            "is a symbolic link to the absolute path",
+        ),
+    ];
+    for (i, (what, entries, message)) in cases.iter().enumerate() {
+        let h = Harness::new();
+        let dep_id = 200 + i as i64;
+        write_zip(&h.artifacts.archive_path(dep_id, "archive"), entries);
+        let mut j = job(300 + i as i64, &["echo script ran"]);
+        j.dependencies = vec![dependency_on(dep_id)];
+        let (r, trace) = h.run("z", &j).await;
+        assert_eq!(
+            r.outcome,
+            Outcome::Failed {
+                reason: FailureReason::ScriptFailure,
+                exit_code: None
+            },
+            "{what}: {trace}"
+        );
+        assert!(trace.contains(message), "{what}: {trace}");
+        assert!(trace.contains("the archive is refused"), "{what}: {trace}");
+        assert!(!trace.contains("script ran\n"), "{what}: {trace}");
+        assert!(
+            !h.project("z").join("good.txt").exists(),
+            "{what}: nothing extracted"
+        );
+        assert!(!h.builds().join("evil.txt").exists());
+    }
+    assert!(!std::path::Path::new("/tmp/flotilla-evil.txt").exists());
+}
+
+#[tokio::test]
+async fn a_missing_dependency_archive_fails_the_job() {
+    let h = Harness::new();
+    let mut j = job(400, &["echo script ran"]);
+    j.dependencies = vec![dependency_on(399)];
+    let (r, trace) = h.run("m", &j).await;
+    assert!(!r.outcome.is_success());
+    assert!(
+        trace.contains("no artifacts found for job-399 (399)"),
+        "{trace}"
+    );
+    // A dependency without artifacts is skipped.
+    let mut j = job(401, &["echo script ran"]);
+    j.dependencies = vec![Dependency {
+        artifacts_file: None,
+        ..dependency_on(399)
+    }];
+    let (r, _) = h.run("m2", &j).await;
+    assert!(r.outcome.is_success());
+}
+
+fn cache(key: &str, policy: CachePolicy, fallback: &[&str]) -> Cache {
+    Cache {
+        key: key.into(),
+        policy,
+        paths: vec!["vendor/".into()],
+        when: When::OnSuccess,
+        fallback_keys: fallback.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn a_cache_is_shared_between_jobs_with_a_fallback_key() {
+    let h = Harness::new();
+    // Job A: pull-push on main; nothing to restore yet, saves vendor/.
+    let mut a = job(
+        500,
+        &[
+            "test ! -e vendor/lib.txt",
+            "mkdir -p vendor && echo cached-v1 > vendor/lib.txt",
+        ],
+    );
+    a.cache = vec![cache(
+        "deps-$CI_COMMIT_REF_SLUG",
+        CachePolicy::PullPush,
+        &[],
+    )];
+    let (r, trace) = h.run("a", &a).await;
+    assert_eq!(r.outcome, Outcome::Success, "{trace}");
+    assert!(trace.contains("No cache found for deps-main"), "{trace}");
+    assert!(trace.contains("Created cache deps-main"), "{trace}");
+    let key = |k: &str| CacheKey {
+        project: "group/project".into(),
+        key: k.into(),
+    };
+    assert!(h.cache.archive_path(&key("deps-main")).exists());
+
+    // Job B: another branch, another directory, pull only; falls back to deps-main.
+    let mut b = job(
+        501,
+        &["cat vendor/lib.txt", "echo changed > vendor/lib.txt"],
+    );
+    b.git_info.git_ref = "feature/x".into();
+    b.cache = vec![cache(
+        "deps-$CI_COMMIT_REF_SLUG",
+        CachePolicy::Pull,
+        &["deps-main"],
+    )];
+    let (r, trace) = h.run("b", &b).await;
+    assert_eq!(r.outcome, Outcome::Success, "{trace}");
+    assert!(
+        trace.contains("No cache found for deps-feature-x"),
+        "{trace}"
+    );
+    assert!(
+        trace.contains("Successfully extracted cache deps-main"),
+        "{trace}"
+    );
+    assert!(trace.contains("cached-v1\n"), "{trace}");
+    assert!(
+        !has_section(&trace, "archive_cache"),
+        "pull never saves: {trace}"
+    );
+    assert!(!h.cache.archive_path(&key("deps-feature-x")).exists());
+
+    // Job C: push only, fails: the default `when: on_success` does not save.
+    let mut c = job(
+        502,
+        &["mkdir -p vendor && echo v2 > vendor/lib.txt", "exit 1"],
+    );
+    c.cache = vec![cache("deps-main", CachePolicy::Push, &[])];
+    let (r, trace) = h.run("c", &c).await;
+    assert!(!r.outcome.is_success());
+    assert!(
+        !trace.contains("Checking cache"),
+        "push never restores: {trace}"
+    );
+    let mut content = String::new();
+    zip::ZipArchive::new(std::fs::File::open(h.cache.archive_path(&key("deps-main"))).unwrap())
+        .unwrap()
+        .by_name("vendor/lib.txt")
+        .unwrap()
+        .read_to_string(&mut content)
+        .unwrap();
+    assert_eq!(content, "cached-v1\n");
+
+    // ... but `when: always` does, and CACHE_FALLBACK_KEY is honoured on restore.
+    let mut d = job(
+        503,
+        &["cat vendor/lib.txt", "echo v3 > vendor/lib.txt", "exit 1"],
+    );
+    d.cache = vec![Cache {
+        when: When::Always,
+        ..cache("other", CachePolicy::PullPush, &[])
+    }];
+    d.variables
+        .push(Variable::new("CACHE_FALLBACK_KEY", "deps-main"));
+    let (r, trace) = h.run("d", &d).await;
+    assert!(!r.outcome.is_success());
+    assert!(trace.contains("cached-v1\n"), "{trace}");
+    assert!(has_section(&trace, "archive_cache_on_failure"), "{trace}");
+    assert!(h.cache.archive_path(&key("other")).exists());
+}
+
+#[tokio::test]
+async fn cache_problems_are_warnings_not_failures() {
+    let h = Harness::new();
+    // A corrupt archive, and a key that is not allowed.
+    let bad = h.cache.archive_path(&CacheKey {
+        project: "group/project".into(),
+        key: "corrupt".into(),
+    });
+    std::fs::create_dir_all(bad.parent().unwrap()).unwrap();
+    std::fs::write(&bad, "this is not a zip").unwrap();
+    let mut j = job(600, &["echo script ran"]);
+    j.cache = vec![
+        cache("corrupt", CachePolicy::Pull, &[]),
+        cache("a/b", CachePolicy::PullPush, &[]),
+    ];
+    let (r, trace) = h.run("w", &j).await;
+    assert_eq!(r.outcome, Outcome::Success, "{trace}");
+    assert!(
+        trace.contains("WARNING: extracting cache corrupt"),
+        "{trace}"
+    );
+    assert!(trace.contains("cache key \"a/b\" contains `/`"), "{trace}");
+    assert!(trace.contains("script ran\n"));
+}
