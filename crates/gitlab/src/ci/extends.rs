@@ -1,0 +1,185 @@
+//! `extends`: a job (or hidden job) inherits the keys of the templates it names, several levels
+//! deep and several parents in order; the parents are deep-merged left to right and the job on
+//! top. Cycles, missing templates and chains deeper than GitLab's limit are errors.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use super::error::{CiError, Diagnostics, Location};
+use super::merge::deep_merge;
+use super::yaml::{Mapping, Node, Value};
+
+/// GitLab's limit on `extends` nesting.
+const MAX_NESTING: usize = 10;
+
+/// Resolve `extends` for every top-level entry except `reserved` ones.
+pub(crate) fn resolve_extends(config: &mut Mapping, reserved: &[&str], diag: &mut Diagnostics) {
+    let names: Vec<String> = config
+        .iter()
+        .filter(|(k, v)| {
+            !reserved.contains(&k.name.as_str())
+                && v.as_map().is_some_and(|m| m.get("extends").is_some())
+        })
+        .map(|(k, _)| k.name.clone())
+        .collect();
+    if names.is_empty() {
+        return;
+    }
+    let mut resolver = Resolver {
+        config,
+        reserved,
+        resolved: HashMap::new(),
+        depth: HashMap::new(),
+        failed: HashSet::new(),
+        cycles: HashSet::new(),
+    };
+    let mut results = Vec::new();
+    for name in &names {
+        let mut stack = Vec::new();
+        match resolver.resolve(name, &mut stack) {
+            Ok(node) => results.push((name.clone(), node)),
+            Err(Some(error)) => diag.error(error),
+            Err(None) => {}
+        }
+    }
+    for (name, node) in results {
+        if let Some(slot) = config
+            .iter_mut()
+            .find(|(k, _)| k.name == name)
+            .map(|(_, v)| v)
+        {
+            *slot = node;
+        }
+    }
+}
+
+struct Resolver<'a> {
+    config: &'a Mapping,
+    reserved: &'a [&'a str],
+    resolved: HashMap<String, Node>,
+    /// How many `extends` hops lie below each resolved entry.
+    depth: HashMap<String, usize>,
+    /// Entries whose resolution failed (and was reported).
+    failed: HashSet<String>,
+    /// The members of the cycles reported so far (each cycle is reported once).
+    cycles: HashSet<BTreeSet<String>>,
+}
+
+impl Resolver<'_> {
+    /// Resolve `name`; `Err(None)` for a failure already reported.
+    fn resolve(&mut self, name: &str, stack: &mut Vec<String>) -> Result<Node, Option<CiError>> {
+        if let Some(done) = self.resolved.get(name) {
+            return Ok(done.clone());
+        }
+        let node = self
+            .config
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| Node::new(Value::Null, Location::new("", 1, 1)));
+        let Some(map) = node.as_map() else {
+            return Ok(node);
+        };
+        let Some(extends) = map.get("extends") else {
+            return Ok(node);
+        };
+        let parents: Vec<(String, Location)> = match &extends.value {
+            Value::Str(s) => vec![(s.clone(), extends.at.clone())],
+            Value::Seq(items) => {
+                let mut out = Vec::new();
+                for item in items {
+                    match item.as_str() {
+                        Some(s) => out.push((s.to_string(), item.at.clone())),
+                        None => {
+                            return Err(Some(CiError::invalid(
+                                &item.at,
+                                format!(
+                                    "jobs:{name} extends should be a string or an array of strings, found {}",
+                                    item.kind()
+                                ),
+                            )));
+                        }
+                    }
+                }
+                out
+            }
+            _ => {
+                return Err(Some(CiError::invalid(
+                    &extends.at,
+                    format!(
+                        "jobs:{name} extends should be a string or an array of strings, found {}",
+                        extends.kind()
+                    ),
+                )));
+            }
+        };
+        stack.push(name.to_string());
+        let mut base: Option<Node> = None;
+        let mut depth = 1;
+        for (parent, at) in parents {
+            if let Some(start) = stack.iter().position(|s| *s == parent) {
+                let mut chain = stack[start..].to_vec();
+                if !self.cycles.insert(chain.iter().cloned().collect()) {
+                    return Err(None);
+                }
+                chain.push(parent.clone());
+                return Err(Some(CiError::ExtendsCycle {
+                    location: at,
+                    job: name.to_string(),
+                    message: format!(
+                        "circular dependency detected in `extends`: {}",
+                        chain.join(" -> ")
+                    ),
+                }));
+            }
+            let exists = !self.reserved.contains(&parent.as_str())
+                && self
+                    .config
+                    .get(&parent)
+                    .is_some_and(|n| n.as_map().is_some());
+            if !exists {
+                return Err(Some(CiError::MissingExtends {
+                    location: at,
+                    job: name.to_string(),
+                    parent,
+                }));
+            }
+            if self.failed.contains(&parent) {
+                return Err(None);
+            }
+            let resolved_parent = match self.resolve(&parent, stack) {
+                Ok(node) => node,
+                Err(error) => {
+                    self.failed.insert(name.to_string());
+                    return Err(error);
+                }
+            };
+            depth = depth.max(self.depth.get(&parent).copied().unwrap_or(0) + 1);
+            base = Some(match base {
+                Some(b) => deep_merge(b, resolved_parent),
+                None => resolved_parent,
+            });
+        }
+        stack.pop();
+        if depth > MAX_NESTING {
+            self.failed.insert(name.to_string());
+            return Err(Some(CiError::ExtendsCycle {
+                location: extends.at.clone(),
+                job: name.to_string(),
+                message: format!(
+                    "extends nests {depth} levels deep; GitLab's limit is {MAX_NESTING}"
+                ),
+            }));
+        }
+        self.depth.insert(name.to_string(), depth);
+        let at = node.at.clone();
+        let mut merged = match base {
+            Some(b) => deep_merge(b, node),
+            None => node,
+        };
+        merged.at = at;
+        if let Value::Map(m) = &mut merged.value {
+            m.remove("extends");
+        }
+        self.resolved.insert(name.to_string(), merged.clone());
+        Ok(merged)
+    }
+}

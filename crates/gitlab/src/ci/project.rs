@@ -1,0 +1,115 @@
+//! The project directory as the compiler sees it: files to include, to test with `exists`, and
+//! to hash for cache keys. Its file list is what a build would copy: with git, the tracked and
+//! untracked-but-not-ignored files; without git, every file outside `.git`.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use globset::{GlobBuilder, GlobMatcher};
+
+use super::git::git;
+
+/// The project root and, computed once when first needed, its file list.
+#[derive(Debug)]
+pub(crate) struct Project {
+    root: PathBuf,
+    files: OnceLock<Vec<String>>,
+}
+
+impl Project {
+    /// The project at `root`.
+    pub fn new(root: &Path) -> Self {
+        Self {
+            root: root.to_path_buf(),
+            files: OnceLock::new(),
+        }
+    }
+
+    /// The project directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The contents of `relative` (a `/`-separated path under the root).
+    pub fn read_bytes(&self, relative: &str) -> std::io::Result<Vec<u8>> {
+        std::fs::read(self.root.join(relative))
+    }
+
+    /// Whether `relative` is a file.
+    pub fn is_file(&self, relative: &str) -> bool {
+        self.root.join(relative).is_file()
+    }
+
+    /// Every file of the project, `/`-separated, sorted.
+    pub fn files(&self) -> &[String] {
+        self.files.get_or_init(|| {
+            let mut files =
+                list_with_git(&self.root).unwrap_or_else(|| list_by_walking(&self.root));
+            files.retain(|f| self.root.join(f).is_file());
+            files.sort();
+            files.dedup();
+            files
+        })
+    }
+
+    /// The files matching a glob (`*` stays within a directory, `**` crosses directories),
+    /// sorted.
+    pub fn glob(&self, pattern: &str) -> Vec<String> {
+        match glob_matcher(pattern) {
+            Some(matcher) => self
+                .files()
+                .iter()
+                .filter(|f| matcher.is_match(f.as_str()))
+                .cloned()
+                .collect(),
+            None => Vec::new(),
+        }
+    }
+}
+
+/// A matcher for a GitLab path glob (leading `/` and `./` ignored); `None` if it is not a glob.
+pub(crate) fn glob_matcher(pattern: &str) -> Option<GlobMatcher> {
+    let pattern = pattern.trim_start_matches("./").trim_start_matches('/');
+    GlobBuilder::new(pattern)
+        .literal_separator(true)
+        .backslash_escape(true)
+        .build()
+        .ok()
+        .map(|g| g.compile_matcher())
+}
+
+fn list_with_git(root: &Path) -> Option<Vec<String>> {
+    let out = git(
+        root,
+        &[
+            "ls-files",
+            "-z",
+            "--cached",
+            "--others",
+            "--exclude-standard",
+        ],
+    )?;
+    Some(
+        out.split('\0')
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect(),
+    )
+}
+
+fn list_by_walking(root: &Path) -> Vec<String> {
+    walkdir::WalkDir::new(root)
+        .into_iter()
+        .filter_entry(|e| e.file_name() != ".git")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().is_file())
+        .filter_map(|e| {
+            let relative = e.path().strip_prefix(root).ok()?;
+            let parts: Vec<String> = relative
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            Some(parts.join("/"))
+        })
+        .collect()
+}

@@ -1,0 +1,738 @@
+//! YAML into a tree of nodes that remember where they came from.
+//!
+//! GitLab reads `.gitlab-ci.yml` with Ruby's Psych (YAML 1.1), so plain scalars resolve the way
+//! Psych resolves them: `yes`/`no`/`on`/`off` are booleans, `0755` is octal, `1:30` is base 60.
+//! Merge keys (`<<: *a`, `<<: [*a, *b]`) are applied here, in Psych's order: the merged hash is
+//! applied where `<<` appears, later keys override it, and in a list the earlier hashes win.
+//! `!reference [a, b]` becomes [`Value::Reference`]; other local tags are dropped with a warning.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser, Tag};
+use yaml_rust2::scanner::{Marker, TScalarStyle};
+
+use super::error::{CiError, Location, Warning};
+
+/// A YAML value.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Value {
+    /// `null`, `~` or nothing.
+    Null,
+    /// A boolean.
+    Bool(bool),
+    /// An integer.
+    Int(i64),
+    /// A floating-point number.
+    Float(f64),
+    /// A string.
+    Str(String),
+    /// A sequence.
+    Seq(Vec<Node>),
+    /// A mapping, in file order.
+    Map(Mapping),
+    /// A `!reference [path...]` tag, resolved later.
+    Reference(Vec<Node>),
+}
+
+/// A value and where it starts.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Node {
+    /// The value.
+    pub value: Value,
+    /// Where it starts.
+    pub at: Location,
+}
+
+/// A mapping key and where it is.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Key {
+    /// The key as text.
+    pub name: String,
+    /// Where it is.
+    pub at: Location,
+}
+
+/// An ordered mapping; a key appears once (a repeated key keeps its first place and its last
+/// value, as in a Ruby hash).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Mapping {
+    entries: Vec<(Key, Node)>,
+}
+
+impl Mapping {
+    /// The value under `key`.
+    pub fn get(&self, key: &str) -> Option<&Node> {
+        self.entries
+            .iter()
+            .find(|(k, _)| k.name == key)
+            .map(|(_, v)| v)
+    }
+
+    /// The key and value under `key`.
+    pub fn entry(&self, key: &str) -> Option<(&Key, &Node)> {
+        self.entries
+            .iter()
+            .find(|(k, _)| k.name == key)
+            .map(|(k, v)| (k, v))
+    }
+
+    /// Set `key` to `value`, keeping the key's place if it is already there.
+    pub fn insert(&mut self, key: Key, value: Node) {
+        match self.entries.iter_mut().find(|(k, _)| k.name == key.name) {
+            Some(slot) => slot.1 = value,
+            None => self.entries.push((key, value)),
+        }
+    }
+
+    /// Take the value under `key` out, leaving null in its place (so that a following
+    /// [`Mapping::insert`] keeps the key's position).
+    pub fn take(&mut self, key: &str) -> Option<Node> {
+        let slot = self.entries.iter_mut().find(|(k, _)| k.name == key)?;
+        let at = slot.1.at.clone();
+        Some(std::mem::replace(&mut slot.1, Node::new(Value::Null, at)))
+    }
+
+    /// Remove `key`, returning what it held.
+    pub fn remove(&mut self, key: &str) -> Option<(Key, Node)> {
+        let index = self.entries.iter().position(|(k, _)| k.name == key)?;
+        Some(self.entries.remove(index))
+    }
+
+    /// The entries in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&Key, &Node)> {
+        self.entries.iter().map(|(k, v)| (k, v))
+    }
+
+    /// The entries in order, values mutable.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&Key, &mut Node)> {
+        self.entries.iter_mut().map(|(k, v)| (&*k, v))
+    }
+
+    /// Whether there are no entries.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Take the entries out.
+    pub fn into_entries(self) -> Vec<(Key, Node)> {
+        self.entries
+    }
+}
+
+impl Node {
+    /// A node holding `value` at `at`.
+    pub fn new(value: Value, at: Location) -> Self {
+        Self { value, at }
+    }
+
+    /// What kind of value this is, for messages ("a hash", "an integer").
+    pub fn kind(&self) -> &'static str {
+        match self.value {
+            Value::Null => "null",
+            Value::Bool(_) => "a boolean",
+            Value::Int(_) => "an integer",
+            Value::Float(_) => "a float",
+            Value::Str(_) => "a string",
+            Value::Seq(_) => "an array",
+            Value::Map(_) => "a hash",
+            Value::Reference(_) => "an unresolved !reference",
+        }
+    }
+
+    /// The string, if this is a string.
+    pub fn as_str(&self) -> Option<&str> {
+        match &self.value {
+            Value::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The mapping, if this is one.
+    pub fn as_map(&self) -> Option<&Mapping> {
+        match &self.value {
+            Value::Map(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// The sequence, if this is one.
+    pub fn as_seq(&self) -> Option<&[Node]> {
+        match &self.value {
+            Value::Seq(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The boolean, if this is one.
+    pub fn as_bool(&self) -> Option<bool> {
+        match self.value {
+            Value::Bool(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// The integer, if this is one.
+    pub fn as_int(&self) -> Option<i64> {
+        match self.value {
+            Value::Int(i) => Some(i),
+            _ => None,
+        }
+    }
+
+    /// Whether this is null.
+    pub fn is_null(&self) -> bool {
+        matches!(self.value, Value::Null)
+    }
+
+    /// The value as JSON, positions dropped (for values flotilla keeps but does not interpret).
+    pub fn to_json(&self) -> serde_json::Value {
+        use serde_json::Value as J;
+        match &self.value {
+            Value::Null => J::Null,
+            Value::Bool(b) => J::Bool(*b),
+            Value::Int(i) => J::from(*i),
+            Value::Float(f) => serde_json::Number::from_f64(*f).map_or(J::Null, J::Number),
+            Value::Str(s) => J::String(s.clone()),
+            Value::Seq(items) | Value::Reference(items) => {
+                J::Array(items.iter().map(Node::to_json).collect())
+            }
+            Value::Map(m) => J::Object(
+                m.iter()
+                    .map(|(k, v)| (k.name.clone(), v.to_json()))
+                    .collect(),
+            ),
+        }
+    }
+
+    /// Strings and numbers as the text GitLab would use (numbers as Ruby prints them).
+    pub fn scalar_text(&self) -> Option<String> {
+        match &self.value {
+            Value::Str(s) => Some(s.clone()),
+            Value::Int(i) => Some(i.to_string()),
+            Value::Float(f) => Some(ruby_float(*f)),
+            _ => None,
+        }
+    }
+}
+
+/// A float as Ruby's `Float#to_s` prints the usual cases (`1.0`, `1.5`, `Infinity`).
+fn ruby_float(value: f64) -> String {
+    if value.is_nan() {
+        return "NaN".into();
+    }
+    if value.is_infinite() {
+        return if value > 0.0 { "Infinity" } else { "-Infinity" }.into();
+    }
+    let text = format!("{value}");
+    if text.contains('.') || text.contains('e') {
+        text
+    } else {
+        format!("{text}.0")
+    }
+}
+
+/// The documents of one YAML file, with the warnings loading produced.
+#[derive(Debug)]
+pub(crate) struct Loaded {
+    /// The documents, in order.
+    pub documents: Vec<Node>,
+    /// Tags that were dropped and similar.
+    pub warnings: Vec<Warning>,
+}
+
+/// Parse `text` (the contents of `file`) into documents.
+pub(crate) fn load(text: &str, file: &Arc<str>) -> Result<Loaded, CiError> {
+    let mut builder = Builder {
+        file: file.clone(),
+        stack: Vec::new(),
+        anchors: HashMap::new(),
+        documents: Vec::new(),
+        errors: Vec::new(),
+        warnings: Vec::new(),
+    };
+    let mut parser = Parser::new_from_str(text);
+    if let Err(error) = parser.load(&mut builder, true) {
+        return Err(CiError::Syntax {
+            location: builder.location(error.marker()),
+            message: error.info().to_string(),
+        });
+    }
+    if let Some(error) = CiError::from_list(builder.errors) {
+        return Err(error);
+    }
+    Ok(Loaded {
+        documents: builder.documents,
+        warnings: builder.warnings,
+    })
+}
+
+/// A collection being built.
+enum Frame {
+    Seq {
+        items: Vec<Node>,
+        at: Location,
+        anchor: usize,
+        reference: bool,
+    },
+    Map {
+        mapping: Mapping,
+        at: Option<Location>,
+        start: Location,
+        anchor: usize,
+        key: Option<PendingKey>,
+    },
+}
+
+/// A mapping key waiting for its value.
+struct PendingKey {
+    node: Node,
+    merge: bool,
+}
+
+struct Builder {
+    file: Arc<str>,
+    stack: Vec<Frame>,
+    anchors: HashMap<usize, Node>,
+    documents: Vec<Node>,
+    errors: Vec<CiError>,
+    warnings: Vec<Warning>,
+}
+
+impl Builder {
+    fn location(&self, mark: &Marker) -> Location {
+        Location::new(self.file.clone(), mark.line().max(1), mark.col() + 1)
+    }
+
+    fn finish(&mut self, node: Node, anchor: usize) {
+        if anchor != 0 {
+            self.anchors.insert(anchor, node.clone());
+        }
+        self.push(node, false);
+    }
+
+    fn push(&mut self, node: Node, merge_key: bool) {
+        match self.stack.last_mut() {
+            None => self.documents.push(node),
+            Some(Frame::Seq { items, .. }) => items.push(node),
+            Some(Frame::Map {
+                mapping, key, at, ..
+            }) => match key.take() {
+                None => {
+                    if at.is_none() {
+                        *at = Some(node.at.clone());
+                    }
+                    *key = Some(PendingKey {
+                        node,
+                        merge: merge_key,
+                    });
+                }
+                Some(pending) => {
+                    if pending.merge {
+                        if let Err(error) = merge_into(mapping, node) {
+                            self.errors.push(error);
+                        }
+                    } else {
+                        match key_text(&pending.node) {
+                            Some(name) => mapping.insert(
+                                Key {
+                                    name,
+                                    at: pending.node.at,
+                                },
+                                node,
+                            ),
+                            None => self.errors.push(CiError::invalid(
+                                &pending.node.at,
+                                format!(
+                                    "a mapping key must be a scalar, found {}",
+                                    pending.node.kind()
+                                ),
+                            )),
+                        }
+                    }
+                }
+            },
+        }
+    }
+
+    fn scalar(
+        &mut self,
+        text: String,
+        style: TScalarStyle,
+        tag: Option<Tag>,
+        at: &Location,
+    ) -> Value {
+        if let Some(tag) = tag {
+            if tag.handle == "tag:yaml.org,2002:" || tag.handle == "!!" {
+                return match tag.suffix.as_str() {
+                    "str" => Value::Str(text),
+                    "null" => Value::Null,
+                    "bool" | "int" | "float" => resolve_plain(&text),
+                    other => {
+                        self.warnings.push(Warning::at(
+                            at,
+                            format!(
+                                "YAML tag !!{other} is not supported; the value is read as a string"
+                            ),
+                        ));
+                        Value::Str(text)
+                    }
+                };
+            }
+            if tag.handle == "!" && tag.suffix == "reference" {
+                self.errors.push(CiError::invalid(
+                    at,
+                    "!reference expects a list: !reference [job, key]",
+                ));
+                return Value::Null;
+            }
+            self.warnings.push(Warning::at(
+                at,
+                format!(
+                    "YAML tag {}{} is not supported and was ignored",
+                    tag.handle, tag.suffix
+                ),
+            ));
+        }
+        match style {
+            TScalarStyle::Plain => resolve_plain(&text),
+            _ => Value::Str(text),
+        }
+    }
+}
+
+impl MarkedEventReceiver for Builder {
+    fn on_event(&mut self, event: Event, mark: Marker) {
+        let at = self.location(&mark);
+        match event {
+            Event::Scalar(text, style, anchor, tag) => {
+                let merge = style == TScalarStyle::Plain && tag.is_none() && text == "<<";
+                let is_key = matches!(self.stack.last(), Some(Frame::Map { key: None, .. }));
+                if merge && is_key {
+                    self.push(Node::new(Value::Str(text), at), true);
+                    return;
+                }
+                let value = self.scalar(text, style, tag, &at);
+                self.finish(Node::new(value, at), anchor);
+            }
+            Event::Alias(id) => match self.anchors.get(&id) {
+                Some(node) => {
+                    let node = node.clone();
+                    self.push(node, false);
+                }
+                None => self.errors.push(CiError::Syntax {
+                    location: at,
+                    message: "an alias refers to the node that contains it".into(),
+                }),
+            },
+            Event::SequenceStart(anchor, tag) => {
+                let reference = match &tag {
+                    Some(t) if t.handle == "!" && t.suffix == "reference" => true,
+                    Some(t) => {
+                        self.warnings.push(Warning::at(
+                            &at,
+                            format!(
+                                "YAML tag {}{} is not supported and was ignored",
+                                t.handle, t.suffix
+                            ),
+                        ));
+                        false
+                    }
+                    None => false,
+                };
+                self.stack.push(Frame::Seq {
+                    items: Vec::new(),
+                    at,
+                    anchor,
+                    reference,
+                });
+            }
+            Event::MappingStart(anchor, tag) => {
+                if let Some(t) = tag {
+                    self.warnings.push(Warning::at(
+                        &at,
+                        format!(
+                            "YAML tag {}{} is not supported and was ignored",
+                            t.handle, t.suffix
+                        ),
+                    ));
+                }
+                self.stack.push(Frame::Map {
+                    mapping: Mapping::default(),
+                    at: None,
+                    start: at,
+                    anchor,
+                    key: None,
+                });
+            }
+            Event::SequenceEnd | Event::MappingEnd => match self.stack.pop() {
+                Some(Frame::Seq {
+                    items,
+                    at,
+                    anchor,
+                    reference,
+                }) => {
+                    let value = if reference {
+                        Value::Reference(items)
+                    } else {
+                        Value::Seq(items)
+                    };
+                    self.finish(Node::new(value, at), anchor);
+                }
+                Some(Frame::Map {
+                    mapping,
+                    at,
+                    start,
+                    anchor,
+                    ..
+                }) => {
+                    let at = at.unwrap_or(start);
+                    self.finish(Node::new(Value::Map(mapping), at), anchor);
+                }
+                None => {}
+            },
+            Event::Nothing
+            | Event::StreamStart
+            | Event::StreamEnd
+            | Event::DocumentStart
+            | Event::DocumentEnd => {}
+        }
+    }
+}
+
+/// A mapping key as text (GitLab's keys are strings; numbers and booleans become their text).
+fn key_text(node: &Node) -> Option<String> {
+    match &node.value {
+        Value::Bool(b) => Some(b.to_string()),
+        Value::Null => Some(String::new()),
+        _ => node.scalar_text(),
+    }
+}
+
+/// Apply a merge key's value to `mapping`.
+fn merge_into(mapping: &mut Mapping, value: Node) -> Result<(), CiError> {
+    match value.value {
+        Value::Map(source) => {
+            for (key, node) in source.into_entries() {
+                mapping.insert(key, node);
+            }
+            Ok(())
+        }
+        Value::Seq(items) => {
+            let mut combined = Mapping::default();
+            for item in items.into_iter().rev() {
+                match item.value {
+                    Value::Map(source) => {
+                        for (key, node) in source.into_entries() {
+                            combined.insert(key, node);
+                        }
+                    }
+                    _ => {
+                        return Err(CiError::invalid(
+                            &item.at,
+                            format!(
+                                "a merge key (<<) list must hold hashes, found {}",
+                                item.kind()
+                            ),
+                        ));
+                    }
+                }
+            }
+            for (key, node) in combined.into_entries() {
+                mapping.insert(key, node);
+            }
+            Ok(())
+        }
+        _ => Err(CiError::invalid(
+            &value.at,
+            format!(
+                "a merge key (<<) expects a hash or a list of hashes, found {}",
+                value.kind()
+            ),
+        )),
+    }
+}
+
+/// Resolve a plain scalar as Psych does (YAML 1.1 core types).
+pub(crate) fn resolve_plain(text: &str) -> Value {
+    match text {
+        "" | "~" | "null" | "Null" | "NULL" => return Value::Null,
+        "true" | "True" | "TRUE" | "yes" | "Yes" | "YES" | "on" | "On" | "ON" => {
+            return Value::Bool(true);
+        }
+        "false" | "False" | "FALSE" | "no" | "No" | "NO" | "off" | "Off" | "OFF" => {
+            return Value::Bool(false);
+        }
+        ".inf" | ".Inf" | ".INF" | "+.inf" | "+.Inf" | "+.INF" => {
+            return Value::Float(f64::INFINITY);
+        }
+        "-.inf" | "-.Inf" | "-.INF" => return Value::Float(f64::NEG_INFINITY),
+        ".nan" | ".NaN" | ".NAN" => return Value::Float(f64::NAN),
+        _ => {}
+    }
+    if let Some(i) = parse_int(text) {
+        return Value::Int(i);
+    }
+    if let Some(f) = parse_float(text) {
+        return Value::Float(f);
+    }
+    Value::Str(text.to_string())
+}
+
+fn parse_int(text: &str) -> Option<i64> {
+    let (negative, body) = match text.as_bytes().first()? {
+        b'-' => (true, &text[1..]),
+        b'+' => (false, &text[1..]),
+        _ => (false, text),
+    };
+    if body.is_empty() || body.starts_with('_') || body.ends_with('_') {
+        return None;
+    }
+    let digits = |s: &str| s.replace('_', "");
+    let magnitude = if let Some(hex) = body.strip_prefix("0x") {
+        if hex.is_empty() || !hex.chars().all(|c| c.is_ascii_hexdigit() || c == '_') {
+            return None;
+        }
+        i64::from_str_radix(&digits(hex), 16).ok()?
+    } else if let Some(bin) = body.strip_prefix("0b") {
+        if bin.is_empty() || !bin.chars().all(|c| c == '0' || c == '1' || c == '_') {
+            return None;
+        }
+        i64::from_str_radix(&digits(bin), 2).ok()?
+    } else if body.len() > 1 && body.starts_with('0') {
+        if !body.chars().all(|c| ('0'..='7').contains(&c) || c == '_') {
+            return None;
+        }
+        i64::from_str_radix(&digits(body), 8).ok()?
+    } else if body.contains(':') {
+        // Base 60 (`1:30` is 90), YAML 1.1.
+        let mut parts = body.split(':');
+        let first = parts.next()?;
+        if first.is_empty()
+            || !first.chars().all(|c| c.is_ascii_digit() || c == '_')
+            || first.starts_with('0')
+        {
+            return None;
+        }
+        let mut value: i64 = digits(first).parse().ok()?;
+        for part in parts {
+            if part.is_empty() || part.len() > 2 || !part.chars().all(|c| c.is_ascii_digit()) {
+                return None;
+            }
+            let n: i64 = part.parse().ok()?;
+            if n >= 60 {
+                return None;
+            }
+            value = value.checked_mul(60)?.checked_add(n)?;
+        }
+        value
+    } else {
+        if !body.chars().all(|c| c.is_ascii_digit() || c == '_') {
+            return None;
+        }
+        digits(body).parse().ok()?
+    };
+    Some(if negative { -magnitude } else { magnitude })
+}
+
+fn parse_float(text: &str) -> Option<f64> {
+    // [-+]?([0-9][0-9_]*)?\.[0-9]*([eE][-+][0-9]+)?
+    let body = text.strip_prefix(['-', '+']).unwrap_or(text);
+    let (mantissa, exponent) = match body.find(['e', 'E']) {
+        Some(i) => (&body[..i], Some(&body[i + 1..])),
+        None => (body, None),
+    };
+    let (whole, fraction) = mantissa.split_once('.')?;
+    if !whole.is_empty() && !whole.starts_with(|c: char| c.is_ascii_digit()) {
+        return None;
+    }
+    if !whole.chars().all(|c| c.is_ascii_digit() || c == '_')
+        || !fraction.chars().all(|c| c.is_ascii_digit())
+    {
+        return None;
+    }
+    if whole.is_empty() && fraction.is_empty() {
+        return None;
+    }
+    if let Some(exp) = exponent {
+        let digits = exp.strip_prefix(['-', '+'])?;
+        if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_digit()) {
+            return None;
+        }
+    }
+    text.replace('_', "").parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc(text: &str) -> Node {
+        let file: Arc<str> = Arc::from("t.yml");
+        load(text, &file).unwrap().documents.remove(0)
+    }
+
+    #[test]
+    fn plain_scalars_resolve_like_psych() {
+        assert_eq!(resolve_plain("yes"), Value::Bool(true));
+        assert_eq!(resolve_plain("Off"), Value::Bool(false));
+        assert_eq!(resolve_plain("0755"), Value::Int(493));
+        assert_eq!(resolve_plain("0x1f"), Value::Int(31));
+        assert_eq!(resolve_plain("1_000"), Value::Int(1000));
+        assert_eq!(resolve_plain("1:30"), Value::Int(90));
+        assert_eq!(resolve_plain("08"), Value::Str("08".into()));
+        assert_eq!(resolve_plain("1.10"), Value::Float(1.1));
+        assert_eq!(resolve_plain("1.5e+3"), Value::Float(1500.0));
+        assert_eq!(resolve_plain("1e3"), Value::Str("1e3".into()));
+        assert_eq!(resolve_plain("v1.2"), Value::Str("v1.2".into()));
+        assert_eq!(resolve_plain("~"), Value::Null);
+        assert_eq!(
+            Node::new(Value::Float(3.0), Location::new("f", 1, 1))
+                .scalar_text()
+                .unwrap(),
+            "3.0"
+        );
+    }
+
+    #[test]
+    fn positions_are_one_based() {
+        let root = doc("a: 1\nbb:\n  - x\n");
+        let map = root.as_map().unwrap();
+        let (key, value) = map.entry("bb").unwrap();
+        assert_eq!((key.at.line, key.at.column), (2, 1));
+        let first = &value.as_seq().unwrap()[0];
+        assert_eq!((first.at.line, first.at.column), (3, 5));
+    }
+
+    #[test]
+    fn merge_keys_follow_psych_order() {
+        let root = doc("a: &a {x: 1, y: 1}\nb: &b {y: 2, z: 2}\nc:\n  <<: [*a, *b]\n  z: 3\n");
+        let c = root.as_map().unwrap().get("c").unwrap().as_map().unwrap();
+        assert_eq!(c.get("x").unwrap().as_int(), Some(1));
+        assert_eq!(
+            c.get("y").unwrap().as_int(),
+            Some(1),
+            "earlier hash in the list wins"
+        );
+        assert_eq!(
+            c.get("z").unwrap().as_int(),
+            Some(3),
+            "explicit key after << wins"
+        );
+    }
+
+    #[test]
+    fn reference_tags_are_kept() {
+        let root = doc("a:\n  script: !reference [.setup, script]\n");
+        let a = root.as_map().unwrap().get("a").unwrap().as_map().unwrap();
+        assert!(matches!(a.get("script").unwrap().value, Value::Reference(ref p) if p.len() == 2));
+    }
+
+    #[test]
+    fn syntax_errors_have_positions() {
+        let file: Arc<str> = Arc::from("t.yml");
+        let error = load("a: 1\n  b: 2\n", &file).unwrap_err();
+        assert_eq!(error.location().unwrap().line, 2);
+        assert!(error.to_string().starts_with("t.yml:2:"), "{error}");
+    }
+}

@@ -1,0 +1,377 @@
+//! The compiler's API beyond the corpus: the pipeline graph, selecting jobs, the predefined
+//! variables from a real git repository, and the project's file list as `exists` sees it.
+
+use std::path::Path;
+use std::process::Command;
+
+use flotilla_gitlab::ci::{CiError, CompileOptions, Pipeline, compile, predefined_variables};
+
+fn corpus_pipeline(name: &str) -> Pipeline {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/pipelines")
+        .join(name);
+    let mut options = CompileOptions::new(&dir);
+    options.variables = vec![
+        ("CI_COMMIT_BRANCH".into(), "main".into()),
+        ("CI_COMMIT_REF_NAME".into(), "main".into()),
+        ("CI_DEFAULT_BRANCH".into(), "main".into()),
+        ("CI_PIPELINE_SOURCE".into(), "push".into()),
+    ];
+    compile(&options).unwrap()
+}
+
+fn names(pipeline: &Pipeline) -> Vec<&str> {
+    pipeline.jobs.iter().map(|j| j.name.as_str()).collect()
+}
+
+#[test]
+fn waits_for_follows_needs_or_stages() {
+    let pipeline = corpus_pipeline("needs_dag");
+    assert_eq!(
+        pipeline.waits_for("lint"),
+        Vec::<&str>::new(),
+        "needs: [] starts at once"
+    );
+    assert_eq!(pipeline.waits_for("linux:rspec"), ["linux:build"]);
+    assert_eq!(pipeline.waits_for("unit"), ["linux:build", "lint"]);
+    assert_eq!(
+        pipeline.waits_for("production"),
+        [
+            "linux:build",
+            "mac:build",
+            "lint",
+            "linux:rspec",
+            "mac:rspec",
+            "unit"
+        ],
+        "a job without needs waits for every job of the earlier stages"
+    );
+    assert!(pipeline.waits_for("no such job").is_empty());
+}
+
+#[test]
+fn schedule_order_puts_every_job_after_what_it_waits_for() {
+    for name in [
+        "needs_dag",
+        "needs_same_stage_and_parallel",
+        "parallel_matrix",
+        "basic_scripts_and_variables",
+    ] {
+        let pipeline = corpus_pipeline(name);
+        let order: Vec<&str> = pipeline
+            .schedule_order()
+            .iter()
+            .map(|j| j.name.as_str())
+            .collect();
+        assert_eq!(
+            order.len(),
+            pipeline.jobs.len(),
+            "{name}: every job is scheduled once"
+        );
+        for job in &pipeline.jobs {
+            let position = order.iter().position(|n| *n == job.name).unwrap();
+            for waited in pipeline.waits_for(&job.name) {
+                let before = order.iter().position(|n| *n == waited).unwrap();
+                assert!(
+                    before < position,
+                    "{name}: {} runs before {waited}",
+                    job.name
+                );
+            }
+        }
+    }
+    // Ready jobs keep pipeline order: `lint` (needs: []) comes right after the first build.
+    let pipeline = corpus_pipeline("needs_dag");
+    let order: Vec<&str> = pipeline
+        .schedule_order()
+        .iter()
+        .map(|j| j.name.as_str())
+        .collect();
+    assert_eq!(order[..3], ["linux:build", "mac:build", "lint"]);
+}
+
+#[test]
+fn select_adds_what_the_jobs_need() {
+    let pipeline = corpus_pipeline("needs_dag");
+    let selected = pipeline.select(&["linux:rspec"], None).unwrap();
+    assert_eq!(names(&selected), ["linux:build", "linux:rspec"]);
+
+    let selected = pipeline.select(&["production"], None).unwrap();
+    assert_eq!(
+        selected.jobs.len(),
+        pipeline.jobs.len(),
+        "a stage-ordered deploy needs everything before it"
+    );
+
+    let selected = pipeline.select(&[], Some("build")).unwrap();
+    assert_eq!(names(&selected), ["linux:build", "mac:build"]);
+
+    let selected = pipeline.select(&["lint"], Some("build")).unwrap();
+    assert_eq!(names(&selected), ["linux:build", "mac:build", "lint"]);
+}
+
+#[test]
+fn select_by_parallel_name_takes_every_instance() {
+    let pipeline = corpus_pipeline("parallel_count");
+    let selected = pipeline.select(&["rspec"], None).unwrap();
+    assert_eq!(names(&selected), ["rspec 1/3", "rspec 2/3", "rspec 3/3"]);
+    let selected = pipeline.select(&["rspec 2/3"], None).unwrap();
+    assert_eq!(names(&selected), ["rspec 2/3"]);
+    let selected = pipeline.select(&["report"], None).unwrap();
+    assert_eq!(
+        names(&selected),
+        ["rspec 1/3", "rspec 2/3", "rspec 3/3", "report"]
+    );
+}
+
+#[test]
+fn select_explains_what_it_cannot_find() {
+    let pipeline = corpus_pipeline("rules_push_to_main");
+    match pipeline.select(&["merge-requests"], None) {
+        Err(CiError::Selection { message }) => {
+            assert!(
+                message.contains("not in this pipeline: no rule matched"),
+                "{message}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    match pipeline.select(&["nope"], None) {
+        Err(CiError::Selection { message }) => {
+            assert!(message.contains("default-branch-only"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        pipeline.select(&[], Some("qa")),
+        Err(CiError::Selection { .. })
+    ));
+}
+
+#[test]
+fn errors_carry_positions() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pipelines/error_several_collected");
+    let error = compile(&CompileOptions::new(&dir)).unwrap_err();
+    assert!(
+        error.location().is_none(),
+        "several errors have no single position"
+    );
+    let positions: Vec<(usize, usize)> = error
+        .errors()
+        .iter()
+        .map(|e| {
+            let at = e.location().unwrap();
+            assert_eq!(&*at.file, ".gitlab-ci.yml");
+            (at.line, at.column)
+        })
+        .collect();
+    assert_eq!(positions, [(4, 10), (9, 9), (13, 3), (15, 1)]);
+}
+
+fn git_available() -> bool {
+    Command::new("git")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+fn repository() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path();
+    git(path, &["init", "-q", "-b", "main"]);
+    git(path, &["config", "user.name", "Ada Lovelace"]);
+    git(path, &["config", "user.email", "ada@example.com"]);
+    git(
+        path,
+        &[
+            "remote",
+            "add",
+            "origin",
+            "git@gitlab.example.com:group/sub/engine.git",
+        ],
+    );
+    std::fs::write(path.join("README.md"), "hello\n").unwrap();
+    git(path, &["add", "README.md"]);
+    git(
+        path,
+        &["commit", "-q", "-m", "First line\n\nThe body.\nMore body."],
+    );
+    dir
+}
+
+fn lookup<'a>(vars: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    vars.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+}
+
+#[test]
+fn predefined_variables_come_from_git() {
+    if !git_available() {
+        eprintln!("git is not installed; skipped");
+        return;
+    }
+    let repo = repository();
+    let path = repo.path();
+    git(path, &["checkout", "-q", "-b", "Feature/Login_Page"]);
+    let vars = predefined_variables(path);
+    let sha = git(path, &["rev-parse", "HEAD"]);
+    assert_eq!(lookup(&vars, "CI_COMMIT_SHA"), Some(sha.as_str()));
+    assert_eq!(lookup(&vars, "CI_COMMIT_SHORT_SHA"), Some(&sha[..8]));
+    assert_eq!(
+        lookup(&vars, "CI_COMMIT_BRANCH"),
+        Some("Feature/Login_Page")
+    );
+    assert_eq!(
+        lookup(&vars, "CI_COMMIT_REF_NAME"),
+        Some("Feature/Login_Page")
+    );
+    assert_eq!(
+        lookup(&vars, "CI_COMMIT_REF_SLUG"),
+        Some("feature-login-page")
+    );
+    assert_eq!(lookup(&vars, "CI_COMMIT_TAG"), None);
+    assert_eq!(lookup(&vars, "CI_DEFAULT_BRANCH"), Some("main"));
+    assert_eq!(
+        lookup(&vars, "CI_COMMIT_MESSAGE"),
+        Some("First line\n\nThe body.\nMore body.")
+    );
+    assert_eq!(lookup(&vars, "CI_COMMIT_TITLE"), Some("First line"));
+    assert_eq!(
+        lookup(&vars, "CI_COMMIT_DESCRIPTION"),
+        Some("The body.\nMore body.")
+    );
+    assert_eq!(
+        lookup(&vars, "CI_COMMIT_AUTHOR"),
+        Some("Ada Lovelace <ada@example.com>")
+    );
+    assert_eq!(lookup(&vars, "CI_PROJECT_PATH"), Some("group/sub/engine"));
+    assert_eq!(lookup(&vars, "CI_PROJECT_NAME"), Some("engine"));
+    assert_eq!(lookup(&vars, "CI_PROJECT_NAMESPACE"), Some("group/sub"));
+    assert_eq!(
+        lookup(&vars, "CI_PROJECT_URL"),
+        Some("https://gitlab.example.com/group/sub/engine")
+    );
+    assert_eq!(lookup(&vars, "CI_PIPELINE_SOURCE"), Some("push"));
+    assert_eq!(lookup(&vars, "CI"), Some("true"));
+    assert_eq!(lookup(&vars, "GITLAB_CI"), Some("true"));
+    let canonical = std::fs::canonicalize(path).unwrap();
+    assert_eq!(
+        lookup(&vars, "CI_PROJECT_DIR"),
+        Some(canonical.to_str().unwrap())
+    );
+    let id: u64 = lookup(&vars, "CI_PIPELINE_ID").unwrap().parse().unwrap();
+    assert!(id > 1_600_000_000, "a time-based id");
+    assert!(
+        lookup(&vars, "CI_PIPELINE_CREATED_AT")
+            .unwrap()
+            .ends_with('Z')
+    );
+}
+
+#[test]
+fn a_detached_tag_checkout_is_a_tag_pipeline() {
+    if !git_available() {
+        return;
+    }
+    let repo = repository();
+    let path = repo.path();
+    git(path, &["tag", "v1.2.3"]);
+    git(path, &["checkout", "-q", "--detach", "v1.2.3"]);
+    let vars = predefined_variables(path);
+    assert_eq!(lookup(&vars, "CI_COMMIT_TAG"), Some("v1.2.3"));
+    assert_eq!(lookup(&vars, "CI_COMMIT_BRANCH"), None);
+    assert_eq!(lookup(&vars, "CI_COMMIT_REF_NAME"), Some("v1.2.3"));
+    assert_eq!(lookup(&vars, "CI_COMMIT_REF_SLUG"), Some("v1-2-3"));
+}
+
+#[test]
+fn a_plain_directory_gets_placeholders() {
+    let dir = tempfile::tempdir().unwrap();
+    let vars = predefined_variables(dir.path());
+    assert_eq!(
+        lookup(&vars, "CI_COMMIT_SHA"),
+        Some("0000000000000000000000000000000000000000")
+    );
+    assert_eq!(lookup(&vars, "CI_COMMIT_BRANCH"), Some("main"));
+    assert_eq!(lookup(&vars, "CI_DEFAULT_BRANCH"), Some("main"));
+    let name = dir.path().file_name().unwrap().to_str().unwrap();
+    assert_eq!(
+        lookup(&vars, "CI_PROJECT_PATH"),
+        Some(format!("local/{name}").as_str())
+    );
+}
+
+#[test]
+fn exists_sees_the_files_a_build_would_copy() {
+    if !git_available() {
+        return;
+    }
+    let repo = repository();
+    let path = repo.path();
+    std::fs::write(path.join(".gitignore"), "ignored/\n").unwrap();
+    std::fs::create_dir_all(path.join("ignored")).unwrap();
+    std::fs::write(path.join("ignored/marker.txt"), "x").unwrap();
+    std::fs::create_dir_all(path.join("new")).unwrap();
+    std::fs::write(path.join("new/marker.txt"), "x").unwrap();
+    std::fs::write(
+        path.join(".gitlab-ci.yml"),
+        r#"
+tracked:
+  script: echo
+  rules:
+    - exists: ["*.md"]
+untracked:
+  script: echo
+  rules:
+    - exists: ["new/*.txt"]
+ignored:
+  script: echo
+  rules:
+    - exists: ["ignored/*.txt"]
+on-branch:
+  script: echo "$CI_COMMIT_BRANCH"
+  rules:
+    - if: $CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH
+"#,
+    )
+    .unwrap();
+    let pipeline = compile(&CompileOptions::new(path)).unwrap();
+    assert_eq!(names(&pipeline), ["tracked", "untracked", "on-branch"]);
+    assert_eq!(pipeline.excluded[0].name, "ignored");
+    let job = pipeline.job("on-branch").unwrap();
+    assert_eq!(job.variable("CI_COMMIT_BRANCH"), Some("main"));
+    assert_eq!(job.variable("CI_JOB_NAME"), Some("on-branch"));
+}
+
+#[test]
+fn user_variables_override_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join(".gitlab-ci.yml"),
+        "variables:\n  TARGET: staging\njob:\n  variables:\n    TARGET: qa\n  script: echo $TARGET\n  rules:\n    - if: $TARGET == \"production\"\n",
+    )
+    .unwrap();
+    let mut options = CompileOptions::new(dir.path());
+    assert!(compile(&options).unwrap().jobs.is_empty());
+    options
+        .user_variables
+        .push(("TARGET".into(), "production".into()));
+    let pipeline = compile(&options).unwrap();
+    assert_eq!(pipeline.jobs[0].variable("TARGET"), Some("production"));
+}
