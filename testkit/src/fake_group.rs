@@ -97,6 +97,7 @@ struct Inner {
     instances: BTreeMap<InstanceId, FakeInstance>,
     next_id: u64,
     calls: HashMap<&'static str, u64>,
+    removed_from_outside: std::collections::HashSet<InstanceId>,
     initialised: bool,
     shut_down: bool,
 }
@@ -118,6 +119,7 @@ impl FakeInstanceGroup {
                 instances: BTreeMap::new(),
                 next_id: 1,
                 calls: HashMap::new(),
+                removed_from_outside: Default::default(),
                 initialised: false,
                 shut_down: false,
             }),
@@ -158,7 +160,14 @@ impl FakeInstanceGroup {
     /// Removes an instance as if someone deleted it outside flotilla: it vanishes from the
     /// listing at once. Returns whether it existed.
     pub fn remove_from_outside(&self, id: &str) -> bool {
-        self.lock().instances.remove(id).is_some()
+        let mut inner = self.lock();
+        inner.removed_from_outside.insert(id.to_string());
+        inner.instances.remove(id).is_some()
+    }
+
+    /// Whether a test removed `id` with [`Self::remove_from_outside`].
+    pub fn was_removed_from_outside(&self, id: &str) -> bool {
+        self.lock().removed_from_outside.contains(id)
     }
 
     /// Marks an instance (un)healthy: heartbeats of an unhealthy instance fail.
@@ -177,6 +186,21 @@ impl FakeInstanceGroup {
             .map(|(id, i)| (id.clone(), i.state(now)))
             .filter(|(_, s)| *s != State::Deleted)
             .collect()
+    }
+
+    /// The state of one instance now (`None` once gone).
+    pub fn state_of(&self, id: &str) -> Option<State> {
+        let now = Instant::now();
+        self.lock()
+            .instances
+            .get(id)
+            .map(|i| i.state(now))
+            .filter(|s| *s != State::Deleted)
+    }
+
+    /// Ids of the instances not yet gone, in id order.
+    pub fn ids(&self) -> Vec<InstanceId> {
+        self.snapshot().into_iter().map(|(id, _)| id).collect()
     }
 
     /// The fake's record of one instance.

@@ -10,5 +10,6 @@
 pub mod fake_group;
 pub mod images;
 pub mod infra;
+pub mod sim;
 
 pub use fake_group::{FakeConfig, FakeInstanceGroup};

@@ -13,6 +13,7 @@ use crate::scaler::Shared;
 use crate::throttle::{Backoff, TokenBucket};
 use flotilla_fleet::State;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::time::Instant;
 
 /// The driver's own state: creation throttle and backoff.
@@ -54,7 +55,8 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             };
         let mut wake_at = next_update;
         if let Some(w) = outcome.retry_at {
-            wake_at = wake_at.min(w);
+            // A retry is never due "now": that would spin without time passing.
+            wake_at = wake_at.min(w.max(now + Duration::from_millis(1)));
         }
         tokio::select! {
             biased;

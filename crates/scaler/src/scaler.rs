@@ -264,9 +264,10 @@ impl Scaler {
             key,
             armed: false,
         };
+        let mut requeue = false;
         loop {
             let slot = self
-                .wait_for_slot(key, deadline, timeout, &mut guard)
+                .wait_for_slot(key, deadline, timeout, &mut guard, requeue)
                 .await?;
             if self.shared.config.acquire_heartbeat {
                 let check = self
@@ -276,13 +277,11 @@ impl Scaler {
                 if let Err(e) = check.await {
                     tracing::warn!(instance = %slot.instance, error = %e, "heartbeat before acquisition failed");
                     let mut inner = self.shared.lock();
-                    let now = self.shared.clock.now();
                     let lost = inner.ledger.health_failure(&slot.instance);
                     self.shared.signal_lost(&mut inner, lost);
-                    inner.ledger.unassign(key, now);
-                    self.shared.fulfil(&mut inner);
                     drop(inner);
                     self.shared.wake.notify_one();
+                    requeue = true;
                     continue;
                 }
                 self.shared.lock().ledger.health_ok(&slot.instance);
@@ -314,27 +313,45 @@ impl Scaler {
         }
     }
 
+    /// Gets `key` a slot: at once if one is ready, else by queueing and waiting. With
+    /// `requeue`, the key's current slot failed its heartbeat: give it back and queue again
+    /// at the front.
     async fn wait_for_slot(
         &self,
         key: &str,
         deadline: tokio::time::Instant,
         timeout: Duration,
         guard: &mut PendingGuard<'_>,
+        requeue: bool,
     ) -> Result<SlotRef, ScalerError> {
         let rx = {
             let now = self.shared.clock.now();
             let mut inner = self.shared.lock();
-            let outcome = inner.ledger.try_acquire(key, now)?;
-            // From here on the key is ours: a dropped acquire must give it back.
-            guard.armed = true;
-            match outcome {
-                TryAcquire::Assigned(slot) => return Ok(slot),
-                TryAcquire::Queued => {
-                    let (tx, rx) = oneshot::channel();
-                    inner.waiters.insert(key.to_string(), tx);
-                    rx
+            if requeue {
+                // The key may meanwhile have been lost (instance died): then queue it anew.
+                match inner.ledger.key(key) {
+                    Some(KeyState::Acquired { .. }) => inner.ledger.unassign(key, now),
+                    _ => {
+                        inner.ledger.release(key, now);
+                        inner.ledger.try_acquire(key, now)?;
+                    }
+                }
+                if let Some(KeyState::Acquired { slot }) = inner.ledger.key(key) {
+                    return Ok(slot.clone());
+                }
+            } else {
+                let outcome = inner.ledger.try_acquire(key, now)?;
+                // From here on the key is ours: a dropped acquire must give it back.
+                guard.armed = true;
+                if let TryAcquire::Assigned(slot) = outcome {
+                    return Ok(slot);
                 }
             }
+            let (tx, rx) = oneshot::channel();
+            inner.waiters.insert(key.to_string(), tx);
+            // The requeued key may be first in line for a slot that is free right now.
+            self.shared.fulfil(&mut inner);
+            rx
         };
         self.shared.wake.notify_one();
         match tokio::time::timeout_at(deadline, rx).await {
@@ -383,6 +400,21 @@ impl Scaler {
     /// Asks the driver to decide now rather than at its next tick.
     pub fn nudge(&self) {
         self.shared.wake.notify_one();
+    }
+
+    /// Checks the ledgers' invariants (a slot held once, acquisitions only on ready
+    /// instances, no job waiting while an idle slot exists). For tests and debugging.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let inner = self.shared.lock();
+        inner.ledger.check_invariants()?;
+        let c = inner.ledger.counts();
+        if c.pending > 0 && c.idle > 0 {
+            return Err(format!(
+                "{} jobs wait while {} slots are idle ({c})",
+                c.pending, c.idle
+            ));
+        }
+        Ok(())
     }
 
     /// A snapshot of the ledgers and the last decision.

@@ -36,7 +36,8 @@ impl TokenBucket {
             return wanted;
         }
         self.refill(now);
-        (self.tokens.floor().max(0.0) as usize).min(wanted)
+        // A hair of slack so float rounding (0.999999…) never withholds a whole token.
+        ((self.tokens + 1e-9).floor().max(0.0) as usize).min(wanted)
     }
 
     /// Spends `n` tokens (call with at most what [`Self::available`] returned).
@@ -54,10 +55,12 @@ impl TokenBucket {
             return now;
         }
         self.refill(now);
-        if self.tokens >= 1.0 || self.limit == 0.0 {
+        if self.tokens + 1e-9 >= 1.0 || self.limit == 0.0 {
             now
         } else {
-            now + Duration::from_secs_f64((1.0 - self.tokens) / self.limit)
+            // Never "now" when no token is there: a caller sleeping until then must not spin.
+            let wait = Duration::from_secs_f64((1.0 - self.tokens) / self.limit);
+            now + wait.max(Duration::from_millis(1))
         }
     }
 }
@@ -126,6 +129,25 @@ mod tests {
         assert_eq!(b.available(100, much_later), 60, "capped at burst");
         let mut unlimited = TokenBucket::new(-1.0, 1, now);
         assert_eq!(unlimited.available(1000, now), 1000);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn rounding_never_yields_a_zero_wait_without_a_token() {
+        let now = Instant::now();
+        let mut b = TokenBucket::new(1.0, 1, now);
+        b.take(1, now);
+        // Refill to just under one token through many tiny steps.
+        let mut t = now;
+        for _ in 0..999 {
+            t += Duration::from_millis(1);
+            b.available(1, t);
+        }
+        let got = b.available(1, t);
+        let next = b.next_token_at(t);
+        assert!(
+            got == 1 || next > t,
+            "got {got}, next token at {next:?} vs now {t:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]
