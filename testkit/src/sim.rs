@@ -101,7 +101,7 @@ impl SimParams {
         let arrival_rate = (capacity * rng.random_range(0.05..0.5)) / mean_job;
         SimParams {
             seed,
-            duration: Duration::from_secs(rng.random_range(1800..=4 * 3600)),
+            duration: Duration::from_secs(rng.random_range(1200..=2 * 3600)),
             arrival_rate,
             burst_probability: rng.random_range(0.0..0.1),
             burst_max: (cap * 2).max(2),
@@ -456,8 +456,7 @@ async fn simulate(p: SimParams) -> SimReport {
                         shared.max_instances
                     ));
                 }
-                let snap = scaler.snapshot();
-                let held = snap.ledger.instances().count() + snap.ledger.requested_in_flight();
+                let held = scaler.fleet_size();
                 if shared.max_instances > 0 && held >= shared.max_instances {
                     *shared
                         .last_at_limit

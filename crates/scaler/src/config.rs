@@ -65,6 +65,8 @@ pub struct ScalerConfig {
     /// How long requested instances may take to appear in the listing before the request
     /// is considered lost.
     pub request_timeout: Duration,
+    /// What to do with instances in the group that this scaler never created.
+    pub preexisting: crate::ledger::Preexisting,
 }
 
 impl Default for ScalerConfig {
@@ -87,6 +89,7 @@ impl Default for ScalerConfig {
             backoff_base: Duration::from_secs(1),
             backoff_max: Duration::from_secs(5 * 60),
             request_timeout: Duration::from_secs(20 * 60),
+            preexisting: crate::ledger::Preexisting::Adopt,
         }
     }
 }

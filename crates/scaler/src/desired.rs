@@ -24,7 +24,7 @@
 //!   no effect after `deletion_retry_interval`.
 
 use crate::config::ScalerConfig;
-use crate::ledger::{Ledger, Readiness, RemovalReason, SlotCounts};
+use crate::ledger::{Ledger, Preexisting, Readiness, RemovalReason, SlotCounts};
 use crate::policy::Policy;
 use flotilla_fleet::{InstanceId, State};
 use std::fmt;
@@ -147,6 +147,18 @@ pub fn desired(input: Inputs<'_>) -> Decision {
     let mut candidates = Vec::new();
 
     for i in ledger.instances() {
+        if i.cause == crate::ledger::Cause::Preexisted {
+            match ledger.preexisting() {
+                Preexisting::Adopt => {}
+                Preexisting::Ignore => continue,
+                Preexisting::Remove => {
+                    if i.removal.is_none() && i.state.is_live() {
+                        remove.push((i.id.clone(), RemovalReason::Reconcile));
+                        continue;
+                    }
+                }
+            }
+        }
         if let Some(r) = &i.removal {
             removing += 1;
             // A deletion that has not taken effect is requested again.

@@ -8,6 +8,7 @@
 
 use crate::config::ScalerConfig;
 use crate::desired::{Inputs, desired};
+use crate::journal::JournalEvent;
 use crate::ledger::{Cause, LostCause, Readiness, RemovalReason};
 use crate::scaler::Shared;
 use crate::throttle::{Backoff, TokenBucket};
@@ -67,6 +68,38 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     }
 }
 
+/// Records `event`; logs and returns false when the journal cannot.
+fn journal(shared: &Shared, event: JournalEvent) -> bool {
+    match shared.journal.record(&event) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::error!(error = %e, ?event, "cannot record scaler state; holding the action back");
+            false
+        }
+    }
+}
+
+/// Records the instances an observation touched.
+fn journal_observed(
+    shared: &Shared,
+    inner: &crate::scaler::Inner,
+    observed: &crate::ledger::Observed,
+    requested_before: usize,
+) {
+    for id in &observed.changed {
+        if let Some(record) = inner.ledger.record_of(id) {
+            journal(shared, JournalEvent::Instance(record));
+        }
+    }
+    for (id, _) in &observed.gone {
+        journal(shared, JournalEvent::InstanceGone(id.clone()));
+    }
+    let requested = inner.ledger.requested_in_flight();
+    if requested != requested_before {
+        journal(shared, JournalEvent::RequestedInFlight(requested));
+    }
+}
+
 /// Lists the group and reconciles the ledger with it.
 async fn update(shared: &Arc<Shared>) {
     let listing = match shared.group.update().await {
@@ -78,7 +111,18 @@ async fn update(shared: &Arc<Shared>) {
     };
     let now = shared.clock.now();
     let mut inner = shared.lock();
+    let requested_before = inner.ledger.requested_in_flight();
     let observed = inner.ledger.observe(&listing, now);
+    journal_observed(shared, &inner, &observed, requested_before);
+    for (id, _) in observed.appeared.iter().filter(|(id, c)| {
+        *c == Cause::Preexisted
+            && inner
+                .ledger
+                .instance(id)
+                .is_some_and(|i| inner.ledger.foreign(i))
+    }) {
+        tracing::warn!(instance = %id, "instance in the group was not created by this scaler; leaving it alone");
+    }
     for (id, cause) in &observed.appeared {
         tracing::info!(instance = %id, cause = ?cause, "instance appeared");
     }
@@ -150,6 +194,10 @@ async fn tick(shared: &Arc<Shared>) -> TickOutcome {
             .ledger
             .expire_requested(shared.config.request_timeout, now);
         if lost_requests > 0 {
+            journal(
+                shared,
+                JournalEvent::RequestedInFlight(inner.ledger.requested_in_flight()),
+            );
             tracing::warn!(
                 count = lost_requests,
                 "requested instances never appeared; no longer counting them"
@@ -174,7 +222,14 @@ async fn tick(shared: &Arc<Shared>) -> TickOutcome {
         for (id, reason) in &decision.remove {
             if inner.ledger.mark_removal(id, *reason, now) {
                 tracing::info!(instance = %id, reason = %reason, "instance marked for removal");
-                delete.push(id.clone());
+                // Recorded before the provider hears of it.
+                let recorded = inner
+                    .ledger
+                    .record_of(id)
+                    .is_some_and(|r| journal(shared, JournalEvent::Instance(r)));
+                if recorded {
+                    delete.push(id.clone());
+                }
             }
         }
         delete.extend(decision.retry_remove.iter().cloned());
@@ -193,7 +248,15 @@ async fn tick(shared: &Arc<Shared>) -> TickOutcome {
                 increase = allowed;
             }
         }
-        inner.ledger.add_requested(increase, now);
+        if increase > 0 {
+            inner.ledger.add_requested(increase, now);
+            // Recorded before the provider is asked, so a crash cannot lose track of them.
+            let total = inner.ledger.requested_in_flight();
+            if !journal(shared, JournalEvent::RequestedInFlight(total)) {
+                inner.ledger.cancel_requested(increase);
+                increase = 0;
+            }
+        }
         inner.last = Some(decision.explanation);
         (increase, delete)
     };
@@ -207,10 +270,14 @@ async fn tick(shared: &Arc<Shared>) -> TickOutcome {
                 if got < increase {
                     tracing::warn!(asked = increase, got, "provider requested fewer instances");
                     inner.ledger.cancel_requested(increase - got);
+                    let total = inner.ledger.requested_in_flight();
+                    journal(shared, JournalEvent::RequestedInFlight(total));
                 }
             }
             Err(e) => {
                 inner.ledger.cancel_requested(increase);
+                let total = inner.ledger.requested_in_flight();
+                journal(shared, JournalEvent::RequestedInFlight(total));
                 let delay = inner.driver.backoff.failure(now);
                 tracing::warn!(error = %e, backoff = ?delay, "increase failed");
                 retry_at = Some(now + delay);
@@ -261,11 +328,15 @@ async fn tick(shared: &Arc<Shared>) -> TickOutcome {
 pub(crate) async fn delete_all(shared: &Arc<Shared>) -> usize {
     let retries = shared.config.shutdown_deletion_retries;
     for attempt in 0..=retries {
-        match shared.group.update().await {
+        let listed = shared.group.update().await;
+        let listed_ok = listed.is_ok();
+        match listed {
             Ok(listing) => {
                 let now = shared.clock.now();
                 let mut inner = shared.lock();
+                let requested_before = inner.ledger.requested_in_flight();
                 let mut observed = inner.ledger.observe(&listing, now);
+                journal_observed(shared, &inner, &observed, requested_before);
                 for (_, cause) in observed.lost.iter_mut() {
                     *cause = LostCause::Shutdown;
                 }
@@ -282,10 +353,22 @@ pub(crate) async fn delete_all(shared: &Arc<Shared>) -> usize {
                 .filter(|i| i.state.is_live() || i.state == State::Timeout)
                 .map(|i| i.id.clone())
                 .collect();
-            for id in &live {
-                inner.ledger.mark_removal(id, RemovalReason::Shutdown, now);
+            let mut recorded = Vec::with_capacity(live.len());
+            for id in live {
+                inner.ledger.mark_removal(&id, RemovalReason::Shutdown, now);
+                if let Some(r) = inner.ledger.record_of(&id)
+                    && journal(shared, JournalEvent::Instance(r))
+                {
+                    recorded.push(id);
+                }
             }
-            if inner.ledger.instances().count() == 0 {
+            let live = recorded;
+            // Done only when a fresh listing shows nothing (a failed listing proves nothing,
+            // and instances requested just before shutdown may not be listed yet).
+            if listed_ok
+                && inner.ledger.instances().count() == 0
+                && inner.ledger.requested_in_flight() == 0
+            {
                 return 0;
             }
             live
@@ -308,6 +391,9 @@ pub(crate) async fn delete_all(shared: &Arc<Shared>) -> usize {
     // Last look.
     match shared.group.update().await {
         Ok(listing) => listing.iter().filter(|s| s.state != State::Deleted).count(),
-        Err(_) => shared.lock().ledger.instances().count(),
+        Err(_) => {
+            let inner = shared.lock();
+            inner.ledger.instances().count() + inner.ledger.requested_in_flight()
+        }
     }
 }

@@ -24,6 +24,9 @@ pub enum ScalerError {
     /// The key is already in use by another reservation or acquisition.
     #[error("key {0} is already reserved or acquired")]
     DuplicateKey(String),
+    /// The durable store could not record the change; nothing was done.
+    #[error("cannot record state: {0}")]
+    Journal(String),
     /// The provider refused to initialise.
     #[error("instance group failed to initialise: {0}")]
     Init(String),

@@ -51,6 +51,19 @@ pub enum Cause {
     Restored,
 }
 
+/// What to do with instances found in the group that this scaler never created (and has no
+/// record of).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Preexisting {
+    /// Use them like our own after their ready-up (the `local` provider's one instance).
+    #[default]
+    Adopt,
+    /// Report them and leave them alone: never used, never deleted.
+    Ignore,
+    /// Delete them.
+    Remove,
+}
+
 /// Progress of an instance's ready-up hook.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Readiness {
@@ -290,6 +303,8 @@ pub struct Observed {
     pub appeared: Vec<(InstanceId, Cause)>,
     /// Instances that left the listing (with the removal reason, if flotilla removed them).
     pub gone: Vec<(InstanceId, Option<RemovalReason>)>,
+    /// Instances whose state changed (appeared ones included).
+    pub changed: Vec<InstanceId>,
 }
 
 /// Requests for instances that have not appeared in a listing yet.
@@ -319,6 +334,7 @@ pub struct Ledger {
     queue: VecDeque<Key>,
     requested: Vec<Requested>,
     shutting_down: bool,
+    preexisting: Preexisting,
 }
 
 impl Ledger {
@@ -333,7 +349,24 @@ impl Ledger {
             queue: VecDeque::new(),
             requested: Vec::new(),
             shutting_down: false,
+            preexisting: Preexisting::Adopt,
         }
+    }
+
+    /// Sets what happens to instances this scaler never created.
+    pub fn with_preexisting(mut self, policy: Preexisting) -> Self {
+        self.preexisting = policy;
+        self
+    }
+
+    /// Whether an instance is someone else's and must be left alone.
+    pub fn foreign(&self, i: &Instance) -> bool {
+        i.cause == Cause::Preexisted && self.preexisting != Preexisting::Adopt
+    }
+
+    /// What happens to instances this scaler never created.
+    pub fn preexisting(&self) -> Preexisting {
+        self.preexisting
     }
 
     /// Slots per instance.
@@ -389,7 +422,8 @@ impl Ledger {
     /// Whether an instance counts as capacity now or soon: live, not being removed, healthy,
     /// not used up, ready-up not failed.
     pub fn usable(&self, i: &Instance) -> bool {
-        i.state.is_live()
+        !self.foreign(i)
+            && i.state.is_live()
             && i.removal.is_none()
             && !self.unhealthy(i)
             && !self.used_up(i)
@@ -783,9 +817,24 @@ impl Ledger {
     }
 
     /// Adds an instance known from elsewhere (the durable store) before the first listing.
-    pub fn restore(&mut self, id: InstanceId, state: State, use_count: u32, now: Instant) {
+    pub fn restore(
+        &mut self,
+        id: InstanceId,
+        state: State,
+        use_count: u32,
+        removal: Option<RemovalReason>,
+        now: Instant,
+    ) {
         let mut i = Instance::new(id.clone(), state, Cause::Restored, self.capacity, now);
         i.use_count = use_count;
+        // A removal decided before the restart is carried on.
+        i.removal = removal.map(|reason| Removal {
+            reason,
+            decided_at: now,
+            attempts: 0,
+            last_attempt: None,
+            accepted: false,
+        });
         self.instances.insert(id, i);
     }
 
@@ -797,10 +846,18 @@ impl Ledger {
             seen.insert(entry.id.as_str());
             match self.instances.get_mut(&entry.id) {
                 Some(i) => {
+                    if i.state != entry.state {
+                        out.changed.push(i.id.clone());
+                    }
                     i.state = entry.state;
                     // Running and the ready-up not started yet (new, or restored from the
                     // store): the driver runs the hook now.
-                    if entry.state == State::Running && i.readiness == Readiness::Waiting {
+                    let foreign =
+                        i.cause == Cause::Preexisted && self.preexisting != Preexisting::Adopt;
+                    if entry.state == State::Running
+                        && i.readiness == Readiness::Waiting
+                        && !foreign
+                    {
                         out.became_running.push(i.id.clone());
                     }
                 }
@@ -814,16 +871,22 @@ impl Ledger {
                         Cause::Preexisted
                     };
                     let i = Instance::new(entry.id.clone(), entry.state, cause, self.capacity, now);
-                    if entry.state == State::Running {
+                    let foreign =
+                        cause == Cause::Preexisted && self.preexisting != Preexisting::Adopt;
+                    if entry.state == State::Running && !foreign {
                         out.became_running.push(entry.id.clone());
                     }
                     out.appeared.push((entry.id.clone(), cause));
+                    out.changed.push(entry.id.clone());
                     self.instances.insert(entry.id.clone(), i);
                 }
             }
             // Dying instances: their jobs are lost, their reservations move.
             let state = entry.state;
-            if matches!(state, State::Deleting | State::Deleted | State::Timeout) {
+            let foreign = self.instances.get(&entry.id).is_some_and(|i| {
+                i.cause == Cause::Preexisted && self.preexisting != Preexisting::Adopt
+            });
+            if !foreign && matches!(state, State::Deleting | State::Deleted | State::Timeout) {
                 let removal_known = self
                     .instances
                     .get(&entry.id)
@@ -868,6 +931,19 @@ impl Ledger {
         }
         self.rebind_keys(orphaned);
         out
+    }
+
+    /// The journal's view of one instance.
+    pub fn record_of(&self, id: &str) -> Option<crate::journal::InstanceRecord> {
+        self.instances
+            .get(id)
+            .map(|i| crate::journal::InstanceRecord {
+                id: i.id.clone(),
+                state: i.state,
+                cause: i.cause,
+                use_count: i.use_count,
+                removal: i.removal.as_ref().map(|r| r.reason),
+            })
     }
 
     /// Marks the ready-up of `id` as started.
@@ -1015,6 +1091,10 @@ impl Ledger {
                 }
             }
         }
+        let mut queued: HashMap<&str, usize> = HashMap::with_capacity(self.queue.len());
+        for q in &self.queue {
+            *queued.entry(q.as_str()).or_default() += 1;
+        }
         for (k, s) in &self.keys {
             match s {
                 KeyState::Acquired { slot }
@@ -1023,7 +1103,7 @@ impl Ledger {
                 } if holders.get(k.as_str()) != Some(slot) => {
                     return Err(format!("key {k} claims {slot:?} but the slot disagrees"));
                 }
-                KeyState::Pending { .. } if self.queue.iter().filter(|q| *q == k).count() != 1 => {
+                KeyState::Pending { .. } if queued.get(k.as_str()) != Some(&1) => {
                     return Err(format!("pending key {k} not queued exactly once"));
                 }
                 _ => {}

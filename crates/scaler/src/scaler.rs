@@ -7,6 +7,7 @@ use crate::desired::Explanation;
 use crate::driver::{self, DriverState};
 use crate::error::ScalerError;
 use crate::hooks::{Hooks, NoHooks};
+use crate::journal::{Journal, JournalEvent, NoJournal, Persisted};
 use crate::ledger::{Key, KeyState, Ledger, LostCause, SlotCounts, SlotRef, TryAcquire};
 use crate::policy::Schedule;
 use flotilla_fleet::{ConnectInfo, FleetError, InstanceGroup, ProviderInfo, Settings};
@@ -37,6 +38,7 @@ pub(crate) struct Inner {
 pub(crate) struct Shared {
     pub(crate) inner: Mutex<Inner>,
     pub(crate) group: Arc<dyn InstanceGroup>,
+    pub(crate) journal: Arc<dyn Journal>,
     pub(crate) config: ScalerConfig,
     pub(crate) clock: Clock,
     pub(crate) hooks: Arc<dyn Hooks>,
@@ -93,7 +95,8 @@ pub struct ScalerBuilder {
     settings: Settings,
     hooks: Arc<dyn Hooks>,
     clock: Clock,
-    restore: Vec<(String, flotilla_fleet::State, u32)>,
+    restore: Persisted,
+    journal: Arc<dyn Journal>,
 }
 
 impl ScalerBuilder {
@@ -106,7 +109,8 @@ impl ScalerBuilder {
             settings: Settings::default(),
             hooks: Arc::new(NoHooks),
             clock: Clock::system(),
-            restore: Vec::new(),
+            restore: Persisted::default(),
+            journal: Arc::new(NoJournal),
         }
     }
 
@@ -134,9 +138,17 @@ impl ScalerBuilder {
         self
     }
 
-    /// Instances known from the durable store: `(id, state, use_count)`.
-    pub fn restore(mut self, instances: Vec<(String, flotilla_fleet::State, u32)>) -> Self {
-        self.restore = instances;
+    /// What the durable store knew before a restart: instances are adopted (they run their
+    /// ready-up again), instances requested but never seen count as requested, and the slots
+    /// jobs held are free (those jobs ended with the old process).
+    pub fn restore(mut self, persisted: Persisted) -> Self {
+        self.restore = persisted;
+        self
+    }
+
+    /// Where ledger changes are recorded before they take effect.
+    pub fn journal(mut self, journal: Arc<dyn Journal>) -> Self {
+        self.journal = journal;
         self
     }
 
@@ -152,9 +164,18 @@ impl ScalerBuilder {
             self.config.capacity_per_instance,
             self.config.max_use_count,
             self.config.failure_threshold,
-        );
-        for (id, state, uses) in self.restore {
-            ledger.restore(id, state, uses, now);
+        )
+        .with_preexisting(self.config.preexisting);
+        for i in self.restore.instances {
+            ledger.restore(i.id, i.state, i.use_count, i.removal, now);
+        }
+        ledger.add_requested(self.restore.requested_in_flight, now);
+        for (key, instance, slot) in &self.restore.acquisitions {
+            tracing::warn!(key = %key, instance = %instance, slot, "a job held this slot when the previous process stopped; the slot is free again");
+            // The old process is gone: its jobs no longer hold their slots.
+            self.journal
+                .record(&JournalEvent::Released { key: key.clone() })
+                .map_err(|e| ScalerError::Journal(e.to_string()))?;
         }
         let driver = DriverState::new(&self.config, now);
         let shared = Arc::new(Shared {
@@ -167,6 +188,7 @@ impl ScalerBuilder {
                 driver,
             }),
             group: self.group,
+            journal: self.journal,
             config: self.config,
             clock: self.clock,
             hooks: self.hooks,
@@ -286,9 +308,25 @@ impl Scaler {
                 }
                 self.shared.lock().ledger.health_ok(&slot.instance);
             }
-            guard.armed = false;
             let signal = Arc::new(LostSignal::default());
             let mut inner = self.shared.lock();
+            // Recorded before the job may use the slot; if it cannot be, the job does not get it.
+            let use_count = inner
+                .ledger
+                .instance(&slot.instance)
+                .map(|i| i.use_count)
+                .unwrap_or(0);
+            if let Err(e) = self.shared.journal.record(&JournalEvent::Acquired {
+                key: key.to_string(),
+                instance: slot.instance.clone(),
+                slot: slot.slot,
+                use_count,
+            }) {
+                tracing::error!(key = %key, error = %e, "cannot record the acquisition; giving the slot back");
+                drop(inner);
+                return Err(ScalerError::Journal(e.to_string()));
+            }
+            guard.armed = false;
             // The instance may have died while we checked it.
             match inner.ledger.key(key) {
                 Some(KeyState::Acquired { slot: s }) if *s == slot => {}
@@ -375,7 +413,19 @@ impl Scaler {
         let mut inner = self.shared.lock();
         inner.signals.remove(key);
         inner.waiters.remove(key);
+        let held = matches!(
+            inner.ledger.key(key),
+            Some(KeyState::Acquired { .. } | KeyState::Lost { .. })
+        );
         if inner.ledger.release(key, now) {
+            if held
+                && let Err(e) = self.shared.journal.record(&JournalEvent::Released {
+                    key: key.to_string(),
+                })
+            {
+                // The slot is free in memory; after a restart the stale record is dropped.
+                tracing::error!(key = %key, error = %e, "cannot record a release");
+            }
             self.shared.fulfil(&mut inner);
         }
         drop(inner);
@@ -415,6 +465,13 @@ impl Scaler {
             ));
         }
         Ok(())
+    }
+
+    /// Instances the scaler holds (any state, removing ones included) plus those it has
+    /// requested: what counts against `max_instances`.
+    pub fn fleet_size(&self) -> usize {
+        let inner = self.shared.lock();
+        inner.ledger.instances().count() + inner.ledger.requested_in_flight()
     }
 
     /// A snapshot of the ledgers and the last decision.

@@ -89,16 +89,18 @@ fn replay() {
         return;
     };
     let seed: u64 = seed.parse().expect("SIM_SEED must be a number");
-    let _ = tracing_subscriber_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("flotilla_scaler=debug")),
+        )
+        .with_test_writer()
+        .try_init();
     let params = SimParams::random(seed);
     eprintln!("{params:#?}");
     let r = sim::run(&params);
     eprintln!("{r:#?}");
     assert!(r.violations.is_empty(), "seed {seed}: {:#?}", r.violations);
-}
-
-fn tracing_subscriber_init() -> Option<()> {
-    None
 }
 
 #[test]
