@@ -6,7 +6,14 @@
 //! - [`images`]: the offline test images (`scripts/build-images.sh`), built once per process.
 //! - [`fake_group`]: [`FakeInstanceGroup`], an in-memory instance group whose latencies and
 //!   faults tests control, deterministic given a seed and tokio's (possibly paused) clock.
+//! - [`fake_gitlab`]: [`fake_gitlab::FakeGitLab`], the runner side of GitLab's runner API
+//!   over HTTP on 127.0.0.1, with fault injection and a record of every request.
+//! - `docker_fleet` (feature `docker-fleet`): a docker instance group with a scaler and a
+//!   dispatcher at shell or docker isolation, whose containers are removed even on panic.
 
+#[cfg(feature = "docker-fleet")]
+pub mod docker_fleet;
+pub mod fake_gitlab;
 pub mod fake_group;
 pub mod images;
 pub mod infra;

@@ -69,9 +69,9 @@ pub struct ExecArgs {
     /// List the pipeline's jobs and stages instead of running them.
     #[arg(long)]
     pub list: bool,
-    /// Run only the jobs of these stages.
+    /// Run only the jobs of this stage (with the jobs they need).
     #[arg(long, value_name = "STAGE")]
-    pub stage: Vec<String>,
+    pub stage: Option<String>,
     /// Set a CI/CD variable (repeatable).
     #[arg(long = "variable", value_name = "KEY=VALUE", value_parser = parse_variable)]
     pub variables: Vec<(String, String)>,
@@ -131,25 +131,27 @@ pub fn main() -> ExitCode {
             return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
         }
     };
-    if let Err(message) = init_logging(cli.log_level.as_deref(), cli.log_format) {
+    // `exec` talks to a person: only warnings and errors unless asked for more.
+    let default_level = match cli.command {
+        Command::Exec(_) => "warn",
+        _ => "info",
+    };
+    if let Err(message) = init_logging(cli.log_level.as_deref(), cli.log_format, default_level) {
         eprintln!("error: {message}");
         return ExitCode::from(2);
     }
-    execute(
-        &cli,
-        &mut std::io::stdout().lock(),
-        &mut std::io::stderr().lock(),
-    )
+    // Not locked for the whole command: log lines and progress write to stderr too.
+    execute(&cli, &mut std::io::stdout(), &mut std::io::stderr())
 }
 
-/// Sets up `tracing` on stderr: `--log-level` if given, else `RUST_LOG`, else `info`.
-fn init_logging(level: Option<&str>, format: LogOutput) -> Result<(), String> {
+/// Sets up `tracing` on stderr: `--log-level` if given, else `RUST_LOG`, else `default`.
+fn init_logging(level: Option<&str>, format: LogOutput, default: &str) -> Result<(), String> {
     use tracing_subscriber::EnvFilter;
     let filter = match level {
         Some(level) => {
             EnvFilter::try_new(level).map_err(|e| format!("invalid --log-level `{level}`: {e}"))?
         }
-        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default)),
     };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -167,7 +169,7 @@ pub fn execute(cli: &Cli, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode 
     match &cli.command {
         Command::Config(ConfigCommand::Check(args)) => config_check(args, out, err),
         Command::Run(_) => not_implemented("run", err),
-        Command::Exec(_) => not_implemented("exec", err),
+        Command::Exec(args) => crate::exec::run(args, out, err),
         Command::Status(_) => not_implemented("status", err),
     }
 }
@@ -239,7 +241,7 @@ mod tests {
             panic!("not exec");
         };
         assert_eq!(e.jobs, vec!["build", "test"]);
-        assert_eq!(e.stage, vec!["deploy"]);
+        assert_eq!(e.stage.as_deref(), Some("deploy"));
         assert_eq!(
             e.variables,
             vec![("A".into(), "1=2".into()), ("B".into(), String::new())]

@@ -5,3 +5,6 @@
 
 pub mod cli;
 pub mod config;
+pub mod exec;
+pub mod fleet;
+mod progress;

@@ -1,1 +1,32 @@
-//! Isolation levels: shell, cgroup, docker, microvm, vm, instance, each preparing an environment per job.
+//! Isolation levels: how a job's stages are kept apart from other jobs on the same instance.
+//!
+//! An [`Isolation`] prepares an [`IsolatedEnvironment`] for one job on one slot of one
+//! instance, knowing only the instance's [`flotilla_connect::Connector`]. The environment is a
+//! [`flotilla_job::Environment`] (the job runner runs the stages in it) that can also
+//! [`IsolatedEnvironment::cleanup`] after itself.
+//!
+//! Levels:
+//! - [`shell::ShellIsolation`] (`shell`): a build directory per slot on the instance, every
+//!   stage run by the instance's shell over the connector.
+//! - [`docker::DockerIsolation`] (`docker`): the job's image as the build container and each
+//!   service as a container of its own (its own network namespace, reachable by alias on a
+//!   per-job network), on the instance's Docker daemon reached over the connector's
+//!   `dial_stdio`.
+//!
+//! The pure parts (where a job's directories are, what a container looks like, which pull
+//! policy applies) are separate from the I/O: see [`layout`], [`docker::spec`],
+//! [`docker::pull`], [`docker::labels`].
+
+#![warn(missing_docs)]
+
+pub mod docker;
+mod error;
+mod isolation;
+pub mod layout;
+pub mod remote;
+pub mod shell;
+
+pub use docker::{DockerIsolation, DockerIsolationConfig};
+pub use error::IsolateError;
+pub use isolation::{IsolatedEnvironment, Isolation, PrepareRequest};
+pub use shell::ShellIsolation;

@@ -15,6 +15,7 @@ mod ziptime;
 pub use collect::{ArchiveSpec, CollectReport, collect_zip};
 pub use extract::{ExtractReport, extract_zip, inspect_zip};
 pub use paths::{PathFilter, PathRejection, check_symlink, normalize_pattern, normalize_relative};
+pub use ziptime::{unix_time, zip_time};
 
 use crate::env::{EnvError, Environment, ExecCommand, ExecSpec, ExitStatus, Place};
 use crate::trace::TraceWriter;

@@ -2,6 +2,8 @@
 
 use tokio_util::sync::CancellationToken;
 
+mod link;
+
 /// A handle to cancel a job, shared between the job source and the runner.
 ///
 /// - [`JobCancel::cancel`] is GitLab's *canceling* (graceful): the script is stopped,

@@ -1,0 +1,454 @@
+//! The dispatcher itself.
+
+use crate::notice::Notices;
+use crate::tally::Tally;
+use crate::{ConnectorFactory, WatchedConnector};
+use flotilla_connect::Connector;
+use flotilla_fleet::ConnectInfo;
+use flotilla_isolate::{Isolation, PrepareRequest};
+use flotilla_job::vars::RunnerIdentity;
+use flotilla_job::{
+    ArtifactStore, CacheStore, FailureReason, JobCancel, JobPayload, JobResult, JobRunner, Outcome,
+    RunOptions, StageReport, TraceSink,
+};
+use flotilla_scaler::{Acquisition, Scaler};
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// What the dispatcher runs jobs with.
+#[derive(Clone)]
+pub struct DispatcherConfig {
+    /// The isolation level every job runs at.
+    pub isolation: Arc<dyn Isolation>,
+    /// How instances are connected to.
+    pub connectors: Arc<dyn ConnectorFactory>,
+    /// Where artifacts go.
+    pub artifacts: Arc<dyn ArtifactStore>,
+    /// Where caches go.
+    pub cache: Arc<dyn CacheStore>,
+    /// The job runner's options; `concurrent_id` and `concurrent_project_id` are set to the
+    /// slot, and the runner's `executor` to the isolation level's name unless it was changed
+    /// from its default.
+    pub run_options: RunOptions,
+    /// The base builds directory on every instance (absolute).
+    pub builds_dir: String,
+}
+
+impl fmt::Debug for DispatcherConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DispatcherConfig")
+            .field("isolation", &self.isolation.name())
+            .field("run_options", &self.run_options)
+            .field("builds_dir", &self.builds_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Runs jobs on the scaler's slots.
+pub struct Dispatcher {
+    scaler: Scaler,
+    config: DispatcherConfig,
+    connectors: Mutex<HashMap<String, Arc<WatchedConnector>>>,
+    swept: Mutex<HashSet<String>>,
+    cleanup_timeout: Duration,
+}
+
+impl fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("scaler", &self.scaler)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Releases the slot when the run ends, however it ends.
+struct Release<'a> {
+    scaler: &'a Scaler,
+    key: String,
+}
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        self.scaler.release(&self.key);
+    }
+}
+
+impl Dispatcher {
+    /// A dispatcher for the slots of `scaler`.
+    pub fn new(scaler: Scaler, config: DispatcherConfig) -> Self {
+        Dispatcher {
+            scaler,
+            config,
+            connectors: Mutex::new(HashMap::new()),
+            swept: Mutex::new(HashSet::new()),
+            cleanup_timeout: Duration::from_secs(60),
+        }
+    }
+
+    /// Bounds how long cleaning up one job's environment may take (default 60 s).
+    pub fn with_cleanup_timeout(mut self, timeout: Duration) -> Self {
+        self.cleanup_timeout = timeout;
+        self
+    }
+
+    /// The scaler.
+    pub fn scaler(&self) -> &Scaler {
+        &self.scaler
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &DispatcherConfig {
+        &self.config
+    }
+
+    /// The connector jobs on `instance` currently share, if the dispatcher holds one (for
+    /// tools and benchmarks that must use the same connection).
+    pub fn connector(&self, instance: &str) -> Option<Arc<dyn Connector>> {
+        let map = self.connectors.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(instance).map(|c| c.clone() as Arc<dyn Connector>)
+    }
+
+    /// Acquires a slot for `key` (waiting up to the scaler's `instance_acquire_timeout`, or
+    /// until `cancel` fires) and runs `job` on it. A job that gets no slot fails with
+    /// `runner_system_failure` (`job_canceled` when it was canceled meanwhile) and a line in
+    /// its trace saying why.
+    pub async fn dispatch(
+        &self,
+        key: &str,
+        job: &JobPayload,
+        sink: &mut dyn TraceSink,
+        cancel: &JobCancel,
+    ) -> JobResult {
+        let started = Instant::now();
+        let acquired = tokio::select! {
+            r = self.scaler.acquire(key, None) => Some(r),
+            () = cancel.requested() => None,
+        };
+        let (reason, message) = match acquired {
+            Some(Ok(acquisition)) => return self.run(acquisition, job, sink, cancel).await,
+            Some(Err(e)) => (
+                FailureReason::RunnerSystemFailure,
+                format!("Job failed (system failure): no slot for the job: {e}"),
+            ),
+            None => (
+                FailureReason::JobCanceled,
+                "Job failed: canceled while waiting for a slot".to_string(),
+            ),
+        };
+        let mut tally = Tally::new(sink);
+        self.fail_early(&mut tally, job, started, reason, &message, None)
+            .await
+    }
+
+    /// Runs `job` on a slot already acquired; always releases the slot (the acquisition's
+    /// key) when done, after the environment is cleaned up.
+    pub async fn run(
+        &self,
+        acquisition: Acquisition,
+        job: &JobPayload,
+        sink: &mut dyn TraceSink,
+        cancel: &JobCancel,
+    ) -> JobResult {
+        let _release = Release {
+            scaler: &self.scaler,
+            key: acquisition.key().to_string(),
+        };
+        let started = Instant::now();
+        let mut tally = Tally::new(sink);
+        let instance = acquisition.instance_id().to_string();
+        let slot = acquisition.slot();
+
+        let info = match acquisition.connect_info().await {
+            Ok(info) => info,
+            Err(e) => {
+                self.scaler.report_failure(&instance);
+                let message = format!(
+                    "Job failed (system failure): getting the connection details of instance {instance}: {e}"
+                );
+                return self
+                    .fail_early(
+                        &mut tally,
+                        job,
+                        started,
+                        FailureReason::RunnerSystemFailure,
+                        &message,
+                        Some(started),
+                    )
+                    .await;
+            }
+        };
+        let connector = match self.connector_for(&info) {
+            Ok(c) => c,
+            Err(e) => {
+                let message = format!("Job failed (system failure): {e}");
+                return self
+                    .fail_early(
+                        &mut tally,
+                        job,
+                        started,
+                        FailureReason::RunnerSystemFailure,
+                        &message,
+                        Some(started),
+                    )
+                    .await;
+            }
+        };
+        let failures_before = connector.failures();
+        let shared: Arc<dyn Connector> = connector.clone();
+        let prepared = self
+            .config
+            .isolation
+            .prepare(PrepareRequest {
+                job,
+                instance_id: &instance,
+                slot,
+                connector: shared,
+                builds_dir: self.config.builds_dir.clone(),
+            })
+            .await;
+        let env = match prepared {
+            Ok(env) => env,
+            Err(e) => {
+                if e.is_instance_failure() || connector.failures() > failures_before {
+                    self.instance_failed(&instance, &connector);
+                }
+                let message = format!(
+                    "Job failed (system failure): preparing the {} environment on instance {instance}: {e}",
+                    self.config.isolation.name()
+                );
+                return self
+                    .fail_early(
+                        &mut tally,
+                        job,
+                        started,
+                        FailureReason::RunnerSystemFailure,
+                        &message,
+                        Some(started),
+                    )
+                    .await;
+            }
+        };
+
+        let run_cancel = cancel.child();
+        let lost = acquisition.lost_token();
+        let runner = JobRunner::new(&*env, &*self.config.artifacts, &*self.config.cache)
+            .with_options(self.run_options(slot));
+        let mut lost_seen = false;
+        let result = {
+            let run = runner.run(job, &mut tally, &run_cancel);
+            tokio::pin!(run);
+            tokio::select! {
+                r = &mut run => r,
+                () = lost.cancelled() => {
+                    lost_seen = true;
+                    run_cancel.abort();
+                    run.await
+                }
+            }
+        };
+        lost_seen |= lost.is_cancelled();
+
+        let notices = Notices::for_job(job);
+        let timeout = if lost_seen {
+            self.cleanup_timeout.min(Duration::from_secs(5))
+        } else {
+            self.cleanup_timeout
+        };
+        match tokio::time::timeout(timeout, env.cleanup()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(%instance, error = %e, "cleaning up a job's environment failed");
+                if !lost_seen {
+                    tally
+                        .emit(&notices.warning(&format!("cleaning up the environment: {e}")))
+                        .await;
+                }
+            }
+            Err(_) => {
+                tracing::warn!(%instance, "cleaning up a job's environment timed out");
+                if !lost_seen {
+                    tally
+                        .emit(&notices.warning(&format!(
+                            "cleaning up the environment did not finish within {}s",
+                            timeout.as_secs()
+                        )))
+                        .await;
+                }
+            }
+        }
+        drop(env);
+
+        let mut outcome = result.outcome;
+        if lost_seen {
+            let cause = acquisition
+                .lost_cause()
+                .map(|c| c.to_string())
+                .unwrap_or_else(|| "instance lost".into());
+            tally
+                .emit(&notices.error(&format!(
+                    "Job failed (system failure): instance {instance} was lost while the job ran: {cause}"
+                )))
+                .await;
+            outcome = Outcome::Failed {
+                reason: FailureReason::RunnerSystemFailure,
+                exit_code: None,
+            };
+            self.forget_connector(&instance, &connector);
+        } else if connector.failures() > failures_before {
+            self.instance_failed(&instance, &connector);
+        }
+        tally.complete().await;
+        JobResult {
+            outcome,
+            trace: tally.summary(result.trace.truncated),
+            duration: started.elapsed(),
+            stages: result.stages,
+        }
+    }
+
+    /// The runner options for a job on `slot`.
+    fn run_options(&self, slot: usize) -> RunOptions {
+        let mut o = self.config.run_options.clone();
+        o.concurrent_id = slot as u32;
+        o.concurrent_project_id = slot as u32;
+        if o.runner.executor.is_empty() || o.runner.executor == RunnerIdentity::default().executor {
+            o.runner.executor = self.config.isolation.name().to_string();
+        }
+        o
+    }
+
+    /// The connector for the instance `info` describes: the cached one, or a new one (and,
+    /// the first time the instance is seen, a sweep of leftovers of earlier jobs there).
+    fn connector_for(
+        &self,
+        info: &ConnectInfo,
+    ) -> Result<Arc<WatchedConnector>, crate::DispatchError> {
+        let mut map = self.connectors.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(c) = map.get(&info.id) {
+            return Ok(c.clone());
+        }
+        let c = Arc::new(WatchedConnector::new(
+            self.config.connectors.connector(info)?,
+        ));
+        map.insert(info.id.clone(), c.clone());
+        drop(map);
+        let first = self
+            .swept
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(info.id.clone());
+        if first {
+            let isolation = self.config.isolation.clone();
+            let connector: Arc<dyn Connector> = c.clone();
+            let id = info.id.clone();
+            tokio::spawn(async move {
+                match isolation.cleanup_instance(connector, &id).await {
+                    Ok(0) => {}
+                    Ok(n) => {
+                        tracing::info!(instance = %id, removed = n, "removed leftovers of earlier jobs")
+                    }
+                    Err(e) => {
+                        tracing::warn!(instance = %id, error = %e, "sweeping leftovers of earlier jobs failed")
+                    }
+                }
+            });
+        }
+        Ok(c)
+    }
+
+    /// Drops the cached connector of `instance` if it is still `connector`.
+    fn forget_connector(&self, instance: &str, connector: &Arc<WatchedConnector>) {
+        let mut map = self.connectors.lock().unwrap_or_else(|e| e.into_inner());
+        if map.get(instance).is_some_and(|c| Arc::ptr_eq(c, connector)) {
+            map.remove(instance);
+        }
+    }
+
+    /// Tells the scaler the instance failed us, and stops reusing its connector.
+    fn instance_failed(&self, instance: &str, connector: &Arc<WatchedConnector>) {
+        tracing::warn!(%instance, "the instance could not be reached; reporting it");
+        self.scaler.report_failure(instance);
+        self.forget_connector(instance, connector);
+    }
+
+    /// Ends a job that never reached the runner: a header, the reason, and a failed result
+    /// whose trace summary covers exactly what was written.
+    async fn fail_early(
+        &self,
+        tally: &mut Tally<'_>,
+        job: &JobPayload,
+        started: Instant,
+        reason: FailureReason,
+        message: &str,
+        prepare_since: Option<Instant>,
+    ) -> JobResult {
+        let notices = Notices::for_job(job);
+        let runner = &self.config.run_options.runner;
+        let executor = if runner.executor.is_empty()
+            || runner.executor == RunnerIdentity::default().executor
+        {
+            self.config.isolation.name()
+        } else {
+            runner.executor.as_str()
+        };
+        tally
+            .emit(&notices.line(&format!(
+                "Running with flotilla {} ({executor})\n  on {}",
+                runner.version, runner.description
+            )))
+            .await;
+        tally.emit(&notices.error(message)).await;
+        tally.complete().await;
+        JobResult {
+            outcome: Outcome::Failed {
+                reason,
+                exit_code: None,
+            },
+            trace: tally.summary(false),
+            duration: started.elapsed(),
+            stages: prepare_since
+                .map(|since| StageReport {
+                    name: "prepare_executor".into(),
+                    duration: since.elapsed(),
+                    ok: false,
+                })
+                .into_iter()
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn is_send<T: Send>(_: &T) {}
+
+    /// Job sources run jobs on spawned tasks: the futures must be `Send`.
+    #[allow(dead_code)]
+    fn futures_are_send(
+        d: &Dispatcher,
+        a: Acquisition,
+        j: &JobPayload,
+        s: &mut dyn TraceSink,
+        c: &JobCancel,
+    ) {
+        is_send(&d.run(a, j, s, c));
+    }
+
+    #[allow(dead_code)]
+    fn dispatch_is_send(d: &Dispatcher, j: &JobPayload, s: &mut dyn TraceSink, c: &JobCancel) {
+        is_send(&d.dispatch("key", j, s, c));
+    }
+
+    #[test]
+    fn dispatchers_can_be_shared() {
+        fn shared<T: Send + Sync>() {}
+        shared::<Dispatcher>();
+        shared::<DispatcherConfig>();
+    }
+}

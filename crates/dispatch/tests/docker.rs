@@ -1,0 +1,270 @@
+//! What only docker isolation does: services with their own network namespaces, pull
+//! policies, and sweeping what a crashed manager left on an instance.
+
+mod common;
+
+use bollard::query_parameters::ListNetworksOptions;
+use common::*;
+use flotilla_isolate::{DockerIsolation, Isolation, PrepareRequest};
+use flotilla_job::model::{Image, Port};
+use flotilla_job::{FailureReason, Outcome, Variable};
+use flotilla_testkit::docker_fleet::DockerFleet;
+use flotilla_testkit::images::busybox_image;
+use flotilla_testkit::infra::{Infra, require};
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// A busybox web server on port 6379 answering `<word>:<$JOB_WORD>:<$CI_JOB_ID>:<secret>`.
+fn web_service(alias: &str, word: &str) -> Image {
+    Image {
+        name: busybox_image(),
+        alias: alias.into(),
+        command: vec![
+            "sh".into(),
+            "-c".into(),
+            "mkdir -p /www && echo \"$WORD:$JOB_WORD:$CI_JOB_ID:${SECRET_X:-no-secret}\" > /www/index.html && exec httpd -f -p 6379 -h /www".into(),
+        ],
+        ports: vec![Port {
+            number: 6379,
+            ..Default::default()
+        }],
+        variables: vec![Variable::new("WORD", word)],
+        ..Default::default()
+    }
+}
+
+/// The job networks left on the instances.
+async fn job_networks(f: &DockerFleet) -> Vec<String> {
+    let mut out = Vec::new();
+    for instance in f.instances() {
+        let filters = HashMap::from([(
+            "label".to_string(),
+            vec![
+                "flotilla.managed=true".to_string(),
+                "flotilla.env".to_string(),
+            ],
+        )]);
+        let list = f
+            .inner_docker(&instance)
+            .await
+            .list_networks(Some(ListNetworksOptions {
+                filters: Some(filters),
+            }))
+            .await
+            .unwrap();
+        out.extend(list.into_iter().filter_map(|n| n.name));
+    }
+    out
+}
+
+#[tokio::test]
+async fn infra_docker_services_on_the_same_port_each_in_their_own_namespace() {
+    if !require(Infra::Docker) {
+        return;
+    }
+    let f = fleet(Level::Docker, "services").await;
+    let mut j = job_at(
+        Level::Docker,
+        &[
+            "wget -qO- http://svc-a:6379/",
+            "wget -qO- http://svc-b:6379/",
+            "wget -qO- http://local__flotilla-busybox:6379/",
+            "wget -qO- http://local-flotilla-busybox:6379/",
+        ],
+    );
+    j.variables.push(Variable::new("JOB_WORD", "shared"));
+    j.variables
+        .push(Variable::new("SECRET_X", "do-not-pass").masked());
+    j.services = vec![
+        web_service("svc-a", "alpha"),
+        web_service("svc-b", "beta"),
+        // No alias: reachable by the names derived from the image name.
+        web_service("", "gamma"),
+    ];
+    let (r, t) = dispatch(&f.dispatcher, &j).await;
+    assert_eq!(r.outcome, Outcome::Success, "{t}");
+    let id = j.id;
+    assert!(t.contains(&format!("alpha:shared:{id}:no-secret\n")), "{t}");
+    assert!(t.contains(&format!("beta:shared:{id}:no-secret\n")), "{t}");
+    assert_eq!(
+        t.matches(&format!("gamma:shared:{id}:no-secret\n")).count(),
+        2,
+        "{t}"
+    );
+    assert!(
+        t.contains("Waiting for services to be up and running"),
+        "{t}"
+    );
+    assert!(!t.contains("probably didn't start properly"), "{t}");
+    // Containers and the job's network are gone.
+    for instance in f.instances() {
+        assert!(f.job_containers(&instance).await.is_empty());
+    }
+    assert!(job_networks(&f).await.is_empty());
+}
+
+#[tokio::test]
+async fn infra_docker_a_service_that_never_listens_is_warned_about() {
+    if !require(Infra::Docker) {
+        return;
+    }
+    let config = flotilla_isolate::DockerIsolationConfig {
+        wait_for_services_timeout: Duration::from_secs(2),
+        ..Default::default()
+    };
+    let f = DockerFleet::start(flotilla_testkit::docker_fleet::FleetOptions::new(
+        "deaf",
+        flotilla_testkit::docker_fleet::FleetIsolation::Docker(config),
+    ))
+    .await;
+    let mut j = job_at(Level::Docker, &["echo job ran"]);
+    j.services = vec![Image {
+        name: busybox_image(),
+        alias: "deaf".into(),
+        command: vec!["sleep".into(), "300".into()],
+        ports: vec![Port {
+            number: 5432,
+            ..Default::default()
+        }],
+        ..Default::default()
+    }];
+    let (r, t) = dispatch(&f.dispatcher, &j).await;
+    assert_eq!(r.outcome, Outcome::Success, "{t}");
+    assert!(
+        t.contains(&format!(
+            "service {} probably didn't start properly: nothing listens on port 5432",
+            busybox_image()
+        )),
+        "{t}"
+    );
+    assert!(t.contains("job ran\n"), "{t}");
+}
+
+#[tokio::test]
+async fn infra_docker_pull_policies() {
+    if !require(Infra::Docker) {
+        return;
+    }
+    let f = fleet(Level::Docker, "pull").await;
+    let with_policy = |image: &str, policy: &[&str]| {
+        let mut j = with_image(job(&["echo ran"]), image);
+        if let Some(i) = j.image.as_mut() {
+            i.pull_policy = policy.iter().map(|s| s.to_string()).collect();
+        }
+        j
+    };
+    let image_pull = Outcome::Failed {
+        reason: FailureReason::ImagePullFailure,
+        exit_code: None,
+    };
+
+    // never: a missing image fails at once, clearly.
+    let (r, t) = dispatch(&f.dispatcher, &with_policy("local/not-here:1", &["never"])).await;
+    assert_eq!(r.outcome, image_pull, "{t}");
+    assert!(t.contains("pulling image local/not-here:1"), "{t}");
+    assert!(
+        t.contains("never: the image is not on the instance and may not be pulled"),
+        "{t}"
+    );
+    assert!(!t.contains("ran\n"), "{t}");
+
+    // never and if-not-present: a present image is used as it is.
+    for policy in ["never", "if-not-present"] {
+        let (r, t) = dispatch(&f.dispatcher, &with_policy(&busybox_image(), &[policy])).await;
+        assert_eq!(r.outcome, Outcome::Success, "{policy}: {t}");
+        assert!(t.contains("Using locally found image"), "{t}");
+    }
+
+    // always: tries the registry, which is unreachable here.
+    let (r, t) = dispatch(&f.dispatcher, &with_policy(&busybox_image(), &["always"])).await;
+    assert_eq!(r.outcome, image_pull, "{t}");
+    assert!(t.contains("always: pulling failed"), "{t}");
+
+    // always, then if-not-present: falls back to the local image.
+    let (r, t) = dispatch(
+        &f.dispatcher,
+        &with_policy(&busybox_image(), &["always", "if-not-present"]),
+    )
+    .await;
+    assert_eq!(r.outcome, Outcome::Success, "{t}");
+
+    // A service's image follows the same rules.
+    let mut j = with_image(job(&["echo ran"]), &busybox_image());
+    j.services = vec![Image {
+        name: "local/no-such-service:2".into(),
+        pull_policy: vec!["never".into()],
+        ..Default::default()
+    }];
+    let (r, t) = dispatch(&f.dispatcher, &j).await;
+    assert_eq!(r.outcome, image_pull, "{t}");
+
+    // An unknown policy is the job's configuration error.
+    let (r, t) = dispatch(
+        &f.dispatcher,
+        &with_policy(&busybox_image(), &["sometimes"]),
+    )
+    .await;
+    assert_eq!(
+        r.outcome,
+        Outcome::Failed {
+            reason: FailureReason::RunnerConfigurationError,
+            exit_code: None
+        },
+        "{t}"
+    );
+    assert!(t.contains("unknown pull policy \"sometimes\""), "{t}");
+    for instance in f.instances() {
+        assert!(f.job_containers(&instance).await.is_empty());
+    }
+    assert!(job_networks(&f).await.is_empty());
+}
+
+#[tokio::test]
+async fn infra_docker_the_dispatcher_sweeps_what_a_crashed_manager_left() {
+    if !require(Infra::Docker) {
+        return;
+    }
+    let f = fleet(Level::Docker, "sweep").await;
+    let instance = f.instances()[0].clone();
+    // A job whose task died mid-job: its environment is up, and nothing will clean it up.
+    let crashed = DockerIsolation::default();
+    let mut j = job_at(Level::Docker, &["true"]);
+    j.services = vec![web_service("svc", "x")];
+    let env = crashed
+        .prepare(PrepareRequest {
+            job: &j,
+            instance_id: &instance,
+            slot: 3,
+            connector: f.ssh(&instance).await,
+            builds_dir: "/builds".into(),
+        })
+        .await
+        .unwrap();
+    env.prepare(
+        &mut tokio::io::sink(),
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(f.job_containers(&instance).await.len(), 2);
+    assert_eq!(job_networks(&f).await.len(), 1);
+    drop(env);
+    drop(crashed);
+
+    // The fleet's dispatcher meets the instance for the first time with its next job.
+    let (r, t) = dispatch(&f.dispatcher, &job_at(Level::Docker, &["echo ok"])).await;
+    assert!(r.outcome.is_success(), "{t}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = f.job_containers(&instance).await;
+        let networks = job_networks(&f).await;
+        if left.is_empty() && networks.is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "leftovers stay: {left:?} {networks:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

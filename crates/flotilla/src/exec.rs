@@ -1,0 +1,319 @@
+//! `flotilla exec`: run the jobs of `.gitlab-ci.yml` on a local fleet, with live progress
+//! and a summary.
+
+use crate::cli::ExecArgs;
+use crate::config::Config;
+use crate::fleet::{self, FleetParts};
+use crate::progress::Progress;
+use anyhow::{Context, Result, bail};
+use flotilla_gitlab::ci::{self, CompileOptions, Pipeline};
+use flotilla_gitlab::exec::{ExecConfig, ExecEvent, PipelineOutcome, run_pipeline};
+use flotilla_job::{LocalArtifactStore, LocalCacheStore, RunOptions};
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// Exit status when the pipeline cannot be compiled or the fleet cannot start.
+const SETUP_FAILED: u8 = 2;
+
+/// Runs `flotilla exec`.
+pub fn run(args: &ExecArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
+    let dir = match project_dir(args) {
+        Ok(d) => d,
+        Err(e) => {
+            let _ = writeln!(err, "error: {e:#}");
+            return ExitCode::from(SETUP_FAILED);
+        }
+    };
+    let pipeline = match compile(args, &dir, err) {
+        Some(p) => p,
+        None => return ExitCode::from(SETUP_FAILED),
+    };
+    if args.list {
+        list(&pipeline, out);
+        return ExitCode::SUCCESS;
+    }
+    if pipeline.jobs.is_empty() {
+        let _ = writeln!(err, "nothing to run: the pipeline has no jobs");
+        return ExitCode::SUCCESS;
+    }
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = writeln!(err, "error: cannot start the async runtime: {e}");
+            return ExitCode::from(SETUP_FAILED);
+        }
+    };
+    match runtime.block_on(execute(args, &dir, &pipeline, err)) {
+        Ok(outcome) => {
+            summary(&outcome, out);
+            if outcome.passed() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            let _ = writeln!(err, "error: {e:#}");
+            ExitCode::from(SETUP_FAILED)
+        }
+    }
+}
+
+fn project_dir(args: &ExecArgs) -> Result<PathBuf> {
+    let dir = match &args.dir {
+        Some(d) => d.clone(),
+        None => std::env::current_dir().context("the current directory")?,
+    };
+    let dir = dir
+        .canonicalize()
+        .with_context(|| format!("project directory {}", dir.display()))?;
+    if !dir.join(".gitlab-ci.yml").is_file() {
+        bail!("{} has no .gitlab-ci.yml", dir.display());
+    }
+    Ok(dir)
+}
+
+/// Compiles and selects; prints errors and warnings.
+fn compile(args: &ExecArgs, dir: &Path, err: &mut dyn Write) -> Option<Pipeline> {
+    let mut options = CompileOptions::new(dir);
+    options.user_variables = args.variables.clone();
+    options.include_manual = args.manual;
+    let pipeline = match ci::compile(&options) {
+        Ok(p) => p,
+        Err(e) => {
+            for e in e.errors() {
+                let _ = writeln!(err, "error: {e}");
+            }
+            return None;
+        }
+    };
+    for w in &pipeline.warnings {
+        let _ = writeln!(err, "warning: {w}");
+    }
+    if let Some(why) = &pipeline.workflow_excluded {
+        let _ = writeln!(err, "the pipeline does not run: {why}");
+    }
+    if args.jobs.is_empty() && args.stage.is_none() {
+        return Some(pipeline);
+    }
+    let names: Vec<&str> = args.jobs.iter().map(String::as_str).collect();
+    match pipeline.select(&names, args.stage.as_deref()) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            for e in e.errors() {
+                let _ = writeln!(err, "error: {e}");
+            }
+            None
+        }
+    }
+}
+
+/// `--list`: the compiled pipeline as a table.
+fn list(p: &Pipeline, out: &mut dyn Write) {
+    let rows: Vec<[String; 5]> = p
+        .jobs
+        .iter()
+        .map(|j| {
+            [
+                j.name.clone(),
+                j.stage.clone(),
+                j.when.as_str().to_string(),
+                match &j.needs {
+                    None => "(stages before)".into(),
+                    Some(n) if n.is_empty() => "-".into(),
+                    Some(n) => n
+                        .iter()
+                        .map(|n| n.job.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                },
+                match &j.allow_failure {
+                    ci::AllowFailure::No => "no".into(),
+                    ci::AllowFailure::Yes => "yes".into(),
+                    ci::AllowFailure::ExitCodes(c) => format!(
+                        "exit codes {}",
+                        c.iter().map(i32::to_string).collect::<Vec<_>>().join(",")
+                    ),
+                },
+            ]
+        })
+        .collect();
+    table(
+        out,
+        ["JOB", "STAGE", "WHEN", "NEEDS", "ALLOW FAILURE"],
+        &rows,
+    );
+    for x in &p.excluded {
+        let _ = writeln!(out, "not in this pipeline: {} ({})", x.name, x.reason);
+    }
+}
+
+fn table<const N: usize>(out: &mut dyn Write, head: [&str; N], rows: &[[String; N]]) {
+    let mut widths: [usize; N] = head.map(str::len);
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r.iter()) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        cells
+            .iter()
+            .zip(widths.iter())
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_string()
+    };
+    let _ = writeln!(out, "{}", line(head.to_vec()));
+    for r in rows {
+        let _ = writeln!(out, "{}", line(r.iter().map(String::as_str).collect()));
+    }
+}
+
+fn summary(outcome: &PipelineOutcome, out: &mut dyn Write) {
+    let rows: Vec<[String; 4]> = outcome
+        .jobs
+        .iter()
+        .map(|j| {
+            [
+                j.name.clone(),
+                j.stage.clone(),
+                if j.attempts > 1 {
+                    format!("{} ({} attempts)", j.status.label(), j.attempts)
+                } else {
+                    j.status.label().to_string()
+                },
+                format!("{:.1}s", j.duration.as_secs_f64()),
+            ]
+        })
+        .collect();
+    let _ = writeln!(out);
+    table(out, ["JOB", "STAGE", "STATUS", "DURATION"], &rows);
+    let _ = writeln!(
+        out,
+        "\npipeline {} in {:.1}s",
+        if outcome.passed() { "passed" } else { "failed" },
+        outcome.duration.as_secs_f64()
+    );
+    if let Some(log) = outcome
+        .jobs
+        .iter()
+        .find(|j| j.status.fails_pipeline())
+        .and_then(|j| j.log.as_ref())
+    {
+        let _ = writeln!(out, "log of the first failed job: {}", log.display());
+    }
+}
+
+async fn execute(
+    args: &ExecArgs,
+    dir: &Path,
+    pipeline: &Pipeline,
+    err: &mut dyn Write,
+) -> Result<PipelineOutcome> {
+    let state = dir.join(".flotilla");
+    let scratch = tempfile::Builder::new()
+        .prefix("flotilla-exec-")
+        .tempdir()
+        .context("creating a temporary directory for builds")?;
+    let builds = scratch.path().join("builds");
+    let artifacts_dir = scratch.path().join("artifacts");
+    std::fs::create_dir_all(&builds).context("creating the builds directory")?;
+    std::fs::create_dir_all(scratch.path().join("scratch"))
+        .context("creating the scratch directory")?;
+    let parts = FleetParts {
+        artifacts: Arc::new(LocalArtifactStore::new(&artifacts_dir)),
+        cache: Arc::new(LocalCacheStore::new(state.join("cache"))),
+        builds_dir: builds.to_string_lossy().into_owned(),
+        run_options: RunOptions {
+            scratch_dir: Some(scratch.path().join("scratch")),
+            ..RunOptions::default()
+        },
+    };
+    let fleet = match &args.config {
+        None => fleet::embedded_default(parts).await?,
+        Some(path) => {
+            let loaded = Config::load(path).map_err(|e| {
+                anyhow::anyhow!(
+                    e.errors()
+                        .iter()
+                        .map(|e| e.to_string())
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                )
+            })?;
+            for w in &loaded.warnings {
+                let _ = writeln!(err, "warning: {w}");
+            }
+            let Some(runner) = loaded.config.runners.first() else {
+                bail!("{} configures no [[runners]]", path.display());
+            };
+            let mut parts = parts;
+            if runner
+                .autoscaler
+                .as_ref()
+                .is_some_and(|a| a.plugin != "local" && !a.plugin.is_empty())
+            {
+                // Instances are other machines: builds go where the runner says, or /builds.
+                parts.builds_dir = runner
+                    .builds_dir
+                    .clone()
+                    .unwrap_or_else(|| "/builds".into());
+            }
+            fleet::from_runner(runner, parts).await?
+        }
+    };
+    let _ = writeln!(
+        err,
+        "running {} job(s) on {}",
+        pipeline.jobs.len(),
+        fleet.description
+    );
+    let mut predefined = ci::predefined_variables(dir);
+    predefined.extend(args.variables.iter().cloned());
+    let config = ExecConfig {
+        project_dir: dir.to_path_buf(),
+        logs_dir: state.join("logs"),
+        artifacts_dir,
+        predefined,
+        follow: args.follow.iter().cloned().collect(),
+    };
+    let (tx, mut rx) = mpsc::unbounded_channel::<ExecEvent>();
+    let cancel = CancellationToken::new();
+    {
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                cancel.cancel();
+            }
+        });
+    }
+    let plain = args.follow.is_some() || !std::io::stderr().is_terminal();
+    let mut progress = Progress::new(pipeline.jobs.len(), plain);
+    let run = run_pipeline(pipeline, fleet.dispatcher.clone(), &config, tx, cancel);
+    tokio::pin!(run);
+    let mut ticker = tokio::time::interval(std::time::Duration::from_millis(200));
+    let outcome = loop {
+        tokio::select! {
+            result = &mut run => break result?,
+            Some(event) = rx.recv() => progress.event(&event),
+            _ = ticker.tick() => progress.tick(),
+        }
+    };
+    while let Ok(event) = rx.try_recv() {
+        progress.event(&event);
+    }
+    progress.finish();
+    let report = fleet
+        .scaler
+        .shutdown(std::time::Duration::from_secs(30))
+        .await;
+    tracing::debug!(?report, "fleet shut down");
+    drop(scratch);
+    Ok(outcome)
+}

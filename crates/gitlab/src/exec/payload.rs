@@ -1,0 +1,248 @@
+//! A compiled job turned into GitLab's job payload, so a local run goes through the same
+//! runner, isolation levels and dispatcher as a job from GitLab.
+
+use crate::ci::{self, AllowFailure, CompiledJob};
+use flotilla_fleet::Secret;
+use flotilla_job::model::{
+    self, Artifact, ArtifactsFile, Cache, Dependency, Features, GitInfo, Image, JobInfo,
+    RunnerInfo, STEP_AFTER_SCRIPT, STEP_SCRIPT, Step,
+};
+use flotilla_job::{JobPayload, Variable};
+
+/// Job id of the pseudo-job whose "artifact" is the snapshot of the working tree that every
+/// job starts from.
+pub const SOURCES_JOB_ID: i64 = 0;
+
+/// The job timeout when the pipeline sets none (GitLab's default project timeout).
+pub const DEFAULT_TIMEOUT_SECS: u64 = 3600;
+
+/// What a payload needs beyond the compiled job.
+#[derive(Debug, Clone)]
+pub struct PayloadContext<'a> {
+    /// The job's id in this local pipeline (1, 2, …).
+    pub job_id: i64,
+    /// The pipeline's id (`CI_PIPELINE_ID`).
+    pub pipeline_id: i64,
+    /// The predefined variables of the pipeline (`CI_COMMIT_SHA`, `CI_PROJECT_DIR`, …),
+    /// overridden by the job's own.
+    pub predefined: &'a [(String, String)],
+    /// Project name and path (`CI_PROJECT_NAME`, `CI_PROJECT_PATH`).
+    pub project_name: &'a str,
+    /// The project path, used for the build directory.
+    pub project_path: &'a str,
+    /// The commit and ref the pipeline runs for.
+    pub sha: &'a str,
+    /// The branch or tag.
+    pub git_ref: &'a str,
+    /// Jobs whose artifacts this job downloads: `(job id, name, archive size)`, in order.
+    pub dependencies: Vec<(i64, String, u64)>,
+    /// Size of the working-tree snapshot every job starts from (`None`: no snapshot).
+    pub sources_size: Option<u64>,
+}
+
+/// The variables every local job gets on top of the pipeline's.
+fn job_variables(job: &CompiledJob, ctx: &PayloadContext<'_>) -> Vec<Variable> {
+    let mut out: Vec<Variable> = ctx.predefined.iter().map(|(k, v)| public(k, v)).collect();
+    out.push(public("CI_JOB_NAME", &job.name));
+    out.push(public("CI_JOB_NAME_SLUG", &ci::slugify(&job.name)));
+    out.push(public("CI_JOB_STAGE", &job.stage));
+    out.push(public("CI_JOB_ID", &ctx.job_id.to_string()));
+    out.push(public("CI_PIPELINE_ID", &ctx.pipeline_id.to_string()));
+    out.push(public("CI_PIPELINE_IID", &ctx.pipeline_id.to_string()));
+    out.push(public(
+        "CI_JOB_MANUAL",
+        if job.when == ci::When::Manual {
+            "true"
+        } else {
+            ""
+        },
+    ));
+    if let Some(p) = &job.parallel {
+        out.push(public("CI_NODE_INDEX", &p.index.to_string()));
+        out.push(public("CI_NODE_TOTAL", &p.total.to_string()));
+    }
+    // The working tree is copied in, not checked out: an empty directory to start from.
+    out.push(public("GIT_STRATEGY", "empty"));
+    for v in &job.variables {
+        out.push(Variable {
+            key: v.key.clone(),
+            value: v.value.clone(),
+            public: true,
+            file: false,
+            masked: false,
+            raw: v.raw,
+        });
+    }
+    // An explicit GIT_STRATEGY: none in the pipeline would leave stale files of an earlier
+    // job in the slot's directory; local runs always start clean.
+    for v in out.iter_mut().filter(|v| v.key == "GIT_STRATEGY") {
+        if v.value != "empty" {
+            v.value = "empty".into();
+        }
+    }
+    out
+}
+
+fn public(key: &str, value: &str) -> Variable {
+    Variable {
+        key: key.into(),
+        value: value.into(),
+        public: true,
+        file: false,
+        masked: false,
+        raw: true,
+    }
+}
+
+fn image(i: &ci::Image) -> Image {
+    Image {
+        name: i.name.clone(),
+        entrypoint: i.entrypoint.clone().unwrap_or_default(),
+        pull_policy: i.pull_policy.clone(),
+        ..Image::default()
+    }
+}
+
+fn service(s: &ci::Service) -> Image {
+    Image {
+        name: s.name.clone(),
+        alias: s.alias.clone().unwrap_or_default(),
+        entrypoint: s.entrypoint.clone().unwrap_or_default(),
+        command: s.command.clone().unwrap_or_default(),
+        pull_policy: s.pull_policy.clone(),
+        variables: s
+            .variables
+            .iter()
+            .map(|v| Variable::new(v.key.clone(), v.value.clone()))
+            .collect(),
+        ..Image::default()
+    }
+}
+
+fn artifact(a: &ci::Artifacts) -> Artifact {
+    Artifact {
+        name: a.name.clone().unwrap_or_else(|| "artifacts".into()),
+        untracked: a.untracked,
+        paths: a.paths.clone(),
+        exclude: a.exclude.clone(),
+        when: match a.when {
+            ci::ArtifactsWhen::OnSuccess => model::When::OnSuccess,
+            ci::ArtifactsWhen::OnFailure => model::When::OnFailure,
+            ci::ArtifactsWhen::Always => model::When::Always,
+        },
+        artifact_type: "archive".into(),
+        artifact_format: "zip".into(),
+        expire_in: a.expire_in.clone().unwrap_or_default(),
+    }
+}
+
+fn cache(c: &ci::Cache) -> Cache {
+    Cache {
+        key: c.key.clone(),
+        untracked: c.untracked,
+        policy: match c.policy {
+            ci::CachePolicy::PullPush => model::CachePolicy::PullPush,
+            ci::CachePolicy::Pull => model::CachePolicy::Pull,
+            ci::CachePolicy::Push => model::CachePolicy::Push,
+        },
+        paths: c.paths.clone(),
+        when: match c.when {
+            ci::CacheWhen::OnSuccess => model::When::OnSuccess,
+            ci::CacheWhen::OnFailure => model::When::OnFailure,
+            ci::CacheWhen::Always => model::When::Always,
+        },
+        fallback_keys: c.fallback_keys.clone(),
+    }
+}
+
+/// Builds the payload GitLab would send for `job`.
+pub fn to_payload(job: &CompiledJob, ctx: &PayloadContext<'_>) -> JobPayload {
+    let timeout = job.timeout.unwrap_or(DEFAULT_TIMEOUT_SECS);
+    let token = Secret::new(format!("local-{}-{}", ctx.pipeline_id, ctx.job_id));
+    let mut script = job.before_script.clone();
+    script.extend(job.script.iter().cloned());
+    let mut steps = vec![Step {
+        name: STEP_SCRIPT.into(),
+        script,
+        timeout,
+        when: model::When::OnSuccess,
+        allow_failure: false,
+    }];
+    if !job.after_script.is_empty() {
+        steps.push(Step {
+            name: STEP_AFTER_SCRIPT.into(),
+            script: job.after_script.clone(),
+            timeout,
+            when: model::When::Always,
+            allow_failure: true,
+        });
+    }
+    let mut dependencies = Vec::new();
+    if let Some(size) = ctx.sources_size {
+        dependencies.push(Dependency {
+            id: SOURCES_JOB_ID,
+            name: "working tree".into(),
+            token: token.clone(),
+            artifacts_file: Some(ArtifactsFile {
+                filename: "sources.zip".into(),
+                size,
+            }),
+        });
+    }
+    for (id, name, size) in &ctx.dependencies {
+        dependencies.push(Dependency {
+            id: *id,
+            name: name.clone(),
+            token: token.clone(),
+            artifacts_file: Some(ArtifactsFile {
+                filename: "artifacts.zip".into(),
+                size: *size,
+            }),
+        });
+    }
+    JobPayload {
+        id: ctx.job_id,
+        token,
+        allow_git_fetch: false,
+        job_info: JobInfo {
+            id: ctx.job_id,
+            name: job.name.clone(),
+            stage: job.stage.clone(),
+            pipeline_id: ctx.pipeline_id,
+            project_name: ctx.project_name.into(),
+            project_full_path: ctx.project_path.into(),
+            ..JobInfo::default()
+        },
+        git_info: GitInfo {
+            repo_url: Secret::new(String::new()),
+            git_ref: ctx.git_ref.into(),
+            sha: ctx.sha.into(),
+            ref_type: "branch".into(),
+            ..GitInfo::default()
+        },
+        runner_info: RunnerInfo {
+            timeout,
+            ..RunnerInfo::default()
+        },
+        variables: job_variables(job, ctx),
+        steps,
+        image: job.image.as_ref().map(image),
+        services: job.services.iter().map(service).collect(),
+        artifacts: job.artifacts.iter().map(artifact).collect(),
+        cache: job.cache.iter().map(cache).collect(),
+        dependencies,
+        features: Features {
+            trace_sections: true,
+            ..Features::default()
+        },
+        ..JobPayload::default()
+    }
+}
+
+/// Whether a failure with this exit code is allowed by the job.
+pub fn failure_allowed(job: &CompiledJob, exit_code: Option<i32>) -> bool {
+    match &job.allow_failure {
+        AllowFailure::No => false,
+        other => other.allows(exit_code),
+    }
+}

@@ -1,0 +1,652 @@
+//! Running a compiled pipeline: every job as soon as what it waits for has finished (its
+//! `needs`, or the stages before it), in parallel up to what the fleet can take, with
+//! artifacts passed from job to job, `when`, `allow_failure` and `retry` as GitLab applies
+//! them.
+
+use super::payload::{self, PayloadContext, SOURCES_JOB_ID};
+use super::snapshot::{self, SnapshotError};
+use crate::ci::{self, CompiledJob, Pipeline};
+use flotilla_dispatch::Dispatcher;
+use flotilla_job::{
+    FailureReason, FileSink, JobCancel, LocalArtifactStore, Outcome, TerminalSink, TraceError,
+    TraceSink,
+};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+/// How a job ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobStatus {
+    /// It succeeded.
+    Success,
+    /// It failed; `allowed` when `allow_failure` covers it.
+    Failed {
+        /// The failure does not fail the pipeline.
+        allowed: bool,
+        /// Why it failed.
+        reason: FailureReason,
+        /// The script's exit code, if it got that far.
+        exit_code: Option<i32>,
+    },
+    /// It did not run.
+    Skipped {
+        /// Why not.
+        reason: String,
+        /// Because something it waited for failed (so the jobs after it skip too).
+        upstream_failed: bool,
+    },
+    /// The run was interrupted before or while it ran.
+    Canceled,
+}
+
+impl JobStatus {
+    /// A word for tables and logs.
+    pub fn label(&self) -> &'static str {
+        match self {
+            JobStatus::Success => "passed",
+            JobStatus::Failed { allowed: true, .. } => "failed (allowed)",
+            JobStatus::Failed { .. } => "failed",
+            JobStatus::Skipped { .. } => "skipped",
+            JobStatus::Canceled => "canceled",
+        }
+    }
+
+    /// Whether this fails the pipeline.
+    pub fn fails_pipeline(&self) -> bool {
+        matches!(
+            self,
+            JobStatus::Failed { allowed: false, .. } | JobStatus::Canceled
+        )
+    }
+
+    /// Whether jobs waiting for this one see a failure.
+    fn is_upstream_failure(&self) -> bool {
+        matches!(
+            self,
+            JobStatus::Failed { allowed: false, .. }
+                | JobStatus::Canceled
+                | JobStatus::Skipped {
+                    upstream_failed: true,
+                    ..
+                }
+        )
+    }
+}
+
+/// Progress, as it happens.
+#[derive(Debug, Clone)]
+pub enum ExecEvent {
+    /// A job started (or started again, for a retry).
+    Started {
+        /// Index in the pipeline.
+        job: usize,
+        /// Its name.
+        name: String,
+        /// 1 for the first attempt.
+        attempt: u32,
+        /// Where its full log goes.
+        log: PathBuf,
+    },
+    /// A job ended.
+    Finished {
+        /// Index in the pipeline.
+        job: usize,
+        /// Its name.
+        name: String,
+        /// How.
+        status: JobStatus,
+        /// How long it ran.
+        duration: Duration,
+    },
+}
+
+/// One job's result.
+#[derive(Debug, Clone)]
+pub struct JobSummary {
+    /// Its name.
+    pub name: String,
+    /// Its stage.
+    pub stage: String,
+    /// How it ended.
+    pub status: JobStatus,
+    /// How long it ran (all attempts).
+    pub duration: Duration,
+    /// Attempts made.
+    pub attempts: u32,
+    /// Its log file.
+    pub log: Option<PathBuf>,
+}
+
+/// The pipeline's result.
+#[derive(Debug, Clone)]
+pub struct PipelineOutcome {
+    /// Every job, in pipeline order.
+    pub jobs: Vec<JobSummary>,
+    /// Wall time.
+    pub duration: Duration,
+}
+
+impl PipelineOutcome {
+    /// Whether no job that may not fail failed.
+    pub fn passed(&self) -> bool {
+        !self.jobs.iter().any(|j| j.status.fails_pipeline())
+    }
+}
+
+/// What a run needs besides the pipeline and the fleet.
+#[derive(Debug, Clone)]
+pub struct ExecConfig {
+    /// The project's directory (the working tree jobs start from).
+    pub project_dir: PathBuf,
+    /// Where logs go (`<dir>/<pipeline id>/<job>.log`).
+    pub logs_dir: PathBuf,
+    /// The root of the local artifact store the dispatcher uses.
+    pub artifacts_dir: PathBuf,
+    /// The pipeline's predefined variables.
+    pub predefined: Vec<(String, String)>,
+    /// Jobs whose output is streamed to the terminal as it comes.
+    pub follow: Vec<String>,
+}
+
+/// Why a pipeline could not run at all.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    /// The working tree could not be archived.
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
+    /// A log file could not be created.
+    #[error("cannot create the log {path}: {source}")]
+    Log {
+        /// The log file.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: TraceError,
+    },
+}
+
+fn var<'a>(vars: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    vars.iter()
+        .rev()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+}
+
+/// Several sinks as one.
+struct Tee(Vec<Box<dyn TraceSink>>);
+
+#[async_trait::async_trait]
+impl TraceSink for Tee {
+    async fn write(&mut self, bytes: &[u8]) -> Result<(), TraceError> {
+        for s in &mut self.0 {
+            s.write(bytes).await?;
+        }
+        Ok(())
+    }
+    async fn finish(&mut self) -> Result<(), TraceError> {
+        for s in &mut self.0 {
+            s.finish().await?;
+        }
+        Ok(())
+    }
+}
+
+/// GitLab's names for `retry: when`.
+fn retry_reason(reason: FailureReason) -> &'static str {
+    match reason {
+        FailureReason::ScriptFailure => "script_failure",
+        FailureReason::RunnerSystemFailure => "runner_system_failure",
+        FailureReason::JobExecutionTimeout => "job_execution_timeout",
+        FailureReason::ImagePullFailure => "image_pull_failure",
+        FailureReason::UnknownFailure => "unknown_failure",
+        FailureReason::RunnerConfigurationError => "script_failure",
+        FailureReason::RunnerExternalDependencyFailure => "runner_system_failure",
+        FailureReason::RunnerInterrupted => "runner_system_failure",
+        FailureReason::JobCanceled => "job_canceled",
+    }
+}
+
+fn should_retry(job: &CompiledJob, attempt: u32, reason: FailureReason, code: Option<i32>) -> bool {
+    if attempt > u32::from(job.retry.max) || reason == FailureReason::JobCanceled {
+        return false;
+    }
+    let when_ok = job.retry.when.is_empty()
+        || job
+            .retry
+            .when
+            .iter()
+            .any(|w| w == "always" || w == retry_reason(reason));
+    let code_ok =
+        job.retry.exit_codes.is_empty() || code.is_some_and(|c| job.retry.exit_codes.contains(&c));
+    when_ok && code_ok
+}
+
+/// Whether a job should run given how the jobs it waits for ended.
+fn decide(job: &CompiledJob, upstream: &[&JobStatus]) -> Result<(), JobStatus> {
+    let failed = upstream.iter().any(|s| s.is_upstream_failure());
+    match job.when {
+        ci::When::OnSuccess | ci::When::Manual if failed => Err(JobStatus::Skipped {
+            reason: "a job it waits for failed".into(),
+            upstream_failed: true,
+        }),
+        ci::When::OnFailure if !failed => Err(JobStatus::Skipped {
+            reason: "when: on_failure and nothing failed".into(),
+            upstream_failed: false,
+        }),
+        ci::When::Never => Err(JobStatus::Skipped {
+            reason: "when: never".into(),
+            upstream_failed: false,
+        }),
+        _ => Ok(()),
+    }
+}
+
+enum Slot {
+    Waiting,
+    Running,
+    Done,
+}
+
+struct Attempt {
+    job: usize,
+    attempt: u32,
+    status: JobStatus,
+    duration: Duration,
+}
+
+/// Runs `pipeline` on `dispatcher`'s fleet. Jobs start as soon as what they wait for has
+/// ended; a `cancel` stops the run (running jobs are canceled gracefully, after_script runs).
+pub async fn run_pipeline(
+    pipeline: &Pipeline,
+    dispatcher: Arc<Dispatcher>,
+    config: &ExecConfig,
+    events: mpsc::UnboundedSender<ExecEvent>,
+    cancel: CancellationToken,
+) -> Result<PipelineOutcome, ExecError> {
+    let started = Instant::now();
+    let store = LocalArtifactStore::new(&config.artifacts_dir);
+    let sources = store.archive_path(SOURCES_JOB_ID, "archive");
+    let report = {
+        let dir = config.project_dir.clone();
+        let out = sources.clone();
+        tokio::task::spawn_blocking(move || snapshot::snapshot(&dir, &out))
+            .await
+            .map_err(|e| SnapshotError::Io {
+                path: sources.clone(),
+                source: std::io::Error::other(e.to_string()),
+            })??
+    };
+    tracing::debug!(
+        files = report.files,
+        bytes = report.archive_bytes,
+        "working tree archived"
+    );
+
+    let pipeline_id: i64 = var(&config.predefined, "CI_PIPELINE_ID")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let project_name = var(&config.predefined, "CI_PROJECT_NAME")
+        .unwrap_or("project")
+        .to_string();
+    let project_path = var(&config.predefined, "CI_PROJECT_PATH")
+        .unwrap_or("local/project")
+        .to_string();
+    let sha = var(&config.predefined, "CI_COMMIT_SHA")
+        .unwrap_or_default()
+        .to_string();
+    let git_ref = var(&config.predefined, "CI_COMMIT_REF_NAME")
+        .unwrap_or_default()
+        .to_string();
+    let logs = config.logs_dir.join(pipeline_id.to_string());
+
+    let dag = pipeline.dag();
+    let n = pipeline.jobs.len();
+    let mut slots: Vec<Slot> = (0..n).map(|_| Slot::Waiting).collect();
+    let mut summaries: Vec<JobSummary> = pipeline
+        .jobs
+        .iter()
+        .map(|j| JobSummary {
+            name: j.name.clone(),
+            stage: j.stage.clone(),
+            status: JobStatus::Canceled,
+            duration: Duration::ZERO,
+            attempts: 0,
+            log: None,
+        })
+        .collect();
+    let mut running: JoinSet<Attempt> = JoinSet::new();
+    let mut cancels: Vec<Option<JobCancel>> = vec![None; n];
+    let mut canceled = false;
+
+    loop {
+        // Start (or skip) every job whose wait is over.
+        if !canceled {
+            let mut progress = true;
+            while progress {
+                progress = false;
+                for i in 0..n {
+                    if !matches!(slots[i], Slot::Waiting) {
+                        continue;
+                    }
+                    if dag[i].iter().any(|d| !matches!(slots[*d], Slot::Done)) {
+                        continue;
+                    }
+                    let upstream: Vec<&JobStatus> =
+                        dag[i].iter().map(|d| &summaries[*d].status).collect();
+                    if let Err(skip) = decide(&pipeline.jobs[i], &upstream) {
+                        summaries[i].status = skip.clone();
+                        slots[i] = Slot::Done;
+                        let _ = events.send(ExecEvent::Finished {
+                            job: i,
+                            name: pipeline.jobs[i].name.clone(),
+                            status: skip,
+                            duration: Duration::ZERO,
+                        });
+                        progress = true;
+                        continue;
+                    }
+                    let job_cancel = JobCancel::new();
+                    cancels[i] = Some(job_cancel.clone());
+                    slots[i] = Slot::Running;
+                    let ctx = JobContext {
+                        index: i,
+                        job: pipeline.jobs[i].clone(),
+                        attempt: summaries[i].attempts + 1,
+                        job_id: (i + 1) as i64,
+                        pipeline_id,
+                        dependencies: dependencies_of(pipeline, i, &summaries, &store),
+                        sources_size: report.archive_bytes,
+                        predefined: config.predefined.clone(),
+                        project_name: project_name.clone(),
+                        project_path: project_path.clone(),
+                        sha: sha.clone(),
+                        git_ref: git_ref.clone(),
+                        log: logs.join(format!(
+                            "{:02}-{}.log",
+                            i + 1,
+                            ci::slugify(&pipeline.jobs[i].name)
+                        )),
+                        follow: config.follow.iter().any(|f| {
+                            f == &pipeline.jobs[i].name || f == &pipeline.jobs[i].base_name
+                        }),
+                    };
+                    summaries[i].attempts += 1;
+                    summaries[i].log = Some(ctx.log.clone());
+                    let dispatcher = dispatcher.clone();
+                    let events = events.clone();
+                    running
+                        .spawn(async move { run_job(ctx, dispatcher, events, job_cancel).await });
+                }
+            }
+        }
+        if running.is_empty() {
+            break;
+        }
+        tokio::select! {
+            biased;
+            _ = cancel.cancelled(), if !canceled => {
+                canceled = true;
+                for c in cancels.iter().flatten() {
+                    c.cancel();
+                }
+            }
+            done = running.join_next() => {
+                let Some(done) = done else { break };
+                let attempt = match done {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::error!(error = %e, "a job task failed");
+                        continue;
+                    }
+                };
+                let i = attempt.job;
+                summaries[i].duration += attempt.duration;
+                let job = &pipeline.jobs[i];
+                if let JobStatus::Failed { reason, exit_code, .. } = &attempt.status
+                    && !canceled
+                    && should_retry(job, attempt.attempt, *reason, *exit_code)
+                {
+                    // Back to waiting: the loop above starts it again at once.
+                    slots[i] = Slot::Waiting;
+                    continue;
+                }
+                summaries[i].status = attempt.status.clone();
+                slots[i] = Slot::Done;
+                let _ = events.send(ExecEvent::Finished {
+                    job: i,
+                    name: job.name.clone(),
+                    status: attempt.status,
+                    duration: summaries[i].duration,
+                });
+            }
+        }
+    }
+    // Jobs never started because the run was canceled stay `Canceled`.
+    Ok(PipelineOutcome {
+        jobs: summaries,
+        duration: started.elapsed(),
+    })
+}
+
+/// The dependencies whose artifacts a job downloads: `(id, name, size)` of those that
+/// produced an archive.
+fn dependencies_of(
+    pipeline: &Pipeline,
+    i: usize,
+    summaries: &[JobSummary],
+    store: &LocalArtifactStore,
+) -> Vec<(i64, String, u64)> {
+    let _ = summaries;
+    pipeline.jobs[i]
+        .dependencies
+        .iter()
+        .filter_map(|name| {
+            let d = pipeline.jobs.iter().position(|j| &j.name == name)?;
+            let id = (d + 1) as i64;
+            let size = std::fs::metadata(store.archive_path(id, "archive"))
+                .ok()?
+                .len();
+            Some((id, name.clone(), size))
+        })
+        .collect()
+}
+
+struct JobContext {
+    index: usize,
+    job: CompiledJob,
+    attempt: u32,
+    job_id: i64,
+    pipeline_id: i64,
+    dependencies: Vec<(i64, String, u64)>,
+    sources_size: u64,
+    predefined: Vec<(String, String)>,
+    project_name: String,
+    project_path: String,
+    sha: String,
+    git_ref: String,
+    log: PathBuf,
+    follow: bool,
+}
+
+async fn open_sinks(log: &Path, follow: Option<&str>) -> Result<Tee, TraceError> {
+    if let Some(parent) = log.parent() {
+        tokio::fs::create_dir_all(parent)
+            .await
+            .map_err(|source| TraceError::Io {
+                target: parent.display().to_string(),
+                source,
+            })?;
+    }
+    let mut sinks: Vec<Box<dyn TraceSink>> = vec![Box::new(FileSink::create(log).await?)];
+    if let Some(name) = follow {
+        sinks.push(Box::new(TerminalSink::with_prefix(format!("[{name}] "))));
+    }
+    Ok(Tee(sinks))
+}
+
+async fn run_job(
+    ctx: JobContext,
+    dispatcher: Arc<Dispatcher>,
+    events: mpsc::UnboundedSender<ExecEvent>,
+    cancel: JobCancel,
+) -> Attempt {
+    let started = Instant::now();
+    let _ = events.send(ExecEvent::Started {
+        job: ctx.index,
+        name: ctx.job.name.clone(),
+        attempt: ctx.attempt,
+        log: ctx.log.clone(),
+    });
+    let payload = payload::to_payload(
+        &ctx.job,
+        &PayloadContext {
+            job_id: ctx.job_id,
+            pipeline_id: ctx.pipeline_id,
+            predefined: &ctx.predefined,
+            project_name: &ctx.project_name,
+            project_path: &ctx.project_path,
+            sha: &ctx.sha,
+            git_ref: &ctx.git_ref,
+            dependencies: ctx.dependencies.clone(),
+            sources_size: Some(ctx.sources_size),
+        },
+    );
+    let mut sink = match open_sinks(&ctx.log, ctx.follow.then_some(ctx.job.name.as_str())).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot open the job's log");
+            return Attempt {
+                job: ctx.index,
+                attempt: ctx.attempt,
+                status: JobStatus::Failed {
+                    allowed: false,
+                    reason: FailureReason::RunnerSystemFailure,
+                    exit_code: None,
+                },
+                duration: started.elapsed(),
+            };
+        }
+    };
+    let key = format!("exec-{}-{}-{}", ctx.pipeline_id, ctx.job_id, ctx.attempt);
+    let result = dispatcher
+        .dispatch(&key, &payload, &mut sink, &cancel)
+        .await;
+    let _ = sink.finish().await;
+    let status = match result.outcome {
+        Outcome::Success => JobStatus::Success,
+        Outcome::Failed { reason, .. } if cancel.is_canceled() || cancel.is_aborted() => {
+            let _ = reason;
+            JobStatus::Canceled
+        }
+        Outcome::Failed { reason, exit_code } => JobStatus::Failed {
+            allowed: payload::failure_allowed(&ctx.job, exit_code),
+            reason,
+            exit_code,
+        },
+    };
+    Attempt {
+        job: ctx.index,
+        attempt: ctx.attempt,
+        status,
+        duration: started.elapsed(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job() -> CompiledJob {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join(".gitlab-ci.yml"), "j:\n  script: [true]\n").unwrap();
+        let p = ci::compile(&ci::CompileOptions::new(d.path())).unwrap();
+        p.jobs[0].clone()
+    }
+
+    #[test]
+    fn failure_propagation_rules() {
+        let mut job = job();
+        let ok = JobStatus::Success;
+        let failed = JobStatus::Failed {
+            allowed: false,
+            reason: FailureReason::ScriptFailure,
+            exit_code: Some(1),
+        };
+        let allowed = JobStatus::Failed {
+            allowed: true,
+            reason: FailureReason::ScriptFailure,
+            exit_code: Some(1),
+        };
+        assert!(decide(&job, &[&ok, &allowed]).is_ok());
+        assert!(matches!(
+            decide(&job, &[&ok, &failed]),
+            Err(JobStatus::Skipped {
+                upstream_failed: true,
+                ..
+            })
+        ));
+        job.when = ci::When::OnFailure;
+        assert!(decide(&job, &[&failed]).is_ok());
+        assert!(decide(&job, &[&ok]).is_err());
+        job.when = ci::When::Always;
+        assert!(decide(&job, &[&failed]).is_ok());
+        // A job skipped because nothing failed does not block the ones after it.
+        let benign = JobStatus::Skipped {
+            reason: String::new(),
+            upstream_failed: false,
+        };
+        job.when = ci::When::OnSuccess;
+        assert!(decide(&job, &[&benign]).is_ok());
+    }
+
+    #[test]
+    fn retry_rules() {
+        let mut job = job();
+        job.retry.max = 2;
+        assert!(should_retry(&job, 1, FailureReason::ScriptFailure, Some(1)));
+        assert!(should_retry(&job, 2, FailureReason::ScriptFailure, Some(1)));
+        assert!(!should_retry(
+            &job,
+            3,
+            FailureReason::ScriptFailure,
+            Some(1)
+        ));
+        job.retry.when = vec!["runner_system_failure".into()];
+        assert!(!should_retry(
+            &job,
+            1,
+            FailureReason::ScriptFailure,
+            Some(1)
+        ));
+        assert!(should_retry(
+            &job,
+            1,
+            FailureReason::RunnerSystemFailure,
+            None
+        ));
+        job.retry.when.clear();
+        job.retry.exit_codes = vec![137];
+        assert!(!should_retry(
+            &job,
+            1,
+            FailureReason::ScriptFailure,
+            Some(1)
+        ));
+        assert!(should_retry(
+            &job,
+            1,
+            FailureReason::ScriptFailure,
+            Some(137)
+        ));
+        assert!(!should_retry(
+            &job,
+            1,
+            FailureReason::JobCanceled,
+            Some(137)
+        ));
+    }
+}

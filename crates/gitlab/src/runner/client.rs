@@ -1,0 +1,798 @@
+//! The runner API client.
+
+use super::error::{ClientError, transport_message};
+use super::features::Info;
+use super::job_status::RemoteJobState;
+use super::redact::redact_url;
+use super::retry::{RetryPolicy, retryable_status, server_hint};
+use super::wire::{JobRequest, UpdateJobRequest, VerifyRequest, VerifyResponse};
+use bytes::Bytes;
+use flotilla_fleet::Secret;
+use flotilla_job::{ArtifactUpload, JobPayload, PayloadError};
+use futures::StreamExt;
+use reqwest::header::{HeaderMap, HeaderValue};
+use reqwest::{Method, RequestBuilder, Response, Url};
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
+use tokio::io::AsyncWriteExt;
+
+/// The header carrying the runner token.
+pub const RUNNER_TOKEN_HEADER: &str = "RUNNER-TOKEN";
+/// The header carrying a job token.
+pub const JOB_TOKEN_HEADER: &str = "JOB-TOKEN";
+/// The correlation id header.
+pub const REQUEST_ID_HEADER: &str = "X-Request-Id";
+/// The header with the runner queue's value, echoed as `last_update`.
+pub const LAST_UPDATE_HEADER: &str = "X-GitLab-Last-Update";
+/// The header Workhorse sets on answers that ended a long poll.
+pub const POLLING_HEADER: &str = "Gitlab-Ci-Builds-Polling";
+/// The header with the trace update interval, in seconds.
+pub const TRACE_UPDATE_INTERVAL_HEADER: &str = "X-GitLab-Trace-Update-Interval";
+/// The header with the job's remote state.
+pub const JOB_STATUS_HEADER: &str = "Job-Status";
+
+/// Longest trace update interval a server may ask for (GitLab Runner caps it at 15 min).
+const MAX_UPDATE_INTERVAL: Duration = Duration::from_secs(15 * 60);
+/// Redirects followed for artifact transfers.
+const MAX_REDIRECTS: usize = 5;
+
+/// How to reach GitLab as one runner.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// GitLab's base URL (`https://gitlab.example.com`).
+    pub url: String,
+    /// The runner authentication token (`glrt-…`).
+    pub token: Secret<String>,
+    /// This manager's id (see [`super::system_id`]).
+    pub system_id: String,
+    /// What this runner is and can do.
+    pub info: Info,
+    /// Timeout of a job request; must exceed GitLab's long poll (50 s by default). GitLab
+    /// Runner waits 10 min for the answer's headers.
+    pub request_timeout: Duration,
+    /// Timeout of the other JSON calls (PUT, PATCH, verify).
+    pub call_timeout: Duration,
+    /// Timeout of establishing a connection.
+    pub connect_timeout: Duration,
+    /// Retries of failed calls.
+    pub retry: RetryPolicy,
+}
+
+impl ClientConfig {
+    /// A configuration with GitLab Runner's timeouts and retries.
+    pub fn new(
+        url: impl Into<String>,
+        token: Secret<String>,
+        system_id: String,
+        info: Info,
+    ) -> Self {
+        ClientConfig {
+            url: url.into(),
+            token,
+            system_id,
+            info,
+            request_timeout: Duration::from_secs(10 * 60),
+            call_timeout: Duration::from_secs(5 * 60),
+            connect_timeout: Duration::from_secs(30),
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+/// What `POST /runners/verify` said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifiedRunner {
+    /// The runner's id, when GitLab sent it (legacy servers answer plain text).
+    pub id: Option<i64>,
+    /// When the token expires, when GitLab said.
+    pub token_expires_at: Option<String>,
+}
+
+/// A job GitLab handed out (`201`).
+#[derive(Debug)]
+pub struct ReceivedJob {
+    /// The job id, if the body had one.
+    pub id: Option<i64>,
+    /// The job token, if the body had one.
+    pub token: Option<Secret<String>>,
+    /// `features.failure_reasons`, read even from a payload that does not decode.
+    pub failure_reasons: Vec<String>,
+    /// The decoded payload, or why it does not decode.
+    pub payload: Result<JobPayload, PayloadError>,
+}
+
+impl ReceivedJob {
+    /// Decodes a `201` body: the id, token and failure reasons leniently, then the payload.
+    pub fn parse(body: &[u8]) -> ReceivedJob {
+        let value: serde_json::Value = match serde_json::from_slice(body) {
+            Ok(v) => v,
+            Err(e) => {
+                return ReceivedJob {
+                    id: None,
+                    token: None,
+                    failure_reasons: Vec::new(),
+                    payload: Err(PayloadError {
+                        path: ".".into(),
+                        message: format!("not JSON: {e}"),
+                    }),
+                };
+            }
+        };
+        let id = value.get("id").and_then(|v| v.as_i64());
+        let token = value
+            .get("token")
+            .and_then(|v| v.as_str())
+            .map(|s| Secret::new(s.to_string()));
+        let failure_reasons = value
+            .pointer("/features/failure_reasons")
+            .and_then(|v| v.as_array())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default();
+        ReceivedJob {
+            id,
+            token,
+            failure_reasons,
+            payload: JobPayload::from_value(value),
+        }
+    }
+}
+
+/// The answer to a job request.
+#[derive(Debug)]
+pub enum JobRequestOutcome {
+    /// A job (`201`).
+    Job(Box<ReceivedJob>),
+    /// No job (`204`, or `409` when GitLab hit a conflict while assigning).
+    NoJob {
+        /// Whether GitLab's queue value changed (`X-GitLab-Last-Update` differs from the
+        /// one sent): a job may be waiting, so ask again at once.
+        queue_changed: bool,
+        /// Whether the answer ended a long poll (`Gitlab-Ci-Builds-Polling: yes`): the
+        /// request already waited, or the queue changed meanwhile; ask again at once.
+        long_polled: bool,
+    },
+}
+
+/// The answer to a `PUT /jobs/:id`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpdateResponse {
+    /// The HTTP status (200 applied, 202 trace still persisting, 412 checksum mismatch,
+    /// 403/404 the job is no longer ours).
+    pub status: u16,
+    /// What `Job-Status` said (a 403 counts as [`RemoteJobState::Gone`]).
+    pub remote: RemoteJobState,
+    /// `X-GitLab-Trace-Update-Interval`, when sent.
+    pub update_interval: Option<Duration>,
+}
+
+/// The answer to a `PATCH /jobs/:id/trace`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PatchResponse {
+    /// The HTTP status (202 accepted, 416 wrong offset, 403 job gone, 404 unknown job).
+    pub status: u16,
+    /// What `Job-Status` said (a 403 counts as [`RemoteJobState::Gone`]).
+    pub remote: RemoteJobState,
+    /// The end of `Range: 0-<size>`: how many bytes GitLab holds.
+    pub range_end: Option<u64>,
+    /// `X-GitLab-Trace-Update-Interval`, when sent.
+    pub update_interval: Option<Duration>,
+}
+
+/// One call, for errors and logs.
+#[derive(Debug, Clone)]
+struct Call {
+    method: &'static str,
+    path: String,
+}
+
+/// A runner API client for one runner token. Cheap to share behind an `Arc`.
+#[derive(Debug)]
+pub struct Client {
+    http: reqwest::Client,
+    base: Url,
+    token: Secret<String>,
+    system_id: String,
+    info: Info,
+    request_timeout: Duration,
+    call_timeout: Duration,
+    retry: RetryPolicy,
+    user_agent: String,
+    last_update: Mutex<String>,
+}
+
+impl Client {
+    /// A client for `config`.
+    pub fn new(config: ClientConfig) -> Result<Client, ClientError> {
+        let mut url = config.url.trim().to_string();
+        if !url.ends_with('/') {
+            url.push('/');
+        }
+        let base = Url::parse(&url)
+            .map_err(|e| ClientError::Config(format!("GitLab URL {}: {e}", redact_url(&url))))?;
+        if !matches!(base.scheme(), "http" | "https") {
+            return Err(ClientError::Config(format!(
+                "GitLab URL {}: the scheme must be http or https",
+                redact_url(&url)
+            )));
+        }
+        let http = reqwest::Client::builder()
+            .connect_timeout(config.connect_timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| ClientError::Config(format!("HTTP client: {}", transport_message(e))))?;
+        let user_agent = format!(
+            "{} {} ({}; {})",
+            config.info.name, config.info.version, config.info.platform, config.info.architecture
+        );
+        Ok(Client {
+            http,
+            base,
+            token: config.token,
+            system_id: config.system_id,
+            info: config.info,
+            request_timeout: config.request_timeout,
+            call_timeout: config.call_timeout,
+            retry: config.retry,
+            user_agent,
+            last_update: Mutex::new(String::new()),
+        })
+    }
+
+    /// The info sent with every call.
+    pub fn info(&self) -> &Info {
+        &self.info
+    }
+
+    /// This manager's system id.
+    pub fn system_id(&self) -> &str {
+        &self.system_id
+    }
+
+    /// GitLab's base URL, redacted.
+    pub fn base_url(&self) -> String {
+        redact_url(self.base.as_str())
+    }
+
+    /// The retry policy.
+    pub fn retry_policy(&self) -> RetryPolicy {
+        self.retry
+    }
+
+    /// The `last_update` the next job request sends.
+    pub fn last_update(&self) -> String {
+        self.last_update
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_default()
+    }
+
+    fn api(&self, path: &str) -> Result<Url, ClientError> {
+        self.base
+            .join(&format!("api/v4/{path}"))
+            .map_err(|e| ClientError::Config(format!("building the URL of {path}: {e}")))
+    }
+
+    /// Sends a request built by `build`, retrying transport failures and retryable statuses
+    /// as [`RetryPolicy`] says. The last answer is returned whatever its status.
+    async fn send(
+        &self,
+        call: &Call,
+        build: &(dyn Fn() -> Result<RequestBuilder, ClientError> + Send + Sync),
+    ) -> Result<Response, ClientError> {
+        let attempts = self.retry.attempts.max(1);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let request_id = uuid::Uuid::new_v4().simple().to_string();
+            let req = build()?
+                .header(REQUEST_ID_HEADER, &request_id)
+                .header(reqwest::header::USER_AGENT, &self.user_agent);
+            let started = Instant::now();
+            match req.send().await {
+                Ok(resp) => {
+                    let status = resp.status().as_u16();
+                    tracing::debug!(
+                        method = call.method, path = %call.path, status, attempt,
+                        request_id = %request_id, elapsed_ms = started.elapsed().as_millis() as u64,
+                        "runner API call"
+                    );
+                    if retryable_status(status) && attempt < attempts {
+                        let hint = server_hint(
+                            header_str(resp.headers(), "retry-after"),
+                            header_str(resp.headers(), "ratelimit-resettime"),
+                            SystemTime::now(),
+                        );
+                        let delay = self.retry.delay(attempt, hint, rand::random::<f64>());
+                        tracing::info!(
+                            method = call.method, path = %call.path, status, attempt,
+                            delay_ms = delay.as_millis() as u64,
+                            "runner API call answered a retryable status; retrying"
+                        );
+                        drop(resp);
+                        tokio::time::sleep(delay).await;
+                        continue;
+                    }
+                    return Ok(resp);
+                }
+                Err(e) => {
+                    let message = transport_message(e);
+                    if attempt < attempts {
+                        let delay = self.retry.delay(attempt, None, rand::random::<f64>());
+                        tracing::info!(
+                            method = call.method, path = %call.path, attempt, error = %message,
+                            delay_ms = delay.as_millis() as u64,
+                            "runner API call failed; retrying"
+                        );
+                        tokio::time::sleep(delay).await;
+                        continue;
+                    }
+                    return Err(ClientError::Transport {
+                        method: call.method,
+                        path: call.path.clone(),
+                        message,
+                        attempts: attempt,
+                    });
+                }
+            }
+        }
+    }
+
+    fn status_error(call: &Call, status: u16, detail: &str) -> ClientError {
+        ClientError::Status {
+            method: call.method,
+            path: call.path.clone(),
+            status,
+            detail: if detail.is_empty() {
+                String::new()
+            } else {
+                format!(": {detail}")
+            },
+        }
+    }
+
+    /// `POST /api/v4/runners/verify`: checks the runner token and registers this manager
+    /// (`system_id`, `info`). A 403 is [`ClientError::InvalidRunnerToken`].
+    pub async fn verify(&self) -> Result<VerifiedRunner, ClientError> {
+        let call = Call {
+            method: "POST",
+            path: "/api/v4/runners/verify".into(),
+        };
+        let url = self.api("runners/verify")?;
+        let body = VerifyRequest {
+            token: self.token.expose(),
+            system_id: &self.system_id,
+            info: &self.info,
+        };
+        let body = serde_json::to_vec(&body).map_err(|e| ClientError::Config(e.to_string()))?;
+        let resp = self
+            .send(&call, &|| {
+                Ok(self
+                    .json_request(Method::POST, url.clone(), self.call_timeout)
+                    .header(RUNNER_TOKEN_HEADER, self.token.expose())
+                    .body(body.clone()))
+            })
+            .await?;
+        let status = resp.status().as_u16();
+        match status {
+            200 | 201 => {
+                let bytes = resp.bytes().await.unwrap_or_default();
+                let parsed: VerifyResponse = serde_json::from_slice(&bytes).unwrap_or_default();
+                Ok(VerifiedRunner {
+                    id: (parsed.id != 0).then_some(parsed.id),
+                    token_expires_at: parsed.token_expires_at,
+                })
+            }
+            403 => Err(ClientError::InvalidRunnerToken {
+                endpoint: "/api/v4/runners/verify",
+            }),
+            _ => Err(Self::status_error(&call, status, "")),
+        }
+    }
+
+    /// `POST /api/v4/jobs/request`: asks for a job, long polling when a `last_update` is
+    /// known. 403 is [`ClientError::InvalidRunnerToken`]; retryable statuses that persist
+    /// after every retry are [`ClientError::Status`].
+    pub async fn request_job(&self) -> Result<JobRequestOutcome, ClientError> {
+        let call = Call {
+            method: "POST",
+            path: "/api/v4/jobs/request".into(),
+        };
+        let url = self.api("jobs/request")?;
+        let sent_last_update = self.last_update();
+        let body = JobRequest {
+            token: self.token.expose(),
+            system_id: &self.system_id,
+            last_update: &sent_last_update,
+            info: &self.info,
+        };
+        let body = serde_json::to_vec(&body).map_err(|e| ClientError::Config(e.to_string()))?;
+        let resp = self
+            .send(&call, &|| {
+                Ok(self
+                    .json_request(Method::POST, url.clone(), self.request_timeout)
+                    .header(RUNNER_TOKEN_HEADER, self.token.expose())
+                    .body(body.clone()))
+            })
+            .await?;
+        let status = resp.status().as_u16();
+        let mut queue_changed = false;
+        let long_polled = header_str(resp.headers(), POLLING_HEADER) == Some("yes");
+        if let Some(v) = header_str(resp.headers(), LAST_UPDATE_HEADER) {
+            queue_changed = v != sent_last_update;
+            if let Ok(mut l) = self.last_update.lock() {
+                *l = v.to_string();
+            }
+        }
+        match status {
+            201 => {
+                let body = resp.bytes().await.map_err(|e| ClientError::Transport {
+                    method: call.method,
+                    path: call.path.clone(),
+                    message: transport_message(e),
+                    attempts: 1,
+                })?;
+                Ok(JobRequestOutcome::Job(Box::new(ReceivedJob::parse(&body))))
+            }
+            204 => Ok(JobRequestOutcome::NoJob {
+                queue_changed,
+                long_polled,
+            }),
+            409 => Ok(JobRequestOutcome::NoJob {
+                queue_changed: false,
+                long_polled: false,
+            }),
+            403 => Err(ClientError::InvalidRunnerToken {
+                endpoint: "/api/v4/jobs/request",
+            }),
+            _ => Err(Self::status_error(&call, status, "")),
+        }
+    }
+
+    /// `PUT /api/v4/jobs/:id`: a state update (`pending` or `running` keep-alive, accept, or
+    /// the final `success`/`failed`). Every status is returned for the caller to judge.
+    pub async fn update_job(
+        &self,
+        job_id: i64,
+        request: &UpdateJobRequest<'_>,
+    ) -> Result<UpdateResponse, ClientError> {
+        let path = format!("jobs/{job_id}");
+        let call = Call {
+            method: "PUT",
+            path: format!("/api/v4/{path}"),
+        };
+        let url = self.api(&path)?;
+        let body = serde_json::to_vec(request).map_err(|e| ClientError::Config(e.to_string()))?;
+        let token = request.token;
+        let resp = self
+            .send(&call, &|| {
+                Ok(self
+                    .json_request(Method::PUT, url.clone(), self.call_timeout)
+                    .header(JOB_TOKEN_HEADER, token)
+                    .body(body.clone()))
+            })
+            .await?;
+        let status = resp.status().as_u16();
+        let remote = remote_state(status, resp.headers());
+        Ok(UpdateResponse {
+            status,
+            remote,
+            update_interval: update_interval(resp.headers()),
+        })
+    }
+
+    /// `PATCH /api/v4/jobs/:id/trace`: appends `bytes` at `offset` of the job log
+    /// (`Content-Range: <offset>-<offset+len-1>`). Every status is returned for the caller
+    /// to judge. `bytes` must not be empty.
+    pub async fn patch_trace(
+        &self,
+        job_id: i64,
+        token: &Secret<String>,
+        offset: u64,
+        bytes: Bytes,
+        debug_trace: bool,
+    ) -> Result<PatchResponse, ClientError> {
+        let path = format!("jobs/{job_id}/trace");
+        let call = Call {
+            method: "PATCH",
+            path: format!("/api/v4/{path}"),
+        };
+        let mut url = self.api(&path)?;
+        url.set_query(Some(if debug_trace {
+            "debug_trace=true"
+        } else {
+            "debug_trace=false"
+        }));
+        let end = offset + (bytes.len() as u64).max(1) - 1;
+        let range = format!("{offset}-{end}");
+        let resp = self
+            .send(&call, &|| {
+                Ok(self
+                    .http
+                    .request(Method::PATCH, url.clone())
+                    .timeout(self.call_timeout)
+                    .header(JOB_TOKEN_HEADER, token.expose())
+                    .header(reqwest::header::CONTENT_RANGE, &range)
+                    .header(reqwest::header::CONTENT_TYPE, "text/plain")
+                    .body(bytes.clone()))
+            })
+            .await?;
+        let status = resp.status().as_u16();
+        let headers = resp.headers();
+        Ok(PatchResponse {
+            status,
+            remote: remote_state(status, headers),
+            range_end: header_str(headers, "range").and_then(parse_range_end),
+            update_interval: update_interval(headers),
+        })
+    }
+
+    /// `POST /api/v4/jobs/:id/artifacts`: uploads the archive at `archive` as multipart part
+    /// `file`, streamed (chunked). Follows 307/308 redirects.
+    pub async fn upload_artifact(
+        &self,
+        upload: &ArtifactUpload<'_>,
+        archive: &Path,
+    ) -> Result<(), ClientError> {
+        let path = format!("jobs/{}/artifacts", upload.job_id);
+        let call = Call {
+            method: "POST",
+            path: format!("/api/v4/{path}"),
+        };
+        let mut url = self.api(&path)?;
+        {
+            let mut q = url.query_pairs_mut();
+            q.append_pair("artifact_format", upload.artifact_format);
+            q.append_pair("artifact_type", upload.artifact_type);
+            if !upload.expire_in.is_empty() {
+                q.append_pair("expire_in", upload.expire_in);
+            }
+        }
+        let file_name = archive_file_name(upload.name, upload.artifact_format);
+        let origin = url.origin();
+        for _ in 0..=MAX_REDIRECTS {
+            let target = url.clone();
+            let same_origin = target.origin() == origin;
+            let resp = self
+                .send(&call, &|| {
+                    let file = std::fs::File::open(archive).map_err(|source| ClientError::Io {
+                        context: format!("opening the artifact archive {}", archive.display()),
+                        source,
+                    })?;
+                    let stream = tokio_util::io::ReaderStream::new(tokio::fs::File::from_std(file));
+                    let part = reqwest::multipart::Part::stream(reqwest::Body::wrap_stream(stream))
+                        .file_name(file_name.clone());
+                    let form = reqwest::multipart::Form::new().part("file", part);
+                    let mut req = self
+                        .http
+                        .post(target.clone())
+                        .header(reqwest::header::ACCEPT, "application/json")
+                        .multipart(form);
+                    if same_origin {
+                        req = req.header(JOB_TOKEN_HEADER, upload.token.expose());
+                    }
+                    Ok(req)
+                })
+                .await?;
+            let status = resp.status().as_u16();
+            match status {
+                200 | 201 => return Ok(()),
+                301 | 302 | 303 | 307 | 308 => {
+                    url = redirect_target(&target, resp.headers()).ok_or_else(|| {
+                        Self::status_error(&call, status, "redirect without Location")
+                    })?;
+                }
+                413 => {
+                    return Err(Self::status_error(
+                        &call,
+                        status,
+                        "the artifact is too large for this GitLab",
+                    ));
+                }
+                _ => return Err(Self::status_error(&call, status, "")),
+            }
+        }
+        Err(Self::status_error(&call, 310, "too many redirects"))
+    }
+
+    /// `GET /api/v4/jobs/:id/artifacts` with the dependency's token: writes the archive to
+    /// `dest` (atomically) and returns true, or false on 404 (no artifacts). Follows
+    /// redirects, sending the job token only to GitLab's own origin.
+    pub async fn download_artifacts(
+        &self,
+        job_id: i64,
+        token: &Secret<String>,
+        dest: &Path,
+    ) -> Result<bool, ClientError> {
+        let path = format!("jobs/{job_id}/artifacts");
+        let call = Call {
+            method: "GET",
+            path: format!("/api/v4/{path}"),
+        };
+        let start = self.api(&path)?;
+        let origin = start.origin();
+        let attempts = self.retry.attempts.max(1);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut url = start.clone();
+            let mut resp = None;
+            for _ in 0..=MAX_REDIRECTS {
+                let same_origin = url.origin() == origin;
+                let target = url.clone();
+                let r = self
+                    .send(&call, &|| {
+                        let mut req = self.http.get(target.clone());
+                        if same_origin {
+                            req = req.header(JOB_TOKEN_HEADER, token.expose());
+                        }
+                        Ok(req)
+                    })
+                    .await?;
+                let status = r.status().as_u16();
+                if matches!(status, 301 | 302 | 303 | 307 | 308) {
+                    url = redirect_target(&target, r.headers()).ok_or_else(|| {
+                        Self::status_error(&call, status, "redirect without Location")
+                    })?;
+                    continue;
+                }
+                resp = Some(r);
+                break;
+            }
+            let Some(resp) = resp else {
+                return Err(Self::status_error(&call, 310, "too many redirects"));
+            };
+            let status = resp.status().as_u16();
+            match status {
+                200 => {}
+                404 => return Ok(false),
+                _ => return Err(Self::status_error(&call, status, "")),
+            }
+            match write_body(resp, dest).await {
+                Ok(()) => return Ok(true),
+                Err(WriteError::Io(e)) => return Err(e),
+                Err(WriteError::Body(message)) if attempt >= attempts => {
+                    return Err(ClientError::Transport {
+                        method: call.method,
+                        path: call.path,
+                        message,
+                        attempts: attempt,
+                    });
+                }
+                Err(WriteError::Body(message)) => {
+                    let delay = self.retry.delay(attempt, None, rand::random::<f64>());
+                    tracing::info!(path = %call.path, error = %message, "artifact download broke off; retrying");
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+    }
+
+    fn json_request(&self, method: Method, url: Url, timeout: Duration) -> RequestBuilder {
+        self.http
+            .request(method, url)
+            .timeout(timeout)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header(reqwest::header::ACCEPT, "application/json")
+    }
+}
+
+enum WriteError {
+    Io(ClientError),
+    Body(String),
+}
+
+async fn write_body(resp: Response, dest: &Path) -> Result<(), WriteError> {
+    let io = |context: String| move |source| WriteError::Io(ClientError::Io { context, source });
+    let tmp = dest.with_extension("partial");
+    let mut file = tokio::fs::File::create(&tmp)
+        .await
+        .map_err(io(format!("creating {}", tmp.display())))?;
+    let mut stream = resp.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| WriteError::Body(transport_message(e)))?;
+        file.write_all(&chunk)
+            .await
+            .map_err(io(format!("writing {}", tmp.display())))?;
+    }
+    file.flush()
+        .await
+        .map_err(io(format!("writing {}", tmp.display())))?;
+    drop(file);
+    tokio::fs::rename(&tmp, dest)
+        .await
+        .map_err(io(format!("moving the archive to {}", dest.display())))
+}
+
+/// The archive's file name: the artifact's name plus the format's extension.
+fn archive_file_name(name: &str, format: &str) -> String {
+    let name = if name.is_empty() { "artifacts" } else { name };
+    let ext = match format {
+        "zip" => ".zip",
+        "gzip" => ".gz",
+        _ => "",
+    };
+    if ext.is_empty() || name.ends_with(ext) {
+        name.to_string()
+    } else {
+        format!("{name}{ext}")
+    }
+}
+
+fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get(name)
+        .and_then(|v: &HeaderValue| v.to_str().ok())
+}
+
+/// `0-1234` → 1234.
+pub(crate) fn parse_range_end(v: &str) -> Option<u64> {
+    let v = v
+        .trim()
+        .trim_start_matches("bytes")
+        .trim_start_matches('=')
+        .trim();
+    v.split_once('-')?.1.trim().parse().ok()
+}
+
+fn update_interval(headers: &HeaderMap) -> Option<Duration> {
+    let secs: u64 = header_str(headers, TRACE_UPDATE_INTERVAL_HEADER)?
+        .trim()
+        .parse()
+        .ok()?;
+    (secs > 0).then(|| Duration::from_secs(secs).min(MAX_UPDATE_INTERVAL))
+}
+
+fn remote_state(status: u16, headers: &HeaderMap) -> RemoteJobState {
+    let from_header = header_str(headers, JOB_STATUS_HEADER)
+        .map(RemoteJobState::from_header)
+        .unwrap_or(RemoteJobState::Running);
+    if status == 403 {
+        RemoteJobState::Gone
+    } else {
+        from_header
+    }
+}
+
+fn redirect_target(from: &Url, headers: &HeaderMap) -> Option<Url> {
+    from.join(header_str(headers, "location")?).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn range_ends_parse() {
+        assert_eq!(parse_range_end("0-1234"), Some(1234));
+        assert_eq!(parse_range_end(" 0-0 "), Some(0));
+        assert_eq!(parse_range_end("bytes=0-7"), Some(7));
+        assert_eq!(parse_range_end("garbage"), None);
+    }
+
+    #[test]
+    fn archive_names_get_the_formats_extension() {
+        assert_eq!(archive_file_name("", "zip"), "artifacts.zip");
+        assert_eq!(archive_file_name("bin.zip", "zip"), "bin.zip");
+        assert_eq!(archive_file_name("junit", "gzip"), "junit.gz");
+        assert_eq!(archive_file_name("x", "raw"), "x");
+    }
+
+    #[test]
+    fn malformed_bodies_keep_id_and_token() {
+        let j = ReceivedJob::parse(
+            br#"{"id":7,"token":"glcbt-x","steps":"nope","features":{"failure_reasons":["a"]}}"#,
+        );
+        assert_eq!(j.id, Some(7));
+        assert_eq!(j.token.unwrap().expose(), "glcbt-x");
+        assert_eq!(j.failure_reasons, vec!["a".to_string()]);
+        let e = j.payload.unwrap_err();
+        assert_eq!(e.path, "steps");
+        let j = ReceivedJob::parse(b"{not json");
+        assert!(j.id.is_none() && j.payload.is_err());
+    }
+}

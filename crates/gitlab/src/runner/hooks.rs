@@ -1,0 +1,44 @@
+//! Hooks through which the durable store follows every job the source takes, so a restart
+//! can report jobs that were running when the manager died.
+
+use super::final_update::FinalReport;
+use async_trait::async_trait;
+use flotilla_fleet::Secret;
+use flotilla_job::Outcome;
+
+/// A job GitLab handed to this manager and that it accepted (`PUT state=running`).
+#[derive(Debug, Clone)]
+pub struct StartedJob {
+    /// The runner (its `[[runners]]` name).
+    pub runner: String,
+    /// GitLab's base URL (redacted).
+    pub url: String,
+    /// The job id.
+    pub id: i64,
+    /// The job's name.
+    pub name: String,
+    /// The job token: what a restarted manager needs to report the job.
+    pub token: Secret<String>,
+    /// `features.failure_reasons` of the payload.
+    pub failure_reasons: Vec<String>,
+}
+
+/// Called at each transition of a job. Every method defaults to doing nothing; they must not
+/// block for long (they run on the job's task).
+#[async_trait]
+pub trait JobHooks: Send + Sync {
+    /// GitLab accepted the job (two-phase commit done); it is about to run.
+    async fn job_started(&self, _job: &StartedJob) {}
+
+    /// The job ended on the fleet with `outcome`; the final update is next.
+    async fn job_finished(&self, _job: &StartedJob, _outcome: &Outcome) {}
+
+    /// The final update ended with `report`; nothing more will be sent for the job.
+    async fn job_reported(&self, _job: &StartedJob, _report: &FinalReport) {}
+}
+
+/// Hooks that do nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoJobHooks;
+
+impl JobHooks for NoJobHooks {}

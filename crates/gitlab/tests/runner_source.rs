@@ -1,0 +1,366 @@
+//! The job source end to end against the fake GitLab, with jobs run by real bash through
+//! the job engine: admission (preemptive and not), two-phase commit, malformed payloads,
+//! 50 jobs each ending exactly once, hooks, graceful and forced stop.
+
+mod runner_support;
+
+use async_trait::async_trait;
+use flotilla_gitlab::runner::{FinalReport, JobHooks, StartedJob};
+use flotilla_job::Outcome;
+use flotilla_scaler::{Policy, ScalerBuilder, ScalerConfig, Schedule};
+use flotilla_testkit::fake_gitlab::{FakeJobState, JobBuilder};
+use flotilla_testkit::{FakeConfig, FakeInstanceGroup};
+use runner_support::*;
+use serde_json::json;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+#[derive(Default)]
+struct Recorder {
+    events: Mutex<Vec<(i64, String)>>,
+}
+
+#[async_trait]
+impl JobHooks for Recorder {
+    async fn job_started(&self, job: &StartedJob) {
+        assert!(job.token.expose().starts_with("glcbt-"));
+        self.events.lock().unwrap().push((job.id, "started".into()));
+    }
+    async fn job_finished(&self, job: &StartedJob, outcome: &Outcome) {
+        self.events
+            .lock()
+            .unwrap()
+            .push((job.id, format!("finished:{}", outcome.is_success())));
+    }
+    async fn job_reported(&self, job: &StartedJob, report: &FinalReport) {
+        self.events
+            .lock()
+            .unwrap()
+            .push((job.id, format!("reported:{}", report.settled())));
+    }
+}
+
+#[tokio::test]
+async fn jobs_run_and_are_reported_with_state_exit_code_and_checksum() {
+    let fake = fake().start().await.unwrap();
+    let c = client(&fake);
+    let exec = LocalExecutor::new(local_scaler(2, true).await, None);
+    let hooks = Arc::new(Recorder::default());
+    let source = Arc::new(
+        flotilla_gitlab::runner::JobSource::new(c, exec.clone(), source_config())
+            .with_hooks(hooks.clone()),
+    );
+    let s = source.clone();
+    let run = tokio::spawn(async move { s.run().await });
+    let ok = fake.enqueue(
+        RUNNER_TOKEN,
+        JobBuilder::new("ok")
+            .masked_variable("SECRET_PW", "hunter2-very-secret")
+            .script([
+                "echo hello from $CI_JOB_NAME",
+                "echo the password is $SECRET_PW",
+            ]),
+    );
+    let bad = fake.enqueue(
+        RUNNER_TOKEN,
+        JobBuilder::new("bad").script(["echo failing", "exit 3"]),
+    );
+    assert!(
+        fake.wait_finished(&[ok, bad], Duration::from_secs(60))
+            .await
+    );
+
+    let j = fake.job(ok).unwrap();
+    assert_eq!(j.state, FakeJobState::Success);
+    assert_eq!(j.times_finished(), 1);
+    let text = j.trace_text();
+    assert!(text.contains("hello from ok"), "{text}");
+    assert!(text.contains("the password is [MASKED]"), "{text}");
+    assert!(!text.contains("hunter2"), "{text}");
+    assert_eq!(
+        j.trace,
+        exec.log(ok),
+        "GitLab holds exactly the emitted log"
+    );
+    let f = j.final_update.clone().unwrap();
+    assert_eq!(
+        f.checksum.unwrap(),
+        format!("crc32:{:08x}", crc32fast::hash(&j.trace))
+    );
+    assert_eq!(f.bytesize, Some(j.trace.len() as u64));
+    assert_eq!(f.failure_reason, None);
+    assert_eq!(f.exit_code, None);
+
+    let j = fake.job(bad).unwrap();
+    assert_eq!(j.state, FakeJobState::Failed);
+    let f = j.final_update.clone().unwrap();
+    assert_eq!(f.failure_reason.as_deref(), Some("script_failure"));
+    assert_eq!(f.exit_code, Some(3));
+    assert_eq!(j.trace, exec.log(bad));
+
+    // The exchange for one job, in order: hand-out, accept, trace, final update.
+    let reqs = fake.requests();
+    let path = format!("/api/v4/jobs/{ok}");
+    let puts: Vec<_> = reqs
+        .iter()
+        .filter(|r| r.method == "PUT" && r.path == path)
+        .collect();
+    assert_eq!(puts.first().unwrap().json().unwrap()["state"], "running");
+    assert_eq!(puts.last().unwrap().json().unwrap()["state"], "success");
+    for p in &puts {
+        assert_eq!(p.header("job-token"), Some(j_token(&fake, ok).as_str()));
+    }
+    let patches: Vec<_> = reqs
+        .iter()
+        .filter(|r| r.method == "PATCH" && r.path == format!("{path}/trace"))
+        .collect();
+    assert!(!patches.is_empty());
+    assert!(
+        patches
+            .iter()
+            .all(|p| p.seq > puts[0].seq && p.seq < puts.last().unwrap().seq)
+    );
+    assert!(
+        patches
+            .iter()
+            .all(|p| p.query.as_deref() == Some("debug_trace=false"))
+    );
+
+    let ev = hooks.events.lock().unwrap().clone();
+    let mine: Vec<&str> = ev
+        .iter()
+        .filter(|(id, _)| *id == bad)
+        .map(|(_, e)| e.as_str())
+        .collect();
+    assert_eq!(mine, vec!["started", "finished:false", "reported:true"]);
+    source.stop_handle().graceful();
+    let report = run.await.unwrap().unwrap();
+    assert_eq!(report.jobs_succeeded, 1);
+    assert_eq!(report.jobs_failed, 1);
+}
+
+fn j_token(fake: &flotilla_testkit::fake_gitlab::FakeGitLab, id: i64) -> String {
+    fake.job(id).unwrap().token
+}
+
+#[tokio::test]
+async fn a_malformed_payload_fails_that_job_and_the_runner_keeps_serving() {
+    let fake = fake().start().await.unwrap();
+    let exec = LocalExecutor::new(local_scaler(1, true).await, None);
+    let (source, run) = spawn_source(client(&fake), exec.clone(), source_config());
+    let broken = fake.enqueue(
+        RUNNER_TOKEN,
+        JobBuilder::new("broken").field("steps", json!({"name": "not a list"})),
+    );
+    let next = fake.enqueue(
+        RUNNER_TOKEN,
+        JobBuilder::new("next").script(["echo still serving"]),
+    );
+    assert!(
+        fake.wait_finished(&[broken, next], Duration::from_secs(60))
+            .await
+    );
+    let j = fake.job(broken).unwrap();
+    assert_eq!(j.state, FakeJobState::Failed);
+    let f = j.final_update.clone().unwrap();
+    assert_eq!(f.failure_reason.as_deref(), Some("runner_system_failure"));
+    let text = j.trace_text();
+    assert!(
+        text.contains("could not read this job's payload") && text.contains("steps"),
+        "{text}"
+    );
+    assert_eq!(
+        f.checksum.unwrap(),
+        format!("crc32:{:08x}", crc32fast::hash(&j.trace))
+    );
+    assert_eq!(exec.runs(broken), 0);
+    let j = fake.job(next).unwrap();
+    assert_eq!(j.state, FakeJobState::Success);
+    assert!(j.trace_text().contains("still serving"));
+    source.stop_handle().graceful();
+    let report = run.await.unwrap().unwrap();
+    assert_eq!(report.jobs_malformed, 1);
+}
+
+#[tokio::test]
+async fn fifty_jobs_each_end_exactly_once_with_the_right_state_and_exit_code() {
+    let fake = fake().start().await.unwrap();
+    let exec = LocalExecutor::new(local_scaler(4, true).await, None);
+    let mut config = source_config();
+    config.request_concurrency = 2;
+    let (source, run) = spawn_source(client(&fake), exec.clone(), config);
+    let ids: Vec<(i64, i32)> = (0..50)
+        .map(|i| {
+            let code = if i % 5 == 0 { 1 + (i % 7) } else { 0 };
+            let id = fake.enqueue(
+                RUNNER_TOKEN,
+                JobBuilder::new(format!("job-{i}"))
+                    .masked_variable("TOKEN_VALUE", format!("s3cr3t-value-{i:03}"))
+                    .script([format!("echo job {i} $TOKEN_VALUE"), format!("exit {code}")]),
+            );
+            (id, code)
+        })
+        .collect();
+    let all: Vec<i64> = ids.iter().map(|(id, _)| *id).collect();
+    assert!(fake.wait_finished(&all, Duration::from_secs(240)).await);
+    for (i, (id, code)) in ids.iter().enumerate() {
+        let j = fake.job(*id).unwrap();
+        assert_eq!(j.times_finished(), 1, "job {id}: {:?}", j.history);
+        assert_eq!(j.final_updates, 1);
+        assert_eq!(j.handouts, 1);
+        assert_eq!(exec.runs(*id), 1);
+        let f = j.final_update.clone().unwrap();
+        if *code == 0 {
+            assert_eq!(j.state, FakeJobState::Success, "job {id}");
+        } else {
+            assert_eq!(j.state, FakeJobState::Failed, "job {id}");
+            assert_eq!(f.exit_code, Some(i64::from(*code)));
+            assert_eq!(f.failure_reason.as_deref(), Some("script_failure"));
+        }
+        assert_eq!(j.trace, exec.log(*id), "job {id}'s log differs");
+        assert!(j.trace_text().contains(&format!("job {i} [MASKED]")));
+        assert_eq!(
+            f.checksum.unwrap(),
+            format!("crc32:{:08x}", crc32fast::hash(&j.trace))
+        );
+    }
+    source.stop_handle().graceful();
+    let report = run.await.unwrap().unwrap();
+    assert_eq!(report.jobs_run, 50);
+    assert_eq!(report.jobs_succeeded + report.jobs_failed, 50);
+    assert_eq!(report.final_updates_given_up, 0);
+    exec.scaler.check_invariants().unwrap();
+}
+
+#[tokio::test]
+async fn preemptive_mode_requests_no_job_without_an_idle_slot() {
+    let fake = fake().start().await.unwrap();
+    let exec = LocalExecutor::new(local_scaler(1, true).await, None);
+    let (source, run) = spawn_source(client(&fake), exec.clone(), source_config());
+    let long = fake.enqueue(RUNNER_TOKEN, JobBuilder::new("long").script(["sleep 2"]));
+    fake.wait_for_job(long, Duration::from_secs(20), |j| {
+        j.state == FakeJobState::Running
+    })
+    .await
+    .unwrap();
+    let before = fake.requests_to("POST", "/api/v4/jobs/request").len();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let during = fake.requests_to("POST", "/api/v4/jobs/request").len() - before;
+    assert!(fake.wait_finished(&[long], Duration::from_secs(20)).await);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = fake.requests_to("POST", "/api/v4/jobs/request").len();
+    // While the only slot was busy, at most the request already in flight was answered.
+    assert!(during <= 1, "{during} requests while the slot was busy");
+    assert!(
+        after > before + during,
+        "requests resume once the slot is free"
+    );
+    source.stop_handle().graceful();
+    let report = run.await.unwrap().unwrap();
+    assert!(report.no_capacity > 0);
+}
+
+#[tokio::test]
+async fn the_job_is_accepted_only_once_its_slot_is_acquired() {
+    // Non-preemptive, an empty fleet: the instance takes a second to create. The job is
+    // kept with PUT state=pending until then, and accepted with PUT state=running after.
+    let fake = fake().start().await.unwrap();
+    let exec = LocalExecutor::new(slow_fleet(Duration::from_millis(1500)).await, None);
+    let (source, run) = spawn_source(client(&fake), exec.clone(), source_config());
+    let id = fake.enqueue(RUNNER_TOKEN, JobBuilder::new("waits").script(["echo ran"]));
+    assert!(fake.wait_finished(&[id], Duration::from_secs(30)).await);
+    let path = format!("/api/v4/jobs/{id}");
+    let reqs = fake.requests();
+    let handout = reqs
+        .iter()
+        .find(|r| r.path == "/api/v4/jobs/request" && r.status == 201)
+        .unwrap();
+    let states: Vec<(String, tokio::time::Instant)> = reqs
+        .iter()
+        .filter(|r| r.method == "PUT" && r.path == path)
+        .map(|r| {
+            (
+                r.json().unwrap()["state"].as_str().unwrap().to_string(),
+                r.at,
+            )
+        })
+        .collect();
+    let first_running = states.iter().position(|(s, _)| s == "running").unwrap();
+    assert!(
+        first_running >= 1,
+        "pending keep-alives come first: {states:?}"
+    );
+    assert!(
+        states[..first_running].iter().all(|(s, _)| s == "pending"),
+        "{states:?}"
+    );
+    assert!(
+        states[first_running].1 - handout.at >= Duration::from_millis(1400),
+        "accepted before the instance could exist"
+    );
+    let j = fake.job(id).unwrap();
+    assert_eq!(j.state, FakeJobState::Success);
+    assert_eq!(j.accepts, 1);
+    source.stop_handle().graceful();
+    run.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn without_a_slot_in_time_the_job_fails_as_a_system_failure() {
+    // Non-preemptive: a job is requested while the fleet may still grow, but the instance
+    // takes longer to create than instance_acquire_timeout.
+    let fake = fake().start().await.unwrap();
+    let exec = LocalExecutor::new(slow_fleet(Duration::from_secs(120)).await, None);
+    let mut config = source_config();
+    config.instance_acquire_timeout = Some(Duration::from_secs(1));
+    let (source, run) = spawn_source(client(&fake), exec.clone(), config);
+    let starved = fake.enqueue(
+        RUNNER_TOKEN,
+        JobBuilder::new("starved").script(["echo never"]),
+    );
+    let j = fake
+        .wait_for_job(starved, Duration::from_secs(20), |j| j.state.is_finished())
+        .await
+        .expect("the starved job ends");
+    assert_eq!(j.state, FakeJobState::Failed);
+    let f = j.final_update.clone().unwrap();
+    assert_eq!(f.failure_reason.as_deref(), Some("runner_system_failure"));
+    assert!(
+        j.trace_text().contains("no job slot became available"),
+        "{}",
+        j.trace_text()
+    );
+    assert_eq!(exec.runs(starved), 0);
+    source.stop_handle().graceful();
+    let report = run.await.unwrap().unwrap();
+    assert_eq!(report.jobs_without_slot, 1);
+}
+
+/// A non-preemptive scaler over a fake group whose instances take `latency` to create.
+async fn slow_fleet(latency: Duration) -> flotilla_scaler::Scaler {
+    let group = Arc::new(FakeInstanceGroup::new(
+        FakeConfig {
+            create_latency: (latency, latency),
+            ..FakeConfig::default()
+        },
+        7,
+    ));
+    ScalerBuilder::new(
+        group,
+        ScalerConfig {
+            capacity_per_instance: 1,
+            max_instances: 2,
+            update_interval: Duration::from_millis(100),
+            update_interval_when_expecting: Duration::from_millis(50),
+            ..ScalerConfig::default()
+        },
+    )
+    .schedule(Schedule::single(Policy {
+        idle_count: 0,
+        preemptive_mode: Some(false),
+        ..Policy::default()
+    }))
+    .start()
+    .await
+    .unwrap()
+}

@@ -1,0 +1,516 @@
+//! One job's environment under docker isolation.
+
+use super::cleanup::remove_matching;
+use super::labels::{JobLabels, Role};
+use super::services::{Target, parse_down, wait_script};
+use super::spec::{build_container, service_container, service_env, service_ports};
+use super::warm::WarmShell;
+use super::{DockerIsolationConfig, LiveGuard, pull};
+use crate::layout::BuildLayout;
+use crate::remote::{self, SHELL_SELECT};
+use crate::{IsolateError, IsolatedEnvironment};
+use async_trait::async_trait;
+use bollard::Docker;
+use bollard::models::{ContainerCreateBody, NetworkCreateRequest};
+use bollard::query_parameters::CreateContainerOptions;
+use flotilla_connect::docker_exec::DockerExecConnector;
+use flotilla_connect::shell::quote;
+use flotilla_connect::{Connector, ConnectorExt};
+use flotilla_job::model::Image;
+use flotilla_job::script::{ANSI_RESET, ANSI_YELLOW};
+use flotilla_job::{
+    EnvError, EnvPaths, Environment, ExecCommand, ExecSpec, ExitStatus, JobPayload, Place,
+};
+use futures::future::join_all;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+/// What [`DockerEnvironment::new`] is made from.
+pub(crate) struct Parts<'a> {
+    pub docker: Docker,
+    pub connector: Arc<dyn Connector>,
+    pub instance: String,
+    pub job: &'a JobPayload,
+    pub slot: usize,
+    pub layout: BuildLayout,
+    pub labels: JobLabels,
+    pub config: Arc<DockerIsolationConfig>,
+    pub remove_project: bool,
+    pub live: LiveGuard,
+}
+
+/// What the environment made, for cleanup.
+#[derive(Debug, Default)]
+struct Made {
+    network: Option<String>,
+    containers: Vec<String>,
+    build: Option<String>,
+}
+
+/// One job's containers (and network) on an instance's Docker daemon.
+pub struct DockerEnvironment {
+    docker: Docker,
+    connector: Arc<dyn Connector>,
+    instance: String,
+    layout: BuildLayout,
+    labels: JobLabels,
+    config: Arc<DockerIsolationConfig>,
+    remove_project: bool,
+    image: Option<Image>,
+    services: Vec<Image>,
+    service_env: Vec<Vec<String>>,
+    made: Mutex<Made>,
+    /// The first build stage's shell, started with the build container.
+    warm: tokio::sync::Mutex<Option<tokio::task::JoinHandle<Result<WarmShell, String>>>>,
+    _live: LiveGuard,
+}
+
+impl std::fmt::Debug for DockerEnvironment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DockerEnvironment")
+            .field("instance", &self.instance)
+            .field("labels", &self.labels)
+            .field("paths", &self.layout.paths)
+            .finish_non_exhaustive()
+    }
+}
+
+fn io_error(source: std::io::Error) -> EnvError {
+    EnvError::Io {
+        context: "writing to the job log".into(),
+        source,
+    }
+}
+
+async fn say(log: &mut (dyn AsyncWrite + Send + Unpin), line: &str) -> Result<(), EnvError> {
+    log.write_all(format!("{line}\n").as_bytes())
+        .await
+        .map_err(io_error)
+}
+
+async fn warn(log: &mut (dyn AsyncWrite + Send + Unpin), line: &str) -> Result<(), EnvError> {
+    say(log, &format!("{ANSI_YELLOW}WARNING: {line}{ANSI_RESET}")).await
+}
+
+impl DockerEnvironment {
+    pub(crate) fn new(p: Parts<'_>) -> DockerEnvironment {
+        let image = match p.job.image.as_ref().filter(|i| !i.name.is_empty()) {
+            Some(i) => Some(i.clone()),
+            None => p.config.default_image.as_ref().map(|name| Image {
+                name: name.clone(),
+                ..Default::default()
+            }),
+        };
+        let services: Vec<Image> = p
+            .job
+            .services
+            .iter()
+            .filter(|s| !s.name.is_empty())
+            .cloned()
+            .collect();
+        let service_env = services
+            .iter()
+            .map(|s| service_env(p.job, s, &p.layout.paths, p.slot))
+            .collect();
+        DockerEnvironment {
+            docker: p.docker,
+            connector: p.connector,
+            instance: p.instance,
+            layout: p.layout,
+            labels: p.labels,
+            config: p.config,
+            remove_project: p.remove_project,
+            image,
+            services,
+            service_env,
+            made: Mutex::new(Made::default()),
+            warm: tokio::sync::Mutex::new(None),
+            _live: p.live,
+        }
+    }
+
+    fn made(&self) -> std::sync::MutexGuard<'_, Made> {
+        self.made.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The build container's id, once it runs.
+    pub fn build_container(&self) -> Option<String> {
+        self.made().build.clone()
+    }
+
+    /// The environment's labels (and so its unique id).
+    pub fn labels(&self) -> &JobLabels {
+        &self.labels
+    }
+
+    /// The policies for `image`, or a configuration error.
+    fn policies(&self, image: &Image) -> Result<Vec<pull::PullPolicy>, EnvError> {
+        pull::effective(
+            &image.pull_policy,
+            &self.config.pull_policy,
+            &self.config.allowed_pull_policies,
+        )
+        .map_err(|e| EnvError::Configuration(format!("image {}: {e}", image.name)))
+    }
+
+    async fn create_and_start(
+        &self,
+        role: Role,
+        body: ContainerCreateBody,
+    ) -> Result<String, EnvError> {
+        let what = match role {
+            Role::Build => "the build container".to_string(),
+            Role::Service(i) => format!("service container {i}"),
+        };
+        let options = CreateContainerOptions {
+            name: Some(self.labels.container_name(role)),
+            ..Default::default()
+        };
+        let created = self
+            .docker
+            .create_container(Some(options), body)
+            .await
+            .map_err(|e| EnvError::System(format!("creating {what}: {e}")))?;
+        self.made().containers.push(created.id.clone());
+        self.docker
+            .start_container(&created.id, None)
+            .await
+            .map_err(|e| EnvError::System(format!("starting {what}: {e}")))?;
+        Ok(created.id)
+    }
+
+    /// Everything `prepare` does, without the cancellation.
+    async fn start(&self, log: &mut (dyn AsyncWrite + Send + Unpin)) -> Result<(), EnvError> {
+        let Some(image) = self.image.as_ref() else {
+            return Err(EnvError::Configuration(
+                "the job names no image and docker isolation has no default image".into(),
+            ));
+        };
+        let mut unsupported = image.executor_opts.unsupported();
+        for s in &self.services {
+            unsupported.extend(s.executor_opts.unsupported());
+        }
+        if !unsupported.is_empty() {
+            return Err(EnvError::Configuration(format!(
+                "unsupported executor options: {}",
+                unsupported.join(", ")
+            )));
+        }
+        let docker_opts = image.executor_opts.docker.clone().unwrap_or_default();
+        let build_policies = self.policies(image)?;
+        let service_policies = self
+            .services
+            .iter()
+            .map(|s| self.policies(s))
+            .collect::<Result<Vec<_>, _>>()?;
+
+        say(
+            log,
+            &format!(
+                "Using docker isolation with image {} on instance {}",
+                image.name, self.instance
+            ),
+        )
+        .await?;
+        let inspected = pull::ensure_image(
+            &self.docker,
+            &image.name,
+            &docker_opts.platform,
+            &build_policies,
+            log,
+        )
+        .await?;
+        let image_entrypoint = inspected
+            .config
+            .and_then(|c| c.entrypoint)
+            .unwrap_or_default();
+        let mut exposed = Vec::new();
+        for (s, policies) in self.services.iter().zip(&service_policies) {
+            let platform = s
+                .executor_opts
+                .docker
+                .as_ref()
+                .map(|d| d.platform.clone())
+                .unwrap_or_default();
+            let found = pull::ensure_image(&self.docker, &s.name, &platform, policies, log).await?;
+            exposed.push(
+                found
+                    .config
+                    .and_then(|c| c.exposed_ports)
+                    .unwrap_or_default(),
+            );
+        }
+
+        let network = if self.services.is_empty() {
+            None
+        } else {
+            let name = self.labels.network_name();
+            self.docker
+                .create_network(NetworkCreateRequest {
+                    name: name.clone(),
+                    driver: Some("bridge".into()),
+                    labels: Some(self.labels.labels(None)),
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| EnvError::System(format!("creating the job's network: {e}")))?;
+            self.made().network = Some(name.clone());
+            Some(name)
+        };
+
+        for s in &self.services {
+            say(
+                log,
+                &format!(
+                    "Starting service {} as {} ...",
+                    s.name,
+                    s.aliases().join(", ")
+                ),
+            )
+            .await?;
+        }
+        let build_body = build_container(
+            image,
+            &image_entrypoint,
+            &docker_opts.user,
+            &self.layout.slot_dir,
+            network.as_deref(),
+            &self.labels,
+        );
+        let build = self.create_and_start(Role::Build, build_body);
+        let services = join_all(self.services.iter().enumerate().map(|(i, s)| {
+            let body = service_container(
+                s,
+                i,
+                self.service_env[i].clone(),
+                network.as_deref().unwrap_or_default(),
+                &self.labels,
+            );
+            self.create_and_start(Role::Service(i), body)
+        }));
+        let (build, services) = tokio::join!(build, services);
+        let build = build?;
+        let services = services.into_iter().collect::<Result<Vec<_>, _>>()?;
+        *self.warm.lock().await = Some(tokio::spawn(WarmShell::start(
+            self.docker.clone(),
+            build.clone(),
+        )));
+        self.made().build = Some(build);
+
+        if let Some(network) = network {
+            self.wait_for_services(log, &network, &services, &exposed)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Waits until the services listen on their ports (from the instance, which reaches the
+    /// job's network), warning about those that never did.
+    async fn wait_for_services(
+        &self,
+        log: &mut (dyn AsyncWrite + Send + Unpin),
+        network: &str,
+        ids: &[String],
+        exposed: &[Vec<String>],
+    ) -> Result<(), EnvError> {
+        let mut targets = Vec::new();
+        for (i, (id, exposed)) in ids.iter().zip(exposed).enumerate() {
+            let ports = service_ports(&self.services[i], exposed);
+            if ports.is_empty() {
+                continue;
+            }
+            let inspect =
+                self.docker.inspect_container(id, None).await.map_err(|e| {
+                    EnvError::System(format!("inspecting service container {i}: {e}"))
+                })?;
+            let ip = inspect
+                .network_settings
+                .and_then(|n| n.networks)
+                .and_then(|mut n| n.remove(network))
+                .and_then(|e| e.ip_address)
+                .filter(|ip| !ip.is_empty());
+            match ip {
+                Some(ip) => targets.extend(ports.into_iter().map(|port| Target {
+                    service: i,
+                    ip: ip.clone(),
+                    port,
+                })),
+                None => {
+                    warn(
+                        log,
+                        &format!(
+                            "service {} has no address on the job's network (did it exit?)",
+                            self.services[i].name
+                        ),
+                    )
+                    .await?
+                }
+            }
+        }
+        if targets.is_empty() {
+            return Ok(());
+        }
+        let timeout = self.config.wait_for_services_timeout;
+        say(
+            log,
+            &format!(
+                "Waiting for services to be up and running (timeout {} seconds)...",
+                timeout.as_secs()
+            ),
+        )
+        .await?;
+        let mut out: Vec<u8> = Vec::new();
+        let spec = ExecSpec {
+            place: Place::Helper,
+            command: ExecCommand::Script(wait_script(&targets, timeout.as_secs())),
+            stdin: None,
+            stdout: Box::new(&mut out),
+            stderr: Box::new(tokio::io::sink()),
+            cancel: CancellationToken::new(),
+        };
+        let run = remote::run(&*self.connector, "waiting for services", spec);
+        match tokio::time::timeout(timeout + Duration::from_secs(10), run).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                return Err(EnvError::System(
+                    "waiting for services did not end in time".into(),
+                ));
+            }
+        }
+        for (i, port) in parse_down(&String::from_utf8_lossy(&out)) {
+            warn(
+                log,
+                &format!(
+                    "service {} probably didn't start properly: nothing listens on port {port}",
+                    self.services[i].name
+                ),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// The shell started ahead for the first build stage, once (`None` when it is used up
+    /// or failed to start; the stage then starts its own).
+    async fn warm_shell(&self) -> Option<WarmShell> {
+        let handle = self.warm.lock().await.take()?;
+        match handle.await {
+            Ok(Ok(shell)) => Some(shell),
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "the build stage shell did not start ahead");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    fn helper_cleanup_line(&self) -> String {
+        let mut line = format!("rm -rf {}", quote(&self.layout.paths.tmp_dir));
+        if self.remove_project {
+            line.push(' ');
+            line.push_str(&quote(&self.layout.paths.project_dir));
+        }
+        line
+    }
+}
+
+#[async_trait]
+impl Environment for DockerEnvironment {
+    fn paths(&self) -> &EnvPaths {
+        &self.layout.paths
+    }
+
+    async fn prepare(
+        &self,
+        log: &mut (dyn AsyncWrite + Send + Unpin),
+        cancel: CancellationToken,
+    ) -> Result<(), EnvError> {
+        tokio::select! {
+            r = self.start(log) => r,
+            () = cancel.cancelled() => Err(EnvError::Canceled),
+        }
+    }
+
+    async fn exec(&self, spec: ExecSpec<'_>) -> Result<ExitStatus, EnvError> {
+        match spec.place {
+            Place::Helper => remote::run(&*self.connector, "running on the instance", spec).await,
+            Place::Build => {
+                if let ExecCommand::Script(script) = &spec.command
+                    && let Some(shell) = self.warm_shell().await
+                {
+                    let ExecSpec {
+                        mut stdout,
+                        mut stderr,
+                        cancel,
+                        ..
+                    } = spec;
+                    return shell
+                        .run(script.clone(), stdout.as_mut(), stderr.as_mut(), cancel)
+                        .await;
+                }
+                let Some(id) = self.build_container() else {
+                    return Err(EnvError::System(
+                        "the build container is not running (preparing the environment did not finish)"
+                            .into(),
+                    ));
+                };
+                let exec = DockerExecConnector::new(self.docker.clone(), id);
+                remote::run_with(
+                    &exec,
+                    "running in the build container",
+                    spec,
+                    SHELL_SELECT,
+                    str::to_string,
+                )
+                .await
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl IsolatedEnvironment for DockerEnvironment {
+    async fn cleanup(&self) -> Result<(), IsolateError> {
+        if let Some(unused) = self.warm.lock().await.take() {
+            unused.abort();
+        }
+        let (extra, network) = {
+            let made = self.made();
+            (made.containers.clone(), made.network.clone())
+        };
+        let mut errors = Vec::new();
+        let removed =
+            remove_matching(&self.docker, self.labels.env_filter(), &extra, &|_| false).await;
+        errors.extend(removed.errors);
+        if let Some(network) = network
+            && let Err(e) = self.docker.remove_network(&network).await
+            && !super::client::is_not_found(&e)
+        {
+            errors.push(format!("removing network {network}: {e}"));
+        }
+        match self
+            .connector
+            .output(&remote::helper_command(&self.helper_cleanup_line()))
+            .await
+        {
+            Ok(out) if out.status.success() => {}
+            Ok(out) => errors.push(format!(
+                "removing the job's directories failed with {}: {}",
+                out.status,
+                out.stderr_str().trim()
+            )),
+            Err(e) => errors.push(format!("removing the job's directories: {e}")),
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(IsolateError::Cleanup {
+                instance: self.instance.clone(),
+                message: errors.join("; "),
+            })
+        }
+    }
+}

@@ -1,0 +1,262 @@
+//! Docker isolation: the job's image as the build container and each service as a container
+//! of its own, on the instance's Docker daemon.
+//!
+//! - **Reaching the daemon**: a `bollard` client per instance through the connector's
+//!   `dial_stdio` (`docker system dial-stdio`, [`DockerIsolationConfig::route`]), reused by
+//!   every job on that instance; the first job waits up to
+//!   [`DockerIsolationConfig::daemon_wait`] for a daemon that is still starting.
+//! - **Containers**: the build container runs the job's image kept alive by a no-op loop
+//!   ([`spec::keepalive`]); `step_script` and `after_script` run in it through the exec API,
+//!   the script piped to bash (or sh). Helper stages (sources, caches, artifacts) run on the
+//!   instance's own shell over the connector, in `<builds_dir>/<slot>/<project>`, which is
+//!   bind-mounted into the build container at the same path.
+//! - **Services**: each in its own container, so its own network namespace, on a per-job
+//!   user-defined bridge network with its aliases (GitLab's rules: the alias, or
+//!   `name__sub` and `name-sub` from the image name). Two services listening on the same port
+//!   do not clash: each has its own address. Jobs without services use the default bridge and
+//!   no network is made. Before the job starts, the service ports are waited for (up to
+//!   [`DockerIsolationConfig::wait_for_services_timeout`]), with a warning for a service
+//!   that never listened.
+//! - **Pull policies** ([`pull`]): `always`, `if-not-present`, `never`, tried in order.
+//! - **Labels** ([`labels`]): everything carries `flotilla.managed`, `flotilla.owner`,
+//!   `flotilla.job`, `flotilla.slot`, `flotilla.env` and the manager process's host and pid,
+//!   so cleanup after success, failure or cancellation finds it, and
+//!   [`crate::Isolation::cleanup_instance`] removes what a crashed manager or a dropped
+//!   environment left: everything of this owner except environments still alive in this
+//!   process and those of other manager processes still running on this host
+//!   ([`labels::sweepable`]).
+
+mod cleanup;
+mod client;
+mod environment;
+pub mod labels;
+pub mod pull;
+pub mod services;
+pub mod spec;
+mod warm;
+
+pub use environment::DockerEnvironment;
+pub use pull::PullPolicy;
+
+use crate::layout::{BuildLayout, cleanup_requested};
+use crate::{IsolateError, IsolatedEnvironment, Isolation, PrepareRequest};
+use async_trait::async_trait;
+use client::Clients;
+use flotilla_connect::Connector;
+use flotilla_connect::docker_api::DockerRoute;
+use labels::JobLabels;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How docker isolation works.
+#[derive(Debug, Clone)]
+pub struct DockerIsolationConfig {
+    /// How each Docker API connection is opened through the connector.
+    pub route: DockerRoute,
+    /// Seconds one Docker API call may take.
+    pub api_timeout_secs: u64,
+    /// How long the first job on an instance waits for its daemon to answer.
+    pub daemon_wait: Duration,
+    /// The image for jobs that name none (`None`: such jobs fail with a configuration error).
+    pub default_image: Option<String>,
+    /// The pull policies used when a job names none (empty: `if-not-present`).
+    pub pull_policy: Vec<PullPolicy>,
+    /// The pull policies a job may ask for (empty: those of `pull_policy`).
+    pub allowed_pull_policies: Vec<PullPolicy>,
+    /// How long to wait for services to listen on their ports.
+    pub wait_for_services_timeout: Duration,
+    /// The owner label of everything this manager makes; give every manager sharing a fleet
+    /// its own (e.g. the runner's id).
+    pub owner: String,
+}
+
+impl Default for DockerIsolationConfig {
+    fn default() -> Self {
+        DockerIsolationConfig {
+            route: DockerRoute::default(),
+            api_timeout_secs: 120,
+            daemon_wait: Duration::from_secs(60),
+            default_image: None,
+            pull_policy: vec![PullPolicy::IfNotPresent],
+            allowed_pull_policies: PullPolicy::ALL.to_vec(),
+            wait_for_services_timeout: Duration::from_secs(30),
+            owner: "flotilla".into(),
+        }
+    }
+}
+
+/// The environments of this process that are prepared and not yet dropped (by
+/// `flotilla.env` id), whichever [`DockerIsolation`] made them: what `cleanup_instance` must
+/// not touch.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct LiveEnvs;
+
+static LIVE: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+
+impl LiveEnvs {
+    fn lock(&self) -> std::sync::MutexGuard<'static, Option<HashSet<String>>> {
+        LIVE.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers an environment; it stays registered until the guard is dropped.
+    pub(crate) fn register(&self, id: &str) -> LiveGuard {
+        self.lock()
+            .get_or_insert_with(HashSet::new)
+            .insert(id.to_string());
+        LiveGuard {
+            envs: *self,
+            id: id.to_string(),
+        }
+    }
+
+    pub(crate) fn contains(&self, id: &str) -> bool {
+        self.lock().as_ref().is_some_and(|s| s.contains(id))
+    }
+}
+
+/// Keeps an environment registered as live.
+#[derive(Debug)]
+pub(crate) struct LiveGuard {
+    envs: LiveEnvs,
+    id: String,
+}
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        if let Some(s) = self.envs.lock().as_mut() {
+            s.remove(&self.id);
+        }
+    }
+}
+
+/// Whether process `pid` of this host is running.
+fn process_alive(pid: u32) -> bool {
+    let Ok(pid) = i32::try_from(pid) else {
+        return false;
+    };
+    match nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) {
+        Ok(()) => true,
+        Err(e) => e != nix::errno::Errno::ESRCH,
+    }
+}
+
+/// The `docker` isolation level.
+pub struct DockerIsolation {
+    config: Arc<DockerIsolationConfig>,
+    clients: Clients,
+    live: LiveEnvs,
+}
+
+impl std::fmt::Debug for DockerIsolation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DockerIsolation")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for DockerIsolation {
+    fn default() -> Self {
+        DockerIsolation::new(DockerIsolationConfig::default())
+    }
+}
+
+impl DockerIsolation {
+    /// Docker isolation configured by `config`.
+    pub fn new(config: DockerIsolationConfig) -> DockerIsolation {
+        DockerIsolation {
+            config: Arc::new(config),
+            clients: Clients::default(),
+            live: LiveEnvs,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &DockerIsolationConfig {
+        &self.config
+    }
+
+    /// The Docker client this isolation uses for `instance` through `connector` (made and
+    /// cached on first use). Benchmarks and tests use it to talk to the same daemon.
+    pub async fn docker(
+        &self,
+        instance: &str,
+        connector: &Arc<dyn Connector>,
+    ) -> Result<bollard::Docker, IsolateError> {
+        self.clients.get(instance, connector, &self.config).await
+    }
+}
+
+#[async_trait]
+impl Isolation for DockerIsolation {
+    fn name(&self) -> &'static str {
+        "docker"
+    }
+
+    async fn prepare(
+        &self,
+        req: PrepareRequest<'_>,
+    ) -> Result<Box<dyn IsolatedEnvironment>, IsolateError> {
+        let layout = BuildLayout::new(&req.builds_dir, req.slot, req.job)
+            .map_err(IsolateError::Configuration)?;
+        let docker = self
+            .clients
+            .get(req.instance_id, &req.connector, &self.config)
+            .await?;
+        let labels = JobLabels {
+            owner: self.config.owner.clone(),
+            job_id: req.job.id,
+            slot: req.slot,
+            env_id: uuid::Uuid::new_v4().simple().to_string(),
+            manager: labels::Manager::current(),
+        };
+        let live = self.live.register(&labels.env_id);
+        Ok(Box::new(DockerEnvironment::new(environment::Parts {
+            docker,
+            connector: req.connector.clone(),
+            instance: req.instance_id.to_string(),
+            job: req.job,
+            slot: req.slot,
+            layout,
+            labels,
+            config: self.config.clone(),
+            remove_project: cleanup_requested(req.job),
+            live,
+        })))
+    }
+
+    async fn cleanup_instance(
+        &self,
+        connector: Arc<dyn Connector>,
+        instance_id: &str,
+    ) -> Result<usize, IsolateError> {
+        let docker = self
+            .clients
+            .get(instance_id, &connector, &self.config)
+            .await?;
+        let live = self.live;
+        let me = labels::Manager::current();
+        let keep = |l: &std::collections::HashMap<String, String>| {
+            !labels::sweepable(l, &me, &|env| live.contains(env), &process_alive)
+        };
+        let removed = cleanup::remove_matching(
+            &docker,
+            labels::owner_filter(&self.config.owner),
+            &[],
+            &keep,
+        )
+        .await;
+        if removed.count > 0 {
+            tracing::info!(instance = %instance_id, removed = removed.count, "removed leftovers of earlier jobs");
+        }
+        if removed.errors.is_empty() {
+            Ok(removed.count)
+        } else {
+            Err(IsolateError::Cleanup {
+                instance: instance_id.to_string(),
+                message: removed.errors.join("; "),
+            })
+        }
+    }
+}

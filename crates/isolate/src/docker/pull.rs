@@ -1,0 +1,254 @@
+//! `pull_policy`: which policies apply to an image (pure), and making sure the image is there.
+//!
+//! Policies are tried in order, like GitLab Runner: `always` pulls; `if-not-present` uses the
+//! local image and pulls only when there is none; `never` uses the local image or fails. When
+//! every policy failed the job fails with `image_pull_failure`.
+
+use super::client::is_not_found;
+use bollard::Docker;
+use bollard::models::ImageInspect;
+use bollard::query_parameters::CreateImageOptions;
+use flotilla_job::EnvError;
+use futures::StreamExt;
+use std::fmt;
+use std::str::FromStr;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+
+/// One pull policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PullPolicy {
+    /// Pull every time.
+    Always,
+    /// Pull only when the image is not on the instance.
+    IfNotPresent,
+    /// Never pull.
+    Never,
+}
+
+impl PullPolicy {
+    /// Every policy.
+    pub const ALL: [PullPolicy; 3] = [
+        PullPolicy::Always,
+        PullPolicy::IfNotPresent,
+        PullPolicy::Never,
+    ];
+
+    /// The name as `.gitlab-ci.yml` spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PullPolicy::Always => "always",
+            PullPolicy::IfNotPresent => "if-not-present",
+            PullPolicy::Never => "never",
+        }
+    }
+}
+
+impl fmt::Display for PullPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for PullPolicy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "always" => Ok(PullPolicy::Always),
+            "if-not-present" => Ok(PullPolicy::IfNotPresent),
+            "never" => Ok(PullPolicy::Never),
+            other => Err(format!(
+                "unknown pull policy {other:?} (expected always, if-not-present or never)"
+            )),
+        }
+    }
+}
+
+fn names(p: &[PullPolicy]) -> String {
+    p.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(", ")
+}
+
+/// The policies to try for an image whose job asks for `requested` (may be empty), given the
+/// configured default and the allowed ones (empty `allowed` means: those of the default).
+pub fn effective(
+    requested: &[String],
+    default: &[PullPolicy],
+    allowed: &[PullPolicy],
+) -> Result<Vec<PullPolicy>, String> {
+    let default: Vec<PullPolicy> = if default.is_empty() {
+        vec![PullPolicy::IfNotPresent]
+    } else {
+        default.to_vec()
+    };
+    let allowed: &[PullPolicy] = if allowed.is_empty() {
+        &default
+    } else {
+        allowed
+    };
+    let requested = requested
+        .iter()
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| s.parse::<PullPolicy>())
+        .collect::<Result<Vec<_>, _>>()?;
+    let chosen = if requested.is_empty() {
+        default.clone()
+    } else {
+        requested
+    };
+    if let Some(bad) = chosen.iter().find(|p| !allowed.contains(p)) {
+        return Err(format!(
+            "pull policy {bad} is not one of the allowed pull policies ({})",
+            names(allowed)
+        ));
+    }
+    Ok(chosen)
+}
+
+/// `fromImage` and `tag` for pulling `name`: the tag split off (`latest` when there is none);
+/// a digest reference is passed whole.
+pub fn pull_reference(name: &str) -> (String, Option<String>) {
+    if name.contains('@') {
+        return (name.to_string(), None);
+    }
+    let last_slash = name.rfind('/').map(|i| i + 1).unwrap_or(0);
+    match name[last_slash..].rfind(':') {
+        Some(i) => (
+            name[..last_slash + i].to_string(),
+            Some(name[last_slash + i + 1..].to_string()),
+        ),
+        None => (name.to_string(), Some("latest".to_string())),
+    }
+}
+
+async fn say(log: &mut (dyn AsyncWrite + Send + Unpin), line: &str) -> Result<(), EnvError> {
+    log.write_all(format!("{line}\n").as_bytes())
+        .await
+        .map_err(|source| EnvError::Io {
+            context: "writing to the job log".into(),
+            source,
+        })
+}
+
+async fn pull(docker: &Docker, image: &str, platform: &str) -> Result<(), String> {
+    let (from_image, tag) = pull_reference(image);
+    let options = CreateImageOptions {
+        from_image: Some(from_image),
+        tag,
+        platform: platform.to_string(),
+        ..Default::default()
+    };
+    let mut stream = docker.create_image(Some(options), None, None);
+    while let Some(item) = stream.next().await {
+        item.map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Makes sure `image` is on the daemon according to `policies`, logging what it does, and
+/// returns the image's inspection.
+pub async fn ensure_image(
+    docker: &Docker,
+    image: &str,
+    platform: &str,
+    policies: &[PullPolicy],
+    log: &mut (dyn AsyncWrite + Send + Unpin),
+) -> Result<ImageInspect, EnvError> {
+    let mut failures = Vec::new();
+    for policy in policies {
+        if *policy != PullPolicy::Always {
+            match docker.inspect_image(image).await {
+                Ok(found) => {
+                    let id = found.id.clone().unwrap_or_default();
+                    say(log, &format!("Using locally found image {image} ({id})")).await?;
+                    return Ok(found);
+                }
+                Err(e) if is_not_found(&e) => {
+                    if *policy == PullPolicy::Never {
+                        failures.push(format!(
+                            "{policy}: the image is not on the instance and may not be pulled"
+                        ));
+                        continue;
+                    }
+                }
+                Err(e) => {
+                    return Err(EnvError::System(format!("inspecting image {image}: {e}")));
+                }
+            }
+        }
+        say(
+            log,
+            &format!("Pulling docker image {image} (pull policy {policy}) ..."),
+        )
+        .await?;
+        match pull(docker, image, platform).await {
+            Ok(()) => match docker.inspect_image(image).await {
+                Ok(found) => {
+                    let id = found.id.clone().unwrap_or_default();
+                    say(log, &format!("Using docker image {image} ({id})")).await?;
+                    return Ok(found);
+                }
+                Err(e) => failures.push(format!("{policy}: pulled but cannot inspect it: {e}")),
+            },
+            Err(e) => failures.push(format!("{policy}: pulling failed: {e}")),
+        }
+    }
+    Err(EnvError::ImagePull {
+        image: image.to_string(),
+        message: format!(
+            "no pull policy succeeded (tried {}): {}",
+            names(policies),
+            failures.join("; ")
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_job_may_choose_among_the_allowed_policies() {
+        use PullPolicy::*;
+        assert_eq!(effective(&[], &[], &[]).unwrap(), vec![IfNotPresent]);
+        assert_eq!(effective(&s(&[""]), &[Always], &[]).unwrap(), vec![Always]);
+        assert_eq!(
+            effective(&s(&["never"]), &[IfNotPresent], &PullPolicy::ALL).unwrap(),
+            vec![Never]
+        );
+        assert_eq!(
+            effective(&s(&["always", "if-not-present"]), &[], &PullPolicy::ALL).unwrap(),
+            vec![Always, IfNotPresent]
+        );
+        let e = effective(&s(&["never"]), &[Always], &[]).unwrap_err();
+        assert!(
+            e.contains("not one of the allowed pull policies (always)"),
+            "{e}"
+        );
+        let e = effective(&s(&["sometimes"]), &[], &[]).unwrap_err();
+        assert!(e.contains("unknown pull policy \"sometimes\""), "{e}");
+    }
+
+    #[test]
+    fn references_split_into_image_and_tag() {
+        assert_eq!(
+            pull_reference("busybox"),
+            ("busybox".into(), Some("latest".into()))
+        );
+        assert_eq!(
+            pull_reference("registry:5000/g/img:1.2"),
+            ("registry:5000/g/img".into(), Some("1.2".into()))
+        );
+        assert_eq!(
+            pull_reference("registry:5000/g/img"),
+            ("registry:5000/g/img".into(), Some("latest".into()))
+        );
+        assert_eq!(
+            pull_reference("img@sha256:ab"),
+            ("img@sha256:ab".into(), None)
+        );
+    }
+}

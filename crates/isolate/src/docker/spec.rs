@@ -1,0 +1,322 @@
+//! What the job's containers look like (pure): the build container kept alive for stage
+//! execs, and one container per service on the job's network.
+
+use super::labels::{JobLabels, Role};
+use bollard::models::{ContainerCreateBody, EndpointSettings, HostConfig, NetworkingConfig};
+use flotilla_job::model::Image;
+use flotilla_job::vars::{PredefinedContext, RunnerIdentity, predefined_defaults, runner_provided};
+use flotilla_job::{EnvPaths, JobPayload, JobVariables};
+use std::collections::{HashMap, HashSet};
+
+/// What keeps the build container running between stage execs (stops at once on `TERM`).
+pub const KEEPALIVE: &str = "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done";
+
+/// Shells an entrypoint may be.
+const SHELLS: [&str; 7] = ["sh", "bash", "ash", "dash", "zsh", "ksh", "mksh"];
+
+/// The entrypoint to set (`None`: keep the image's) and the command that keeps the build
+/// container alive, given the job's `entrypoint` override and the image's own entrypoint.
+///
+/// - no entrypoint (or the override `[""]`): `sh -c KEEPALIVE`;
+/// - a shell entrypoint: the keep-alive as its arguments (`-c KEEPALIVE`, or just `KEEPALIVE`
+///   when the entrypoint already ends with a `-c`-style flag);
+/// - any other entrypoint (a wrapper that ends with `exec "$@"`): `sh -c KEEPALIVE` as its
+///   arguments.
+pub fn keepalive(
+    override_entrypoint: &[String],
+    image_entrypoint: &[String],
+) -> (Option<Vec<String>>, Vec<String>) {
+    let set = (!override_entrypoint.is_empty()).then(|| override_entrypoint.to_vec());
+    let effective: Vec<&String> = match &set {
+        Some(e) => e.iter().filter(|s| !s.is_empty()).collect(),
+        None => image_entrypoint.iter().filter(|s| !s.is_empty()).collect(),
+    };
+    let plain = || vec!["sh".to_string(), "-c".to_string(), KEEPALIVE.to_string()];
+    let Some(first) = effective.first() else {
+        return (set, plain());
+    };
+    let program = first.rsplit('/').next().unwrap_or(first);
+    if !SHELLS.contains(&program) {
+        return (set, plain());
+    }
+    let ends_with_c = effective
+        .last()
+        .filter(|_| effective.len() > 1)
+        .is_some_and(|a| a.starts_with('-') && !a.starts_with("--") && a.ends_with('c'));
+    if ends_with_c {
+        (set, vec![KEEPALIVE.to_string()])
+    } else {
+        (set, vec!["-c".to_string(), KEEPALIVE.to_string()])
+    }
+}
+
+/// The build container: the job's image kept alive, the slot directory bind-mounted at the
+/// same path, on the job's network when there is one.
+pub fn build_container(
+    image: &Image,
+    image_entrypoint: &[String],
+    user: &str,
+    slot_dir: &str,
+    network: Option<&str>,
+    labels: &JobLabels,
+) -> ContainerCreateBody {
+    let (entrypoint, cmd) = keepalive(&image.entrypoint, image_entrypoint);
+    ContainerCreateBody {
+        image: Some(image.name.clone()),
+        entrypoint,
+        cmd: Some(cmd),
+        user: (!user.is_empty()).then(|| user.to_string()),
+        labels: Some(labels.labels(Some(Role::Build))),
+        tty: Some(false),
+        open_stdin: Some(false),
+        host_config: Some(HostConfig {
+            binds: Some(vec![format!("{slot_dir}:{slot_dir}")]),
+            network_mode: network.map(str::to_string),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// A service container: its own network namespace on the job's network, reachable by its
+/// aliases, with its own command, entrypoint and variables.
+pub fn service_container(
+    service: &Image,
+    index: usize,
+    env: Vec<String>,
+    network: &str,
+    labels: &JobLabels,
+) -> ContainerCreateBody {
+    let user = service
+        .executor_opts
+        .docker
+        .as_ref()
+        .map(|d| d.user.clone())
+        .unwrap_or_default();
+    ContainerCreateBody {
+        image: Some(service.name.clone()),
+        cmd: (!service.command.is_empty()).then(|| service.command.clone()),
+        entrypoint: (!service.entrypoint.is_empty()).then(|| service.entrypoint.clone()),
+        env: Some(env),
+        user: (!user.is_empty()).then_some(user),
+        labels: Some(labels.labels(Some(Role::Service(index)))),
+        host_config: Some(HostConfig {
+            network_mode: Some(network.to_string()),
+            ..Default::default()
+        }),
+        networking_config: Some(NetworkingConfig {
+            endpoints_config: Some(HashMap::from([(
+                network.to_string(),
+                EndpointSettings {
+                    aliases: Some(service.aliases()),
+                    ..Default::default()
+                },
+            )])),
+        }),
+        ..Default::default()
+    }
+}
+
+/// A service's environment (`KEY=value`), as GitLab gives it: the job's public variables
+/// (predefined ones included, secrets and file variables not) and the service's own
+/// variables, which win, all expanded.
+pub fn service_env(
+    job: &JobPayload,
+    service: &Image,
+    paths: &EnvPaths,
+    slot: usize,
+) -> Vec<String> {
+    let runner = RunnerIdentity {
+        executor: "docker".into(),
+        ..RunnerIdentity::default()
+    };
+    let ctx = PredefinedContext {
+        builds_dir: &paths.builds_dir,
+        project_dir: &paths.project_dir,
+        tmp_dir: &paths.tmp_dir,
+        concurrent_id: slot as u32,
+        concurrent_project_id: slot as u32,
+        runner: &runner,
+        job_status: "running",
+    };
+    let own: HashSet<&str> = service.variables.iter().map(|v| v.key.as_str()).collect();
+    let all = predefined_defaults(job, &ctx)
+        .into_iter()
+        .chain(job.variables.iter().cloned())
+        .chain(runner_provided(job, &ctx))
+        .chain(service.variables.iter().cloned());
+    let vars = JobVariables::new(all, &paths.tmp_dir);
+    vars.iter()
+        .filter(|v| !v.file && v.has_valid_name())
+        .filter(|v| own.contains(v.key.as_str()) || (v.public && !v.masked))
+        .map(|v| format!("{}={}", v.key, v.value))
+        .collect()
+}
+
+/// The TCP ports to wait for before the job starts: the service's `ports`, else the ports its
+/// image exposes.
+pub fn service_ports(service: &Image, exposed: &[String]) -> Vec<u16> {
+    let mut ports: Vec<u16> = service
+        .ports
+        .iter()
+        .filter(|p| p.number > 0 && (p.protocol.is_empty() || p.protocol != "udp"))
+        .map(|p| p.number)
+        .collect();
+    if ports.is_empty() {
+        ports = exposed
+            .iter()
+            .filter_map(|e| {
+                let (port, proto) = e.split_once('/').unwrap_or((e.as_str(), "tcp"));
+                (proto == "tcp").then(|| port.parse::<u16>().ok()).flatten()
+            })
+            .collect();
+    }
+    ports.sort_unstable();
+    ports.dedup();
+    ports
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_job::Variable;
+    use flotilla_job::model::Port;
+
+    fn v(s: &[&str]) -> Vec<String> {
+        s.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn the_build_container_is_kept_alive_whatever_its_entrypoint() {
+        let plain = v(&["sh", "-c", KEEPALIVE]);
+        assert_eq!(keepalive(&[], &[]), (None, plain.clone()));
+        assert_eq!(
+            keepalive(&[], &v(&["/bin/sh", "-c"])),
+            (None, v(&[KEEPALIVE]))
+        );
+        assert_eq!(
+            keepalive(&[], &v(&["/usr/bin/bash"])),
+            (None, v(&["-c", KEEPALIVE]))
+        );
+        assert_eq!(
+            keepalive(&[], &v(&["docker-entrypoint.sh"])),
+            (None, plain.clone())
+        );
+        // The job's override wins; `[""]` clears the image's entrypoint.
+        assert_eq!(
+            keepalive(&v(&[""]), &v(&["redis-server"])),
+            (Some(v(&[""])), plain.clone())
+        );
+        assert_eq!(
+            keepalive(&v(&["/bin/ash", "-lc"]), &[]),
+            (Some(v(&["/bin/ash", "-lc"])), v(&[KEEPALIVE]))
+        );
+    }
+
+    fn labels() -> JobLabels {
+        JobLabels {
+            owner: "o".into(),
+            job_id: 5,
+            slot: 1,
+            env_id: "abcdef0123".into(),
+            manager: super::super::labels::Manager {
+                host: "h".into(),
+                pid: 1,
+            },
+        }
+    }
+
+    #[test]
+    fn the_build_container_sees_the_slot_directory_at_the_same_path() {
+        let image = Image {
+            name: "busybox:1".into(),
+            ..Default::default()
+        };
+        let b = build_container(&image, &[], "1000", "/builds/1", Some("net"), &labels());
+        assert_eq!(b.image.as_deref(), Some("busybox:1"));
+        assert_eq!(b.user.as_deref(), Some("1000"));
+        let host = b.host_config.unwrap();
+        assert_eq!(host.binds.unwrap(), vec!["/builds/1:/builds/1"]);
+        assert_eq!(host.network_mode.as_deref(), Some("net"));
+        assert_eq!(b.labels.unwrap()["flotilla.role"], "build");
+        let b = build_container(&image, &[], "", "/b/0", None, &labels());
+        assert!(b.user.is_none() && b.host_config.unwrap().network_mode.is_none());
+    }
+
+    #[test]
+    fn services_get_their_aliases_command_and_variables() {
+        let service = Image {
+            name: "registry/group/redis:7".into(),
+            command: v(&["redis-server", "--port", "6380"]),
+            ..Default::default()
+        };
+        let s = service_container(&service, 2, v(&["A=1"]), "net", &labels());
+        assert_eq!(s.cmd.unwrap(), v(&["redis-server", "--port", "6380"]));
+        assert!(s.entrypoint.is_none());
+        assert_eq!(s.env.unwrap(), v(&["A=1"]));
+        assert_eq!(s.host_config.unwrap().network_mode.as_deref(), Some("net"));
+        let endpoints = s.networking_config.unwrap().endpoints_config.unwrap();
+        assert_eq!(
+            endpoints["net"].aliases.clone().unwrap(),
+            v(&["registry__group__redis", "registry-group-redis"])
+        );
+        assert_eq!(s.labels.unwrap()["flotilla.role"], "service");
+    }
+
+    #[test]
+    fn services_see_public_job_variables_but_no_secrets() {
+        let mut job = JobPayload {
+            id: 9,
+            ..Default::default()
+        };
+        job.variables = vec![
+            Variable::new("GREETING", "hello"),
+            Variable::new("SECRET", "s3cr3t").masked(),
+            Variable::new("PRIVATE_FILE", "content").file(),
+            Variable {
+                public: false,
+                ..Variable::new("PROTECTED", "x")
+            },
+        ];
+        let service = Image {
+            name: "svc".into(),
+            variables: vec![
+                Variable::new("WORD", "$GREETING-world"),
+                Variable::new("GREETING", "overridden"),
+            ],
+            ..Default::default()
+        };
+        let paths = EnvPaths::new("/builds", "/builds/0/p");
+        let env = service_env(&job, &service, &paths, 0);
+        assert!(env.contains(&"GREETING=overridden".to_string()), "{env:?}");
+        assert!(
+            env.contains(&"WORD=overridden-world".to_string()),
+            "{env:?}"
+        );
+        assert!(env.contains(&"CI_JOB_ID=9".to_string()), "{env:?}");
+        assert!(
+            env.contains(&"CI_PROJECT_DIR=/builds/0/p".to_string()),
+            "{env:?}"
+        );
+        for absent in ["SECRET=", "PRIVATE_FILE=", "PROTECTED=", "CI_JOB_TOKEN="] {
+            assert!(
+                !env.iter().any(|e| e.starts_with(absent)),
+                "{absent} {env:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn ports_come_from_the_service_or_its_image() {
+        let mut s = Image::default();
+        assert_eq!(
+            service_ports(&s, &v(&["6379/tcp", "53/udp", "80"])),
+            vec![80, 6379]
+        );
+        s.ports = vec![Port {
+            number: 8080,
+            ..Default::default()
+        }];
+        assert_eq!(service_ports(&s, &v(&["6379/tcp"])), vec![8080]);
+    }
+}
