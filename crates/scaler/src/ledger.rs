@@ -821,11 +821,17 @@ impl Ledger {
         &mut self,
         id: InstanceId,
         state: State,
+        cause: Cause,
         use_count: u32,
         removal: Option<RemovalReason>,
         now: Instant,
     ) {
-        let mut i = Instance::new(id.clone(), state, Cause::Restored, self.capacity, now);
+        // Someone else's instance stays someone else's across a restart.
+        let cause = match cause {
+            Cause::Preexisted => Cause::Preexisted,
+            Cause::Requested | Cause::Restored => Cause::Restored,
+        };
+        let mut i = Instance::new(id.clone(), state, cause, self.capacity, now);
         i.use_count = use_count;
         // A removal decided before the restart is carried on.
         i.removal = removal.map(|reason| Removal {

@@ -167,7 +167,7 @@ impl ScalerBuilder {
         )
         .with_preexisting(self.config.preexisting);
         for i in self.restore.instances {
-            ledger.restore(i.id, i.state, i.use_count, i.removal, now);
+            ledger.restore(i.id, i.state, i.cause, i.use_count, i.removal, now);
         }
         ledger.add_requested(self.restore.requested_in_flight, now);
         for (key, instance, slot) in &self.restore.acquisitions {

@@ -165,6 +165,8 @@ async fn restored_instances_are_adopted_and_foreign_ones_left_alone() {
     let lost_track = fake.add_running();
     let foreign = fake.add_running();
     let doomed = fake.add_running();
+    // Never recorded and not covered by a request: someone else's.
+    let stranger = fake.add_running();
     let persisted = Persisted {
         instances: vec![
             InstanceRecord {
@@ -175,6 +177,13 @@ async fn restored_instances_are_adopted_and_foreign_ones_left_alone() {
                 removal: None,
             },
             InstanceRecord {
+                id: foreign.clone(),
+                state: State::Running,
+                cause: flotilla_scaler::Cause::Preexisted,
+                use_count: 0,
+                removal: None,
+            },
+            InstanceRecord {
                 id: doomed.clone(),
                 state: State::Running,
                 cause: flotilla_scaler::Cause::Requested,
@@ -182,6 +191,7 @@ async fn restored_instances_are_adopted_and_foreign_ones_left_alone() {
                 removal: Some(RemovalReason::IdleTime),
             },
         ],
+        // `foreign` was seen before the crash and known not to be ours.
         // One instance was requested before the crash and never seen: `lost_track`.
         requested_in_flight: 1,
         acquisitions: vec![("old-job".into(), known.clone(), 0)],
@@ -208,8 +218,11 @@ async fn restored_instances_are_adopted_and_foreign_ones_left_alone() {
         "matched to the lost request"
     );
     assert!(snap.ledger.usable(l));
-    let f = snap.ledger.instance(&foreign).unwrap();
-    assert!(snap.ledger.foreign(f) && !snap.ledger.usable(f));
+    for id in [&foreign, &stranger] {
+        let f = snap.ledger.instance(id).unwrap();
+        assert!(snap.ledger.foreign(f) && !snap.ledger.usable(f), "{id}");
+        assert_eq!(fake.instance(id).unwrap().delete_requests, 0);
+    }
     // The removal decided before the crash is carried out; the foreign one is untouched.
     assert!(fake.state_of(&doomed).is_none() || fake.state_of(&doomed) == Some(State::Deleting));
     assert_eq!(fake.state_of(&foreign), Some(State::Running));
