@@ -55,6 +55,10 @@ pub struct RunArgs {
     /// The configuration file (GitLab Runner's `config.toml`, with flotilla's extensions).
     #[arg(short, long, value_name = "FILE", env = "FLOTILLA_CONFIG")]
     pub config: Option<PathBuf>,
+    /// When the state file is corrupt, foreign or from a newer flotilla, move it aside (never
+    /// deleted) and rebuild state from the instance groups' listings.
+    #[arg(long)]
+    pub rebuild_state: bool,
 }
 
 /// Options of `flotilla exec`.
@@ -168,7 +172,7 @@ fn init_logging(level: Option<&str>, format: LogOutput, default: &str) -> Result
 pub fn execute(cli: &Cli, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
     match &cli.command {
         Command::Config(ConfigCommand::Check(args)) => config_check(args, out, err),
-        Command::Run(_) => not_implemented("run", err),
+        Command::Run(args) => crate::run::run(args, err),
         Command::Exec(args) => crate::exec::run(args, out, err),
         Command::Status(_) => not_implemented("status", err),
     }

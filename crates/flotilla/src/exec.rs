@@ -28,7 +28,8 @@ pub fn run(args: &ExecArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCod
             return ExitCode::from(SETUP_FAILED);
         }
     };
-    let pipeline = match compile(args, &dir, err) {
+    let predefined = predefined_variables(&dir);
+    let pipeline = match compile(args, &dir, &predefined, err) {
         Some(p) => p,
         None => return ExitCode::from(SETUP_FAILED),
     };
@@ -47,7 +48,7 @@ pub fn run(args: &ExecArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCod
             return ExitCode::from(SETUP_FAILED);
         }
     };
-    match runtime.block_on(execute(args, &dir, &pipeline, err)) {
+    match runtime.block_on(execute(args, &dir, &pipeline, predefined, err)) {
         Ok(outcome) => {
             summary(&outcome, out);
             if outcome.passed() {
@@ -77,11 +78,56 @@ fn project_dir(args: &ExecArgs) -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// The pipeline's predefined variables, with a pipeline id no earlier run in this project
+/// used (its logs go to `.flotilla/logs/<id>`).
+fn predefined_variables(dir: &Path) -> Vec<(String, String)> {
+    let mut vars = ci::predefined_variables(dir);
+    let now = vars
+        .iter()
+        .find(|(k, _)| k == "CI_PIPELINE_ID")
+        .and_then(|(_, v)| v.parse::<u64>().ok())
+        .unwrap_or(1);
+    let used = std::fs::read_dir(dir.join(".flotilla").join("logs"))
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .filter_map(|e| e.file_name().to_str()?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    let id = next_pipeline_id(now, &used).to_string();
+    for (k, v) in &mut vars {
+        if k == "CI_PIPELINE_ID" || k == "CI_PIPELINE_IID" {
+            v.clone_from(&id);
+        }
+    }
+    vars
+}
+
+/// The clock's id (seconds since the epoch), or one more than the largest already used when
+/// an earlier run in the same second (or a clock set back) took it.
+fn next_pipeline_id(now: u64, used: &[u64]) -> u64 {
+    match used.iter().max() {
+        Some(&last) if last >= now => last + 1,
+        _ => now,
+    }
+}
+
 /// Compiles and selects; prints errors and warnings.
-fn compile(args: &ExecArgs, dir: &Path, err: &mut dyn Write) -> Option<Pipeline> {
-    let mut options = CompileOptions::new(dir);
-    options.user_variables = args.variables.clone();
-    options.include_manual = args.manual;
+fn compile(
+    args: &ExecArgs,
+    dir: &Path,
+    predefined: &[(String, String)],
+    err: &mut dyn Write,
+) -> Option<Pipeline> {
+    let options = CompileOptions {
+        project_dir: dir.to_path_buf(),
+        ci_file: ".gitlab-ci.yml".into(),
+        variables: predefined.to_vec(),
+        user_variables: args.variables.clone(),
+        include_manual: args.manual,
+        changed_files: None,
+    };
     let pipeline = match ci::compile(&options) {
         Ok(p) => p,
         Err(e) => {
@@ -214,6 +260,7 @@ async fn execute(
     args: &ExecArgs,
     dir: &Path,
     pipeline: &Pipeline,
+    mut predefined: Vec<(String, String)>,
     err: &mut dyn Write,
 ) -> Result<PipelineOutcome> {
     let state = dir.join(".flotilla");
@@ -234,6 +281,8 @@ async fn execute(
             scratch_dir: Some(scratch.path().join("scratch")),
             ..RunOptions::default()
         },
+        state_dir: Some(state.clone()),
+        durable: None,
     };
     let fleet = match &args.config {
         None => fleet::embedded_default(parts).await?,
@@ -274,7 +323,6 @@ async fn execute(
         pipeline.jobs.len(),
         fleet.description
     );
-    let mut predefined = ci::predefined_variables(dir);
     predefined.extend(args.variables.iter().cloned());
     let config = ExecConfig {
         project_dir: dir.to_path_buf(),
@@ -316,4 +364,17 @@ async fn execute(
     tracing::debug!(?report, "fleet shut down");
     drop(scratch);
     Ok(outcome)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pipeline_ids_never_repeat() {
+        assert_eq!(next_pipeline_id(100, &[]), 100);
+        assert_eq!(next_pipeline_id(100, &[50, 99]), 100);
+        assert_eq!(next_pipeline_id(100, &[100]), 101);
+        assert_eq!(next_pipeline_id(100, &[7, 103, 101]), 104);
+    }
 }

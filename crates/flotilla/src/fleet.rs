@@ -31,6 +31,14 @@ pub struct Fleet {
     pub description: String,
 }
 
+/// Durable state for a fleet: what the store knew, and where changes go.
+pub struct Durable {
+    /// State before this start.
+    pub persisted: flotilla_scaler::Persisted,
+    /// The journal of the fleet's scope.
+    pub journal: Arc<dyn flotilla_scaler::Journal>,
+}
+
 /// What every fleet needs from its user.
 pub struct FleetParts {
     /// Where artifacts go.
@@ -41,6 +49,27 @@ pub struct FleetParts {
     pub builds_dir: String,
     /// The job runner's options.
     pub run_options: RunOptions,
+    /// Where providers keep what must survive a restart (generated keys); `None` for
+    /// throw-away fleets.
+    pub state_dir: Option<std::path::PathBuf>,
+    /// Durable ledger state, for fleets that survive restarts.
+    pub durable: Option<Durable>,
+}
+
+/// The stable id of the instance group a runner uses (part of the store's identity).
+pub fn provider_id(runner: &RunnerConfig) -> String {
+    match runner.autoscaler.as_ref().map(|a| a.plugin.as_str()) {
+        None | Some("") | Some("local") => "local".into(),
+        Some(plugin) => {
+            let name = runner
+                .autoscaler
+                .as_ref()
+                .and_then(|a| a.plugin_config.get("name"))
+                .and_then(|n| n.as_str())
+                .unwrap_or(&runner.name);
+            format!("{plugin}/{name}")
+        }
+    }
 }
 
 /// Slots of the embedded default: one per core.
@@ -84,7 +113,10 @@ pub async fn embedded_default(parts: FleetParts) -> Result<Fleet> {
 }
 
 /// The instance group a runner's `plugin` names.
-fn provider(runner: &RunnerConfig) -> Result<(Arc<dyn InstanceGroup>, bool)> {
+fn provider(
+    runner: &RunnerConfig,
+    state_dir: Option<&std::path::Path>,
+) -> Result<(Arc<dyn InstanceGroup>, bool)> {
     let plugin = runner
         .autoscaler
         .as_ref()
@@ -105,6 +137,18 @@ fn provider(runner: &RunnerConfig) -> Result<(Arc<dyn InstanceGroup>, bool)> {
                 map.insert(
                     "name".into(),
                     serde_json::Value::String(runner.name.clone()),
+                );
+            }
+            // A generated key must survive a restart, or adopted instances are unreachable.
+            if let (serde_json::Value::Object(map), Some(dir)) = (&mut settings, state_dir)
+                && !map.contains_key("key_file")
+            {
+                let file = dir
+                    .join("keys")
+                    .join(format!("{}.key", file_name(&runner.name)));
+                map.insert(
+                    "key_file".into(),
+                    serde_json::Value::String(file.to_string_lossy().into_owned()),
                 );
             }
             let group = flotilla_fleet::docker::DockerGroup::from_plugin_config(&settings)
@@ -227,9 +271,22 @@ fn pull(p: &PullPolicy) -> flotilla_isolate::docker::PullPolicy {
     }
 }
 
+/// A name made safe for a file name.
+pub fn file_name(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
 /// The fleet of one `[[runners]]` entry.
 pub async fn from_runner(runner: &RunnerConfig, parts: FleetParts) -> Result<Fleet> {
-    let (group, local) = provider(runner)?;
+    let (group, local) = provider(runner, parts.state_dir.as_deref())?;
     let default_autoscaler = AutoscalerConfig::default();
     let a = runner.autoscaler.as_ref().unwrap_or(&default_autoscaler);
     let mut config = scaler_config(a, local);
@@ -285,10 +342,14 @@ pub async fn from_runner(runner: &RunnerConfig, parts: FleetParts) -> Result<Fle
         }
     );
     let schedule = schedule(a)?;
-    let scaler = ScalerBuilder::new(group, config)
+    let mut builder = ScalerBuilder::new(group, config)
         .schedule(schedule)
         .settings(settings)
-        .hooks(hooks)
+        .hooks(hooks);
+    if let Some(durable) = parts.durable {
+        builder = builder.restore(durable.persisted).journal(durable.journal);
+    }
+    let scaler = builder
         .start()
         .await
         .with_context(|| format!("starting the fleet of runner {:?}", runner.name))?;

@@ -8,3 +8,4 @@ pub mod config;
 pub mod exec;
 pub mod fleet;
 mod progress;
+pub mod run;

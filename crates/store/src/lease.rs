@@ -88,11 +88,20 @@ enum Grant {
     },
 }
 
+/// Whether the process that holds a lease is known to be dead: it ran on this host and no
+/// process with its pid exists any more (a `kill -9`ed manager). A reused pid only delays a
+/// takeover until the lease expires.
+fn holder_dead(holder: &LeaseHolder) -> bool {
+    holder.hostname == hostname()
+        && holder.pid != std::process::id()
+        && !std::path::Path::new(&format!("/proc/{}", holder.pid)).exists()
+}
+
 fn decide(current: Option<Row>, holder_id: &str, now_ms: i64) -> Grant {
     match current {
         None => Grant::Take { took_over: None },
         Some(row) if row.holder.id == holder_id => Grant::Take { took_over: None },
-        Some(row) if row.expires_at <= now_ms => Grant::Take {
+        Some(row) if row.expires_at <= now_ms || holder_dead(&row.holder) => Grant::Take {
             took_over: Some(row.holder),
         },
         Some(row) => Grant::Held {
@@ -267,6 +276,46 @@ mod tests {
                 remaining_ms: 5
             }
         );
+    }
+
+    #[test]
+    fn a_dead_holder_on_this_host_loses_its_lease_at_once() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        let dead = LeaseHolder {
+            id: "dead".into(),
+            hostname: hostname(),
+            pid,
+        };
+        let far = i64::MAX / 2;
+        let row = |h: &LeaseHolder| Row {
+            holder: h.clone(),
+            expires_at: far,
+        };
+        assert_eq!(
+            decide(Some(row(&dead)), "me", 10),
+            Grant::Take {
+                took_over: Some(dead.clone())
+            }
+        );
+        // Alive (this process), or on another host: held until it expires.
+        let alive = LeaseHolder {
+            pid: std::process::id(),
+            ..dead.clone()
+        };
+        assert!(matches!(
+            decide(Some(row(&alive)), "me", 10),
+            Grant::Held { .. }
+        ));
+        let elsewhere = LeaseHolder {
+            hostname: format!("{}-other", hostname()),
+            ..dead
+        };
+        assert!(matches!(
+            decide(Some(row(&elsewhere)), "me", 10),
+            Grant::Held { .. }
+        ));
     }
 
     #[test]

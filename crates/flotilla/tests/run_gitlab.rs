@@ -1,0 +1,252 @@
+//! `flotilla run` as a process against the fake GitLab: jobs taken and finished, a graceful
+//! and a forced stop, an invalid token, a second manager refused, and `kill -9` mid-job
+//! followed by a restart that reports the job failed exactly once.
+
+use flotilla_testkit::fake_gitlab::{FakeGitLab, JobBuilder};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const TOKEN: &str = "glrt-run-test-token";
+
+struct Manager {
+    child: Child,
+    stderr: PathBuf,
+}
+
+impl Manager {
+    fn start(config: &Path) -> Manager {
+        let stderr = config.with_extension(format!("stderr-{}", rand_suffix()));
+        let child = Command::new(env!("CARGO_BIN_EXE_flotilla"))
+            .args(["run", "--config"])
+            .arg(config)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .unwrap();
+        Manager { child, stderr }
+    }
+
+    fn signal(&self, sig: i32) {
+        unsafe {
+            libc::kill(self.child.id() as i32, sig);
+        }
+    }
+
+    async fn wait(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+}
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn rand_suffix() -> String {
+    format!(
+        "{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    )
+}
+
+fn write_config(dir: &Path, url: &str, token: &str) -> PathBuf {
+    let path = dir.join("config.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"concurrent = 4
+check_interval = 1
+shutdown_timeout = 30
+
+[flotilla]
+state_dir = "{state}"
+
+[[runners]]
+  name = "local-shell"
+  url = "{url}"
+  token = "{token}"
+  executor = "shell"
+"#,
+            state = dir.join("state").display(),
+        ),
+    )
+    .unwrap();
+    path
+}
+
+async fn gitlab() -> FakeGitLab {
+    FakeGitLab::builder()
+        .runner_token(TOKEN)
+        .poll_duration(Duration::from_millis(500))
+        .trace_update_interval(1)
+        .start()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_takes_jobs_and_stops_gracefully() {
+    let gl = gitlab().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), gl.url(), TOKEN);
+    let mut m = Manager::start(&config);
+    let ok = gl.enqueue(
+        TOKEN,
+        JobBuilder::new("ok")
+            .masked_variable("SECRET", "s3cr3t-value-123")
+            .script(["echo hello from $CI_JOB_NAME", "echo the secret is $SECRET"]),
+    );
+    let bad = gl.enqueue(TOKEN, JobBuilder::new("bad").script(["exit 3"]));
+    assert!(
+        gl.wait_finished(&[ok, bad], Duration::from_secs(60)).await,
+        "jobs did not finish; manager log:\n{}",
+        m.log()
+    );
+    let okj = gl.job(ok).unwrap();
+    let f = okj.final_update.clone().unwrap();
+    assert_eq!(f.state, "success");
+    assert!(okj.trace_text().contains("hello from ok"));
+    assert!(okj.trace_text().contains("the secret is [MASKED]"));
+    assert!(!okj.trace_text().contains("s3cr3t-value-123"));
+    let badj = gl.job(bad).unwrap();
+    let f = badj.final_update.clone().unwrap();
+    assert_eq!(f.state, "failed");
+    assert_eq!(f.failure_reason.as_deref(), Some("script_failure"));
+    assert_eq!(f.exit_code, Some(3));
+    // A graceful stop with nothing running exits at once with success.
+    m.signal(libc::SIGTERM);
+    let status = m.wait(Duration::from_secs(30)).await.expect("exits");
+    assert!(status.success(), "exit {status:?}; log:\n{}", m.log());
+    assert!(
+        !m.log().contains(TOKEN),
+        "the runner token leaked into the log"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_with_an_invalid_token_exits_with_a_clear_error() {
+    let gl = gitlab().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), gl.url(), "glrt-not-a-known-token");
+    let mut m = Manager::start(&config);
+    let status = m.wait(Duration::from_secs(30)).await.expect("exits");
+    assert!(!status.success());
+    let log = m.log();
+    assert!(log.contains("refused the runner token"), "{log}");
+    assert!(
+        !log.contains("glrt-not-a-known-token"),
+        "token leaked: {log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_manager_for_the_same_fleet_refuses_to_start() {
+    let gl = gitlab().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), gl.url(), TOKEN);
+    let mut first = Manager::start(&config);
+    // Wait until the first one holds the lease (it polls for jobs).
+    let mut polled = false;
+    for _ in 0..200 {
+        if !gl.requests_to("POST", "/api/v4/jobs/request").is_empty() {
+            polled = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(polled, "first manager never polled:\n{}", first.log());
+    let mut second = Manager::start(&config);
+    let status = second.wait(Duration::from_secs(30)).await.expect("exits");
+    assert!(!status.success());
+    let log = second.log();
+    assert!(log.contains("lease") || log.contains("held"), "{log}");
+    first.signal(libc::SIGTERM);
+    assert!(first.wait(Duration::from_secs(30)).await.is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigquit_stops_at_once_and_fails_running_jobs() {
+    let gl = gitlab().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), gl.url(), TOKEN);
+    let mut m = Manager::start(&config);
+    let long = gl.enqueue(
+        TOKEN,
+        JobBuilder::new("long").script(["echo started", "sleep 600"]),
+    );
+    gl.wait_for_job(long, Duration::from_secs(60), |j| {
+        j.trace_text().contains("started")
+    })
+    .await
+    .unwrap_or_else(|| panic!("job never started:\n{}", m.log()));
+    m.signal(libc::SIGQUIT);
+    let status = m.wait(Duration::from_secs(60)).await.expect("exits");
+    let _ = status;
+    let j = gl.job(long).unwrap();
+    let f = j
+        .final_update
+        .clone()
+        .unwrap_or_else(|| panic!("not reported:\n{}", m.log()));
+    assert_eq!(f.state, "failed");
+    assert_eq!(j.final_updates, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_mid_job_then_restart_reports_it_failed_once() {
+    let gl = gitlab().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), gl.url(), TOKEN);
+    let mut m = Manager::start(&config);
+    let long = gl.enqueue(
+        TOKEN,
+        JobBuilder::new("long").script(["echo started", "sleep 600"]),
+    );
+    gl.wait_for_job(long, Duration::from_secs(60), |j| {
+        j.trace_text().contains("started")
+    })
+    .await
+    .unwrap_or_else(|| panic!("job never started:\n{}", m.log()));
+    m.signal(libc::SIGKILL);
+    m.wait(Duration::from_secs(10)).await.expect("killed");
+    assert!(gl.job(long).unwrap().final_update.is_none());
+    // The restarted manager reports the job it finds unfinished.
+    let mut again = Manager::start(&config);
+    let j = gl
+        .wait_for_job(long, Duration::from_secs(60), |j| j.final_update.is_some())
+        .await
+        .unwrap_or_else(|| panic!("never reported:\n{}", again.log()));
+    let f = j.final_update.clone().unwrap();
+    assert_eq!(f.state, "failed");
+    assert_eq!(f.failure_reason.as_deref(), Some("runner_system_failure"));
+    // And only once, also across another restart.
+    again.signal(libc::SIGTERM);
+    assert!(again.wait(Duration::from_secs(30)).await.is_some());
+    let mut third = Manager::start(&config);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    third.signal(libc::SIGTERM);
+    assert!(third.wait(Duration::from_secs(30)).await.is_some());
+    let j = gl.job(long).unwrap();
+    assert_eq!(j.final_updates, 1, "reported more than once");
+    assert_eq!(j.times_finished(), 1);
+}
