@@ -67,6 +67,9 @@ pub struct ScalerConfig {
     pub request_timeout: Duration,
     /// What to do with instances in the group that this scaler never created.
     pub preexisting: crate::ledger::Preexisting,
+    /// Shortest time between two decisions when events (acquires, reservations) wake the
+    /// driver early: a burst of jobs gets one decision, not one per job.
+    pub decision_debounce: Duration,
 }
 
 impl Default for ScalerConfig {
@@ -90,6 +93,7 @@ impl Default for ScalerConfig {
             backoff_max: Duration::from_secs(5 * 60),
             request_timeout: Duration::from_secs(20 * 60),
             preexisting: crate::ledger::Preexisting::Adopt,
+            decision_debounce: Duration::from_secs(1),
         }
     }
 }

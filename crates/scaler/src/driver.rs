@@ -59,11 +59,20 @@ pub(crate) async fn run(shared: Arc<Shared>) {
             // A retry is never due "now": that would spin without time passing.
             wake_at = wake_at.min(w.max(now + Duration::from_millis(1)));
         }
-        tokio::select! {
+        let woken = tokio::select! {
             biased;
             _ = shared.stop.cancelled() => return,
-            _ = shared.wake.notified() => {}
-            _ = tokio::time::sleep_until(wake_at) => {}
+            _ = shared.wake.notified() => true,
+            _ = tokio::time::sleep_until(wake_at) => false,
+        };
+        if woken {
+            // Events come in bursts: let them gather for one decision.
+            let earliest = now + shared.config.decision_debounce;
+            tokio::select! {
+                biased;
+                _ = shared.stop.cancelled() => return,
+                _ = tokio::time::sleep_until(earliest) => {}
+            }
         }
     }
 }

@@ -181,6 +181,8 @@ pub struct Instance {
     pub health_failures: u32,
     /// Set once the scaler decided to remove it.
     pub removal: Option<Removal>,
+    /// The listing epoch it was last seen in.
+    seen: u64,
 }
 
 impl Instance {
@@ -196,6 +198,7 @@ impl Instance {
             idle_since: now,
             health_failures: 0,
             removal: None,
+            seen: 0,
         }
     }
 
@@ -269,8 +272,6 @@ pub struct SlotCounts {
     pub unhealthy: usize,
     /// On instances not yet through ready-up.
     pub unready: usize,
-    /// Reservations not bound to a slot.
-    pub unbound_reservations: usize,
     /// Instances in the ledger (any state, removing ones included).
     pub instances: usize,
 }
@@ -335,6 +336,7 @@ pub struct Ledger {
     requested: Vec<Requested>,
     shutting_down: bool,
     preexisting: Preexisting,
+    epoch: u64,
 }
 
 impl Ledger {
@@ -350,6 +352,7 @@ impl Ledger {
             requested: Vec::new(),
             shutting_down: false,
             preexisting: Preexisting::Adopt,
+            epoch: 0,
         }
     }
 
@@ -472,24 +475,29 @@ impl Ledger {
             ..Default::default()
         };
         for i in self.instances.values() {
-            let allocatable = self.allocatable(i);
+            let (allocatable, unhealthy, usable) =
+                (self.allocatable(i), self.unhealthy(i), self.usable(i));
             for s in &i.slots {
                 match s {
                     Slot::Acquired(_) => c.acquired += 1,
                     Slot::Reserved(_) => c.reserved += 1,
                     Slot::Free if allocatable => c.idle += 1,
-                    Slot::Free if self.unhealthy(i) => c.unhealthy += 1,
-                    Slot::Free if !self.usable(i) => c.unavailable += 1,
+                    Slot::Free if unhealthy => c.unhealthy += 1,
+                    Slot::Free if !usable => c.unavailable += 1,
                     Slot::Free => c.unready += 1,
                 }
             }
         }
-        c.unbound_reservations = self
-            .keys
+        c
+    }
+
+    /// Reservations not bound to a slot (non-preemptive reservations made while no slot was
+    /// idle).
+    pub fn unbound_reservations(&self) -> usize {
+        self.keys
             .values()
             .filter(|k| matches!(k, KeyState::Reserved { slot: None, .. }))
-            .count();
-        c
+            .count()
     }
 
     // ----- job-source operations -------------------------------------------------------
@@ -847,11 +855,13 @@ impl Ledger {
     /// Reconciles the ledger with a provider listing (the truth).
     pub fn observe(&mut self, listing: &[InstanceStatus], now: Instant) -> Observed {
         let mut out = Observed::default();
-        let mut seen = std::collections::HashSet::with_capacity(listing.len());
+        // Instances not in this listing are gone: mark the ones seen with a fresh epoch.
+        self.epoch = self.epoch.wrapping_add(1);
+        let epoch = self.epoch;
         for entry in listing {
-            seen.insert(entry.id.as_str());
             match self.instances.get_mut(&entry.id) {
                 Some(i) => {
+                    i.seen = epoch;
                     if i.state != entry.state {
                         out.changed.push(i.id.clone());
                     }
@@ -876,7 +886,9 @@ impl Ledger {
                     } else {
                         Cause::Preexisted
                     };
-                    let i = Instance::new(entry.id.clone(), entry.state, cause, self.capacity, now);
+                    let mut i =
+                        Instance::new(entry.id.clone(), entry.state, cause, self.capacity, now);
+                    i.seen = epoch;
                     let foreign =
                         cause == Cause::Preexisted && self.preexisting != Preexisting::Adopt;
                     if entry.state == State::Running && !foreign {
@@ -919,7 +931,7 @@ impl Ledger {
         let gone: Vec<InstanceId> = self
             .instances
             .values()
-            .filter(|i| !seen.contains(i.id.as_str()) || i.state == State::Deleted)
+            .filter(|i| i.seen != epoch || i.state == State::Deleted)
             .map(|i| i.id.clone())
             .collect();
         // Take them all out first, so no reservation is moved onto one that is also gone.
@@ -1225,7 +1237,7 @@ mod tests {
             l.reserve("c", false, Some(2), LEASE, now),
             Err(ScalerError::NoCapacity { .. })
         ));
-        assert_eq!(l.counts().unbound_reservations, 2);
+        assert_eq!(l.unbound_reservations(), 2);
         assert!(l.unreserve("a"));
         l.reserve("c", false, Some(2), LEASE, now).unwrap();
     }
