@@ -114,19 +114,29 @@ fn config_check_on_a_missing_file_fails() {
 }
 
 #[test]
-fn commands_not_wired_yet_exit_2() {
-    for (args, name) in [
-        (vec!["run", "--config", "x.toml"], "run"),
-        (vec!["exec", "build", "--list"], "exec"),
-        (vec!["status"], "status"),
-    ] {
-        let out = flotilla(&args);
-        assert_eq!(out.status.code(), Some(2), "{args:?}");
-        assert_eq!(
-            text(&out.stderr),
-            format!("flotilla {name}: not implemented yet\n")
-        );
-    }
+fn status_is_not_wired_yet_and_says_so() {
+    let out = flotilla(&["status"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(text(&out.stderr), "flotilla status: not implemented yet\n");
+}
+
+#[test]
+fn run_and_exec_explain_missing_input_and_exit_2() {
+    let out = flotilla(&["run", "--config", "/nonexistent/x.toml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("/nonexistent/x.toml"),
+        "{}",
+        text(&out.stderr)
+    );
+    let empty = tempfile::tempdir().unwrap();
+    let out = flotilla(&["exec", "--dir", empty.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("has no .gitlab-ci.yml"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]

@@ -80,7 +80,8 @@ impl JobStatus {
 /// Progress, as it happens.
 #[derive(Debug, Clone)]
 pub enum ExecEvent {
-    /// A job started (or started again, for a retry).
+    /// A job started running: it got a slot (or started again, for a retry). Jobs waiting
+    /// for a free slot have not started.
     Started {
         /// Index in the pipeline.
         job: usize,
@@ -113,7 +114,7 @@ pub struct JobSummary {
     pub stage: String,
     /// How it ended.
     pub status: JobStatus,
-    /// How long it ran (all attempts).
+    /// How long it ran (all attempts, without the time spent waiting for a slot).
     pub duration: Duration,
     /// Attempts made.
     pub attempts: u32,
@@ -176,19 +177,31 @@ fn var<'a>(vars: &'a [(String, String)], key: &str) -> Option<&'a str> {
         .map(|(_, v)| v.as_str())
 }
 
-/// Several sinks as one.
-struct Tee(Vec<Box<dyn TraceSink>>);
+/// A job's trace: its log file (and the terminal, when followed). The first bytes mean the
+/// job got a slot and runs: that is when [`ExecEvent::Started`] is sent and its duration
+/// starts, so time spent waiting for a free slot counts as neither.
+struct JobTrace {
+    sinks: Vec<Box<dyn TraceSink>>,
+    announce: Option<(mpsc::UnboundedSender<ExecEvent>, ExecEvent)>,
+    started: Option<Instant>,
+}
 
 #[async_trait::async_trait]
-impl TraceSink for Tee {
+impl TraceSink for JobTrace {
     async fn write(&mut self, bytes: &[u8]) -> Result<(), TraceError> {
-        for s in &mut self.0 {
+        if self.started.is_none() {
+            self.started = Some(Instant::now());
+            if let Some((events, started)) = self.announce.take() {
+                let _ = events.send(started);
+            }
+        }
+        for s in &mut self.sinks {
             s.write(bytes).await?;
         }
         Ok(())
     }
     async fn finish(&mut self) -> Result<(), TraceError> {
-        for s in &mut self.0 {
+        for s in &mut self.sinks {
             s.finish().await?;
         }
         Ok(())
@@ -472,7 +485,10 @@ struct JobContext {
     follow: bool,
 }
 
-async fn open_sinks(log: &Path, follow: Option<&str>) -> Result<Tee, TraceError> {
+async fn open_sinks(
+    log: &Path,
+    follow: Option<&str>,
+) -> Result<Vec<Box<dyn TraceSink>>, TraceError> {
     if let Some(parent) = log.parent() {
         tokio::fs::create_dir_all(parent)
             .await
@@ -485,7 +501,7 @@ async fn open_sinks(log: &Path, follow: Option<&str>) -> Result<Tee, TraceError>
     if let Some(name) = follow {
         sinks.push(Box::new(TerminalSink::with_prefix(format!("[{name}] "))));
     }
-    Ok(Tee(sinks))
+    Ok(sinks)
 }
 
 async fn run_job(
@@ -494,13 +510,13 @@ async fn run_job(
     events: mpsc::UnboundedSender<ExecEvent>,
     cancel: JobCancel,
 ) -> Attempt {
-    let started = Instant::now();
-    let _ = events.send(ExecEvent::Started {
+    let dispatched = Instant::now();
+    let announce = ExecEvent::Started {
         job: ctx.index,
         name: ctx.job.name.clone(),
         attempt: ctx.attempt,
         log: ctx.log.clone(),
-    });
+    };
     let payload = payload::to_payload(
         &ctx.job,
         &PayloadContext {
@@ -516,7 +532,11 @@ async fn run_job(
         },
     );
     let mut sink = match open_sinks(&ctx.log, ctx.follow.then_some(ctx.job.name.as_str())).await {
-        Ok(s) => s,
+        Ok(sinks) => JobTrace {
+            sinks,
+            announce: Some((events, announce)),
+            started: None,
+        },
         Err(e) => {
             tracing::error!(error = %e, "cannot open the job's log");
             return Attempt {
@@ -527,7 +547,7 @@ async fn run_job(
                     reason: FailureReason::RunnerSystemFailure,
                     exit_code: None,
                 },
-                duration: started.elapsed(),
+                duration: dispatched.elapsed(),
             };
         }
     };
@@ -552,7 +572,7 @@ async fn run_job(
         job: ctx.index,
         attempt: ctx.attempt,
         status,
-        duration: started.elapsed(),
+        duration: sink.started.unwrap_or(dispatched).elapsed(),
     }
 }
 
@@ -562,7 +582,11 @@ mod tests {
 
     fn job() -> CompiledJob {
         let d = tempfile::tempdir().unwrap();
-        std::fs::write(d.path().join(".gitlab-ci.yml"), "j:\n  script: [true]\n").unwrap();
+        std::fs::write(
+            d.path().join(".gitlab-ci.yml"),
+            "j:\n  script: [\"true\"]\n",
+        )
+        .unwrap();
         let p = ci::compile(&ci::CompileOptions::new(d.path())).unwrap();
         p.jobs[0].clone()
     }

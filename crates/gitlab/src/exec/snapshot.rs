@@ -191,7 +191,8 @@ mod tests {
             list_files(p),
             vec![".gitignore", "link", "new.txt", "tracked.txt"]
         );
-        let zip_path = d.path().join("out/sources.zip");
+        let out = tempfile::tempdir().unwrap();
+        let zip_path = out.path().join("archives/sources.zip");
         let report = snapshot(p, &zip_path).unwrap();
         assert_eq!(report.files, 4);
         let mut z = zip::ZipArchive::new(File::open(&zip_path).unwrap()).unwrap();
