@@ -61,6 +61,15 @@ impl LocalConnector {
         // aimed at flotilla does not reach the job.
         cmd.process_group(0);
         cmd.kill_on_drop(true);
+        // If flotilla dies (even by SIGKILL), its local jobs die with it instead of running on
+        // as orphans that nobody will report or clean up.
+        // SAFETY: prctl is async-signal-safe and touches only the child's own state.
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                    .map_err(std::io::Error::from)
+            });
+        }
         cmd
     }
 }
