@@ -299,8 +299,18 @@ pub async fn from_runner(runner: &RunnerConfig, parts: FleetParts) -> Result<Fle
         Arc::new(SshConnectors::new(group.clone()))
     };
     let level = runner.isolation();
+    let builds_dir = runner
+        .builds_dir
+        .clone()
+        .unwrap_or_else(|| parts.builds_dir.clone());
     let isolation: Arc<dyn Isolation> = match level {
-        IsolationLevel::Shell => Arc::new(ShellIsolation::new()),
+        // With the builds directory known, a new instance's first contact also stops what
+        // jobs of a crashed manager left running in its slots.
+        IsolationLevel::Shell => Arc::new(
+            ShellIsolation::new()
+                .with_builds_dir(&builds_dir)
+                .with_context(|| format!("runner {:?}: builds_dir", runner.name))?,
+        ),
         IsolationLevel::Docker => {
             let docker = runner.docker.clone().unwrap_or_default();
             let policies = docker.effective_pull_policies();
@@ -355,10 +365,6 @@ pub async fn from_runner(runner: &RunnerConfig, parts: FleetParts) -> Result<Fle
         .with_context(|| format!("starting the fleet of runner {:?}", runner.name))?;
     let mut run_options = parts.run_options;
     run_options.runner.description = runner.name.clone();
-    let builds_dir = runner
-        .builds_dir
-        .clone()
-        .unwrap_or_else(|| parts.builds_dir.clone());
     let dispatcher = Dispatcher::new(
         scaler.clone(),
         DispatcherConfig {

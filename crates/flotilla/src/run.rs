@@ -157,6 +157,22 @@ async fn report_orphans(store: &Store, scope: ScopeId, client: &Client, info: &I
         let Ok(id) = job.job_id.parse::<i64>() else {
             continue;
         };
+        // A job that never recorded an outcome died with the previous process.
+        if job.outcome.is_none()
+            && let Err(e) = store.job_finished(
+                scope,
+                &job.source,
+                &job.job_id,
+                &JobOutcome::Failed {
+                    failure_reason: "runner_system_failure".into(),
+                    exit_code: None,
+                },
+                SystemTime::now(),
+            )
+        {
+            tracing::error!(runner, job = id, error = %e, "cannot record the end of an unfinished job");
+            continue;
+        }
         let token = match store.get_credential(scope, &token_name(id)) {
             Ok(Some(t)) => String::from_utf8_lossy(t.expose()).into_owned(),
             _ => {
@@ -165,7 +181,11 @@ async fn report_orphans(store: &Store, scope: ScopeId, client: &Client, info: &I
                     job = id,
                     "no token recorded for an unfinished job; it cannot be reported"
                 );
-                let _ = store.job_reported(scope, &job.source, &job.job_id, SystemTime::now());
+                if let Err(e) =
+                    store.job_reported(scope, &job.source, &job.job_id, SystemTime::now())
+                {
+                    tracing::error!(runner, job = id, error = %e, "cannot record an unfinished job as handled");
+                }
                 continue;
             }
         };
@@ -195,7 +215,11 @@ async fn report_orphans(store: &Store, scope: ScopeId, client: &Client, info: &I
                     status = resp.status,
                     "reported a job the previous process left running"
                 );
-                let _ = store.job_reported(scope, &job.source, &job.job_id, SystemTime::now());
+                if let Err(e) =
+                    store.job_reported(scope, &job.source, &job.job_id, SystemTime::now())
+                {
+                    tracing::error!(runner, job = id, error = %e, "cannot record that the job was reported");
+                }
                 let _ = store.delete_credential(scope, &token_name(id));
             }
             Err(e) => {

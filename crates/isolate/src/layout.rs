@@ -4,6 +4,10 @@
 //! checked out at `<builds_dir>/<slot>/<project path>`: two jobs running at once on one
 //! instance hold different slots, so they never share a directory, and the next job of the same
 //! project on the same slot finds the previous checkout (for `GIT_STRATEGY=fetch`).
+//!
+//! The processes of each slot's stages are recorded in `<builds_dir>/.flotilla/<slot>.stages`
+//! (see [`crate::remote::recorded`]), outside every slot's directory, so the next job of the
+//! slot can stop what an earlier one left running.
 
 use flotilla_job::{EnvPaths, JobPayload};
 
@@ -16,31 +20,45 @@ pub struct BuildLayout {
     /// The paths scripts see: `CI_BUILDS_DIR` is the base builds directory, `CI_PROJECT_DIR`
     /// is `<slot_dir>/<project path>`, the temporary directory is next to it.
     pub paths: EnvPaths,
+    /// The slot's stage record, `<builds_dir>/.flotilla/<slot>.stages`.
+    pub stage_record: String,
+}
+
+/// The directory holding every slot's stage record under `builds_dir`,
+/// `<builds_dir>/.flotilla`; `builds_dir` must be an absolute POSIX path without `..`.
+pub fn stage_records_dir(builds_dir: &str) -> Result<String, String> {
+    Ok(join(base_of(builds_dir)?, ".flotilla"))
+}
+
+/// `builds_dir` checked (absolute, no `..`) and without its trailing slashes (`/` stays `/`).
+fn base_of(builds_dir: &str) -> Result<&str, String> {
+    if !builds_dir.starts_with('/') {
+        return Err(format!(
+            "the builds directory {builds_dir:?} is not an absolute path"
+        ));
+    }
+    if builds_dir.split('/').any(|c| c == "..") {
+        return Err(format!(
+            "the builds directory {builds_dir:?} must not contain `..`"
+        ));
+    }
+    Ok(match builds_dir.trim_end_matches('/') {
+        "" => "/",
+        b => b,
+    })
 }
 
 impl BuildLayout {
     /// The layout of `job` on `slot` under `builds_dir`, which must be an absolute POSIX
     /// path.
     pub fn new(builds_dir: &str, slot: usize, job: &JobPayload) -> Result<BuildLayout, String> {
-        if !builds_dir.starts_with('/') {
-            return Err(format!(
-                "the builds directory {builds_dir:?} is not an absolute path"
-            ));
-        }
-        if builds_dir.split('/').any(|c| c == "..") {
-            return Err(format!(
-                "the builds directory {builds_dir:?} must not contain `..`"
-            ));
-        }
-        let base = match builds_dir.trim_end_matches('/') {
-            "" => "/",
-            b => b,
-        };
+        let base = base_of(builds_dir)?;
         let slot_dir = join(base, &slot.to_string());
         let project_dir = join(&slot_dir, &project_path(job));
         Ok(BuildLayout {
             slot_dir,
             paths: EnvPaths::new(base, project_dir),
+            stage_record: join(&join(base, ".flotilla"), &format!("{slot}.stages")),
         })
     }
 }
@@ -144,6 +162,15 @@ mod tests {
             BuildLayout::new("/", 3, &j).unwrap().paths.project_dir,
             "/3/group/project"
         );
+        assert_eq!(a.stage_record, "/builds/.flotilla/0.stages");
+        assert_eq!(b.stage_record, "/builds/.flotilla/1.stages");
+        assert_eq!(
+            BuildLayout::new("/", 3, &j).unwrap().stage_record,
+            "/.flotilla/3.stages"
+        );
+        assert_eq!(stage_records_dir("/builds/").unwrap(), "/builds/.flotilla");
+        assert!(stage_records_dir("builds").is_err());
+        assert!(stage_records_dir("/a/../b").is_err());
         assert!(BuildLayout::new("builds", 0, &j).is_err());
         assert!(BuildLayout::new("/x/../y", 0, &j).is_err());
     }

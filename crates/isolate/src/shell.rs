@@ -3,12 +3,19 @@
 //!
 //! Both places ([`flotilla_job::Place::Build`] and [`flotilla_job::Place::Helper`]) are the
 //! instance's shell. The project is checked out at `<builds_dir>/<slot>/<project path>`
-//! ([`crate::layout`]), so concurrent jobs on one instance never share a directory. Preparing
-//! costs no round trip; cleaning up removes the job's temporary directory (file variables)
-//! and, when the job asked with `FF_ENABLE_JOB_CLEANUP`, its project directory; otherwise the
-//! checkout stays for the next job's `fetch`.
+//! ([`crate::layout`]), so concurrent jobs on one instance never share a directory. Cleaning up
+//! removes the job's temporary directory (file variables) and, when the job asked with
+//! `FF_ENABLE_JOB_CLEANUP`, its project directory; otherwise the checkout stays for the next
+//! job's `fetch`.
+//!
+//! A slot is never shared, not even with what a dead manager's job left running: every stage
+//! records its process group in the slot's stage record, and preparing a job (one round trip)
+//! first kills every group recorded there ([`crate::remote::stomp_slot_command`]). With
+//! [`ShellIsolation::with_builds_dir`], [`Isolation::cleanup_instance`] also stops, on an
+//! instance met for the first time, the stages of every slot that another manager process
+//! recorded.
 
-use crate::layout::{BuildLayout, cleanup_requested};
+use crate::layout::{BuildLayout, cleanup_requested, stage_records_dir};
 use crate::{IsolateError, IsolatedEnvironment, Isolation, PrepareRequest, remote};
 use async_trait::async_trait;
 use flotilla_connect::shell::quote;
@@ -20,14 +27,45 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 /// The `shell` isolation level.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ShellIsolation;
+#[derive(Debug, Clone, Default)]
+pub struct ShellIsolation {
+    /// Where the stage records of every slot are, for [`Isolation::cleanup_instance`].
+    records_dir: Option<String>,
+}
 
 impl ShellIsolation {
     /// The shell level.
     pub fn new() -> ShellIsolation {
-        ShellIsolation
+        ShellIsolation::default()
     }
+
+    /// Lets [`Isolation::cleanup_instance`] stop, in every slot of an instance under
+    /// `builds_dir` (the dispatcher's base builds directory), the stages that another manager
+    /// process recorded: what jobs of a manager killed with `kill -9` left running. Without
+    /// it only each slot's next job stops them. Fails for a builds directory that is not
+    /// absolute.
+    pub fn with_builds_dir(mut self, builds_dir: &str) -> Result<ShellIsolation, IsolateError> {
+        self.records_dir =
+            Some(stage_records_dir(builds_dir).map_err(IsolateError::Configuration)?);
+        Ok(self)
+    }
+}
+
+/// The number a stomp or sweep printed, or why it did not print one.
+fn stopped_count(out: &flotilla_connect::Output) -> Result<usize, String> {
+    if !out.status.success() {
+        return Err(format!(
+            "it failed with {}: {}",
+            out.status,
+            out.stderr_str().trim()
+        ));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim()
+        .lines()
+        .last()
+        .and_then(|l| l.trim().parse().ok())
+        .ok_or_else(|| format!("it printed {:?} instead of a count", text.trim()))
 }
 
 /// What a job asks for that shell isolation does not provide (warned about, as GitLab's
@@ -65,10 +103,33 @@ impl Isolation for ShellIsolation {
         Ok(Box::new(ShellEnvironment {
             connector: req.connector.clone(),
             instance: req.instance_id.to_string(),
+            slot: req.slot,
             remove_project: cleanup_requested(req.job),
             warnings: ignored(&req),
             layout,
         }))
+    }
+
+    async fn cleanup_instance(
+        &self,
+        connector: Arc<dyn Connector>,
+        instance_id: &str,
+    ) -> Result<usize, IsolateError> {
+        let Some(dir) = &self.records_dir else {
+            return Ok(0);
+        };
+        let line = remote::sweep_command(dir, remote::process_owner());
+        let out = connector
+            .output(&remote::helper_command(&line))
+            .await
+            .map_err(|source| IsolateError::Connect {
+                instance: instance_id.to_string(),
+                source,
+            })?;
+        stopped_count(&out).map_err(|m| IsolateError::Cleanup {
+            instance: instance_id.to_string(),
+            message: format!("stopping the stages other managers left: {m}"),
+        })
     }
 }
 
@@ -77,6 +138,7 @@ impl Isolation for ShellIsolation {
 pub struct ShellEnvironment {
     connector: Arc<dyn Connector>,
     instance: String,
+    slot: usize,
     layout: BuildLayout,
     remove_project: bool,
     warnings: Vec<String>,
@@ -107,6 +169,22 @@ impl Environment for ShellEnvironment {
         for w in &self.warnings {
             text.push_str(&format!("{ANSI_YELLOW}WARNING: {w}{ANSI_RESET}\n"));
         }
+        // Whatever an earlier job left running in this slot stops before this one starts.
+        let what = "stopping what an earlier job left running in the slot";
+        let out = self
+            .connector
+            .output(&remote::helper_command(&remote::stomp_slot_command(
+                &self.layout.stage_record,
+            )))
+            .await
+            .map_err(|e| remote::env_error(what, e))?;
+        let stopped = stopped_count(&out).map_err(|m| EnvError::System(format!("{what}: {m}")))?;
+        if stopped > 0 {
+            tracing::warn!(instance = %self.instance, slot = self.slot, groups = stopped, "stopped processes an earlier job left running in the slot");
+            text.push_str(&format!(
+                "{ANSI_YELLOW}WARNING: stopped {stopped} process group(s) an earlier job left running in this slot{ANSI_RESET}\n"
+            ));
+        }
         log.write_all(text.as_bytes())
             .await
             .map_err(|source| EnvError::Io {
@@ -116,7 +194,17 @@ impl Environment for ShellEnvironment {
     }
 
     async fn exec(&self, spec: ExecSpec<'_>) -> Result<ExitStatus, EnvError> {
-        remote::run(&*self.connector, "running on the instance", spec).await
+        // Every process of the job is recorded, so the slot's next job can stop it.
+        let record = &self.layout.stage_record;
+        let owner = remote::process_owner();
+        remote::run_with(
+            &*self.connector,
+            "running on the instance",
+            spec,
+            &remote::recorded(&remote::script_command(), record, owner),
+            |line| remote::recorded(&remote::helper_command(line), record, owner),
+        )
+        .await
     }
 }
 
