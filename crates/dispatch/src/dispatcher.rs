@@ -1,5 +1,6 @@
 //! The dispatcher itself.
 
+use crate::merged_output::MergedOutput;
 use crate::notice::Notices;
 use crate::tally::Tally;
 use crate::{ConnectorFactory, WatchedConnector};
@@ -162,39 +163,47 @@ impl Dispatcher {
         let instance = acquisition.instance_id().to_string();
         let slot = acquisition.slot();
 
-        let info = match acquisition.connect_info().await {
-            Ok(info) => info,
-            Err(e) => {
-                self.scaler.report_failure(&instance);
-                let message = format!(
-                    "Job failed (system failure): getting the connection details of instance {instance}: {e}"
-                );
-                return self
-                    .fail_early(
-                        &mut tally,
-                        job,
-                        started,
-                        FailureReason::RunnerSystemFailure,
-                        &message,
-                        Some(started),
-                    )
-                    .await;
-            }
-        };
-        let connector = match self.connector_for(&info) {
-            Ok(c) => c,
-            Err(e) => {
-                let message = format!("Job failed (system failure): {e}");
-                return self
-                    .fail_early(
-                        &mut tally,
-                        job,
-                        started,
-                        FailureReason::RunnerSystemFailure,
-                        &message,
-                        Some(started),
-                    )
-                    .await;
+        // The connector kept for the instance needs no connection details: asking the
+        // provider for them again (a Docker or cloud API call) for every job is waste.
+        let cached = self.cached_connector(&instance);
+        let connector = match cached {
+            Some(c) => c,
+            None => {
+                let info = match acquisition.connect_info().await {
+                    Ok(info) => info,
+                    Err(e) => {
+                        self.scaler.report_failure(&instance);
+                        let message = format!(
+                            "Job failed (system failure): getting the connection details of instance {instance}: {e}"
+                        );
+                        return self
+                            .fail_early(
+                                &mut tally,
+                                job,
+                                started,
+                                FailureReason::RunnerSystemFailure,
+                                &message,
+                                Some(started),
+                            )
+                            .await;
+                    }
+                };
+                match self.connector_for(&info) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let message = format!("Job failed (system failure): {e}");
+                        return self
+                            .fail_early(
+                                &mut tally,
+                                job,
+                                started,
+                                FailureReason::RunnerSystemFailure,
+                                &message,
+                                Some(started),
+                            )
+                            .await;
+                    }
+                }
             }
         };
         let failures_before = connector.failures();
@@ -235,10 +244,12 @@ impl Dispatcher {
 
         let run_cancel = cancel.child();
         let lost = acquisition.lost_token();
-        let runner = JobRunner::new(&*env, &*self.config.artifacts, &*self.config.cache)
-            .with_options(self.run_options(slot));
         let mut lost_seen = false;
         let result = {
+            // Stage scripts write stdout and stderr as one stream (see `merged_output`).
+            let merged = MergedOutput::new(env.as_ref());
+            let runner = JobRunner::new(&merged, &*self.config.artifacts, &*self.config.cache)
+                .with_options(self.run_options(slot));
             let run = runner.run(job, &mut tally, &run_cancel);
             tokio::pin!(run);
             tokio::select! {
@@ -319,6 +330,12 @@ impl Dispatcher {
             o.runner.executor = self.config.isolation.name().to_string();
         }
         o
+    }
+
+    /// The connector kept for `instance`, if any.
+    fn cached_connector(&self, instance: &str) -> Option<Arc<WatchedConnector>> {
+        let map = self.connectors.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(instance).cloned()
     }
 
     /// The connector for the instance `info` describes: the cached one, or a new one (and,

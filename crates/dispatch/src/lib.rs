@@ -19,6 +19,7 @@
 mod connectors;
 mod dispatcher;
 mod error;
+mod merged_output;
 mod notice;
 mod tally;
 mod watch;
