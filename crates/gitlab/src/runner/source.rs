@@ -22,7 +22,7 @@ use flotilla_scaler::ScalerError;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -132,6 +132,9 @@ struct Inner {
     report: Mutex<SourceReport>,
     running: Mutex<HashMap<i64, JobCancel>>,
     tracker: TaskTracker,
+    /// Fired whenever one of this source's jobs gave its slot back, so a request loop
+    /// waiting for capacity asks again at once instead of after `check_interval`.
+    slot_freed: Notify,
 }
 
 impl Inner {
@@ -195,6 +198,7 @@ impl JobSource {
                 report: Mutex::new(SourceReport::default()),
                 running: Mutex::new(HashMap::new()),
                 tracker: TaskTracker::new(),
+                slot_freed: Notify::new(),
             }),
         }
     }
@@ -310,6 +314,30 @@ async fn pause(inner: &Inner, d: Duration) -> bool {
     }
 }
 
+/// Like [`pause`], but also ends when `freed` fires (a job of this source gave its slot
+/// back): capacity may be there now. New instances becoming ready still wait for `d`.
+async fn pause_for_capacity(
+    inner: &Inner,
+    d: Duration,
+    freed: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
+) -> bool {
+    tokio::select! {
+        _ = inner.requests_done.cancelled() => false,
+        _ = tokio::time::sleep(d) => true,
+        _ = freed => true,
+    }
+}
+
+/// Fires [`Inner::slot_freed`] when a job's task ends, whichever way it ends (by then its
+/// slot was released or its reservation given back).
+struct SlotFreed<'a>(&'a Inner);
+
+impl Drop for SlotFreed<'_> {
+    fn drop(&mut self) {
+        self.0.slot_freed.notify_waiters();
+    }
+}
+
 fn slot_key(name: &str) -> String {
     let short: String = name
         .chars()
@@ -331,13 +359,17 @@ async fn worker(inner: Arc<Inner>, n: usize) -> Result<(), ClientError> {
             p = permits(&inner) => p,
         };
         let key = slot_key(&inner.config.name);
+        // Listen before looking, so a slot freed between the two is not missed.
+        let freed = inner.slot_freed.notified();
+        tokio::pin!(freed);
+        freed.as_mut().enable();
         match scaler.reserve(&key) {
             Ok(()) => {}
             Err(ScalerError::NoCapacity { why, .. }) => {
                 tracing::debug!(runner = %inner.config.name, worker = n, why, "no capacity: not requesting a job");
                 inner.count(|r| r.no_capacity += 1);
                 drop(held);
-                if !pause(&inner, inner.config.check_interval).await {
+                if !pause_for_capacity(&inner, inner.config.check_interval, freed).await {
                     return Ok(());
                 }
                 continue;
@@ -451,6 +483,7 @@ async fn keep_pending(inner: &Inner, id: i64, token: &Secret<String>) -> bool {
 }
 
 async fn handle_job(inner: Arc<Inner>, held: Permits, key: String, job: ReceivedJob) {
+    let _freed = SlotFreed(&inner);
     let scaler = inner.executor.scaler();
     let (Some(id), Some(token)) = (job.id, job.token.clone()) else {
         tracing::error!(runner = %inner.config.name, "GitLab handed out a job without an id or token; it cannot be reported");
