@@ -4,8 +4,11 @@
 //! ([`payload::to_payload`]) and run through the same dispatcher, scaler and isolation levels
 //! that serve GitLab ([`run_pipeline`]). Every job starts from a snapshot of the working tree
 //! ([`snapshot`]: uncommitted changes included, ignored files excluded), handed to it like a
-//! dependency's artifacts; artifacts pass from job to job through a local artifact store.
+//! dependency's artifacts; artifacts pass from job to job through a local artifact store, and a
+//! job with dependencies gets the working tree and their artifacts merged into one archive
+//! ([`merge`]).
 
+pub mod merge;
 pub mod payload;
 mod pipeline;
 pub mod snapshot;

@@ -13,6 +13,9 @@ use flotilla_job::{JobPayload, Variable};
 /// job starts from.
 pub const SOURCES_JOB_ID: i64 = 0;
 
+/// The name the working-tree snapshot goes by in a job's log.
+pub const SOURCES_NAME: &str = "working tree";
+
 /// The job timeout when the pipeline sets none (GitLab's default project timeout).
 pub const DEFAULT_TIMEOUT_SECS: u64 = 3600;
 
@@ -34,10 +37,11 @@ pub struct PayloadContext<'a> {
     pub sha: &'a str,
     /// The branch or tag.
     pub git_ref: &'a str,
-    /// Jobs whose artifacts this job downloads: `(job id, name, archive size)`, in order.
+    /// The archives this job downloads and extracts before its script, in order:
+    /// `(id in the artifact store, name, archive size)`. The working tree
+    /// ([`SOURCES_JOB_ID`]) and the artifacts of its dependencies, or one archive merging
+    /// them.
     pub dependencies: Vec<(i64, String, u64)>,
-    /// Size of the working-tree snapshot every job starts from (`None`: no snapshot).
-    pub sources_size: Option<u64>,
 }
 
 /// The variables every local job gets on top of the pipeline's.
@@ -177,20 +181,10 @@ pub fn to_payload(job: &CompiledJob, ctx: &PayloadContext<'_>) -> JobPayload {
             allow_failure: true,
         });
     }
-    let mut dependencies = Vec::new();
-    if let Some(size) = ctx.sources_size {
-        dependencies.push(Dependency {
-            id: SOURCES_JOB_ID,
-            name: "working tree".into(),
-            token: token.clone(),
-            artifacts_file: Some(ArtifactsFile {
-                filename: "sources.zip".into(),
-                size,
-            }),
-        });
-    }
-    for (id, name, size) in &ctx.dependencies {
-        dependencies.push(Dependency {
+    let dependencies = ctx
+        .dependencies
+        .iter()
+        .map(|(id, name, size)| Dependency {
             id: *id,
             name: name.clone(),
             token: token.clone(),
@@ -198,8 +192,8 @@ pub fn to_payload(job: &CompiledJob, ctx: &PayloadContext<'_>) -> JobPayload {
                 filename: "artifacts.zip".into(),
                 size: *size,
             }),
-        });
-    }
+        })
+        .collect();
     JobPayload {
         id: ctx.job_id,
         token,

@@ -3,7 +3,8 @@
 //! artifacts passed from job to job, `when`, `allow_failure` and `retry` as GitLab applies
 //! them.
 
-use super::payload::{self, PayloadContext, SOURCES_JOB_ID};
+use super::merge;
+use super::payload::{self, PayloadContext, SOURCES_JOB_ID, SOURCES_NAME};
 use super::snapshot::{self, SnapshotError};
 use crate::ci::{self, CompiledJob, Pipeline};
 use flotilla_dispatch::Dispatcher;
@@ -11,6 +12,7 @@ use flotilla_job::{
     FailureReason, FileSink, JobCancel, LocalArtifactStore, Outcome, TerminalSink, TraceError,
     TraceSink,
 };
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -332,6 +334,11 @@ pub async fn run_pipeline(
         })
         .collect();
     let mut running: JoinSet<Attempt> = JoinSet::new();
+    // Merged starting archives by the ids of the dependencies they hold.
+    let mut merged = Merged {
+        next_id: n as i64 + 1,
+        by_dependencies: HashMap::new(),
+    };
     let mut cancels: Vec<Option<JobCancel>> = vec![None; n];
     let mut canceled = false;
 
@@ -371,8 +378,13 @@ pub async fn run_pipeline(
                         attempt: summaries[i].attempts + 1,
                         job_id: (i + 1) as i64,
                         pipeline_id,
-                        dependencies: dependencies_of(pipeline, i, &summaries, &store),
-                        sources_size: report.archive_bytes,
+                        downloads: starting_files(
+                            &store,
+                            report.archive_bytes,
+                            dependencies_of(pipeline, i, &store),
+                            &mut merged,
+                        )
+                        .await,
                         predefined: config.predefined.clone(),
                         project_name: project_name.clone(),
                         project_path: project_path.clone(),
@@ -450,10 +462,8 @@ pub async fn run_pipeline(
 fn dependencies_of(
     pipeline: &Pipeline,
     i: usize,
-    summaries: &[JobSummary],
     store: &LocalArtifactStore,
 ) -> Vec<(i64, String, u64)> {
-    let _ = summaries;
     pipeline.jobs[i]
         .dependencies
         .iter()
@@ -468,14 +478,74 @@ fn dependencies_of(
         .collect()
 }
 
+/// The archives made by [`starting_files`] in this run.
+struct Merged {
+    /// The id the next one gets (after every job's).
+    next_id: i64,
+    /// `(id, name, size)` by the dependency ids merged into it.
+    by_dependencies: HashMap<Vec<i64>, (i64, String, u64)>,
+}
+
+/// What a job downloads before its script: the working tree and its dependencies' artifacts,
+/// merged into one archive when there are any (one extraction instead of several; jobs with
+/// the same dependencies share it). If merging fails, each is downloaded on its own.
+async fn starting_files(
+    store: &LocalArtifactStore,
+    sources_size: u64,
+    dependencies: Vec<(i64, String, u64)>,
+    merged: &mut Merged,
+) -> Vec<(i64, String, u64)> {
+    let sources = (SOURCES_JOB_ID, SOURCES_NAME.to_string(), sources_size);
+    if dependencies.is_empty() {
+        return vec![sources];
+    }
+    let ids: Vec<i64> = dependencies.iter().map(|d| d.0).collect();
+    if let Some(m) = merged.by_dependencies.get(&ids) {
+        return vec![m.clone()];
+    }
+    let id = merged.next_id;
+    let mut inputs = vec![store.archive_path(SOURCES_JOB_ID, "archive")];
+    inputs.extend(
+        dependencies
+            .iter()
+            .map(|d| store.archive_path(d.0, "archive")),
+    );
+    let output = store.archive_path(id, "archive");
+    let result = tokio::task::spawn_blocking(move || merge::merge(&inputs, &output)).await;
+    match result {
+        Ok(Ok(size)) => {
+            merged.next_id += 1;
+            let names: Vec<&str> = dependencies.iter().map(|d| d.1.as_str()).collect();
+            let entry = (
+                id,
+                format!("{SOURCES_NAME} and the artifacts of {}", names.join(", ")),
+                size,
+            );
+            merged.by_dependencies.insert(ids, entry.clone());
+            vec![entry]
+        }
+        failed => {
+            let why = match failed {
+                Ok(Err(e)) => e.to_string(),
+                Err(e) => e.to_string(),
+                Ok(Ok(_)) => String::new(),
+            };
+            tracing::warn!(error = %why, "downloading the artifacts one by one");
+            let mut all = vec![sources];
+            all.extend(dependencies);
+            all
+        }
+    }
+}
+
 struct JobContext {
     index: usize,
     job: CompiledJob,
     attempt: u32,
     job_id: i64,
     pipeline_id: i64,
-    dependencies: Vec<(i64, String, u64)>,
-    sources_size: u64,
+    /// Archives extracted into the build directory before the script, in order.
+    downloads: Vec<(i64, String, u64)>,
     predefined: Vec<(String, String)>,
     project_name: String,
     project_path: String,
@@ -527,8 +597,7 @@ async fn run_job(
             project_path: &ctx.project_path,
             sha: &ctx.sha,
             git_ref: &ctx.git_ref,
-            dependencies: ctx.dependencies.clone(),
-            sources_size: Some(ctx.sources_size),
+            dependencies: ctx.downloads.clone(),
         },
     );
     let mut sink = match open_sinks(&ctx.log, ctx.follow.then_some(ctx.job.name.as_str())).await {

@@ -1,0 +1,675 @@
+//! `flotilla exec` end to end, one feature at a time: the real binary on small pipelines in a
+//! temporary git repository, on the embedded default (this host, shell isolation).
+
+mod exec_support;
+
+use exec_support::{Project, statuses};
+
+const SELECTION: &str = r#"
+stages: [build, test, deploy]
+compile:
+  stage: build
+  script: [echo compile]
+assets:
+  stage: build
+  script: [echo assets]
+unit:
+  stage: test
+  needs: [compile]
+  script: [echo unit]
+lint:
+  stage: test
+  needs: []
+  script: [echo lint]
+ship:
+  stage: deploy
+  script: [echo ship]
+"#;
+
+#[test]
+fn named_jobs_run_with_what_they_need_only() {
+    let p = Project::with_pipeline(SELECTION);
+    let run = p.exec(&["unit"]);
+    run.expect_code(0);
+    assert_eq!(
+        run.statuses(),
+        statuses(&[("compile", "passed"), ("unit", "passed")])
+    );
+    assert_eq!(p.logs().len(), 2, "no other job ran");
+
+    let run = p.exec(&["lint", "compile"]);
+    run.expect_code(0);
+    assert_eq!(
+        run.statuses(),
+        statuses(&[("compile", "passed"), ("lint", "passed")])
+    );
+
+    // A job without `needs` waits for every job of the stages before it.
+    let run = p.exec(&["ship"]);
+    run.expect_code(0);
+    assert_eq!(run.statuses().len(), 5, "{run}");
+
+    let run = p.exec(&["nope"]);
+    run.expect_code(2);
+    assert!(
+        run.stderr.contains("cannot select job `nope`: no such job"),
+        "{run}"
+    );
+}
+
+#[test]
+fn stage_option_runs_that_stage_and_what_it_waits_for() {
+    let p = Project::with_pipeline(SELECTION);
+    let run = p.exec(&["--stage", "test"]);
+    run.expect_code(0);
+    assert_eq!(
+        run.statuses(),
+        statuses(&[
+            ("compile", "passed"),
+            ("unit", "passed"),
+            ("lint", "passed")
+        ])
+    );
+    let run = p.exec(&["--stage", "build"]);
+    run.expect_code(0);
+    assert_eq!(
+        run.statuses(),
+        statuses(&[("compile", "passed"), ("assets", "passed")])
+    );
+    let run = p.exec(&["--stage", "qa"]);
+    run.expect_code(2);
+    assert!(run.stderr.contains("cannot select stage `qa`"), "{run}");
+}
+
+#[test]
+fn list_prints_the_compiled_pipeline_and_runs_nothing() {
+    let p = Project::with_pipeline(&format!(
+        "{SELECTION}\nmanual-job:\n  stage: deploy\n  when: manual\n  script: [echo m]\n\
+         flaky:\n  stage: test\n  allow_failure: {{exit_codes: [3, 4]}}\n  script: [exit 3]\n"
+    ));
+    let run = p.exec(&["--list"]);
+    run.expect_code(0);
+    let lines: Vec<Vec<String>> = run
+        .stdout
+        .lines()
+        .take_while(|l| !l.starts_with("not in this pipeline"))
+        .map(|l| {
+            l.split("  ")
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .collect();
+    let expected: Vec<Vec<&str>> = vec![
+        vec!["JOB", "STAGE", "WHEN", "NEEDS", "ALLOW FAILURE"],
+        vec!["compile", "build", "on_success", "(stages before)", "no"],
+        vec!["assets", "build", "on_success", "(stages before)", "no"],
+        vec!["unit", "test", "on_success", "compile", "no"],
+        vec!["lint", "test", "on_success", "-", "no"],
+        vec![
+            "flaky",
+            "test",
+            "on_success",
+            "(stages before)",
+            "exit codes 3,4",
+        ],
+        vec!["ship", "deploy", "on_success", "(stages before)", "no"],
+    ];
+    assert_eq!(lines, expected, "{run}");
+    assert!(
+        run.stdout
+            .contains("not in this pipeline: manual-job (manual job"),
+        "{run}"
+    );
+    assert!(p.pipelines().is_empty(), "--list runs nothing");
+    // With --manual the manual job is listed as one.
+    let run = p.exec(&["--list", "--manual"]);
+    assert!(
+        run.stdout
+            .lines()
+            .any(|l| l.starts_with("manual-job ") && l.contains(" manual ")),
+        "{run}"
+    );
+}
+
+#[test]
+fn variables_from_the_command_line_reach_jobs_and_rules() {
+    let p = Project::with_pipeline(
+        r#"
+variables:
+  GREETING: hello
+greet:
+  script: ['echo "greeting is $GREETING, mode ${MODE:-unset}"']
+feature:
+  rules:
+    - if: $FEATURE == "on" && $GREETING == "hi"
+  script: ['echo "feature job sees FEATURE=$FEATURE"']
+"#,
+    );
+    let run = p.exec(&[]);
+    run.expect_code(0);
+    assert_eq!(run.statuses(), statuses(&[("greet", "passed")]));
+    assert!(p.log("greet").contains("\ngreeting is hello, mode unset"));
+
+    let run = p.exec(&[
+        "--variable",
+        "GREETING=hi",
+        "--variable",
+        "FEATURE=on",
+        "--variable",
+        "MODE=a=b",
+    ]);
+    run.expect_code(0);
+    assert_eq!(
+        run.statuses(),
+        statuses(&[("greet", "passed"), ("feature", "passed")])
+    );
+    assert!(p.log("greet").contains("\ngreeting is hi, mode a=b"));
+    assert!(p.log("feature").contains("\nfeature job sees FEATURE=on"));
+}
+
+#[test]
+fn manual_jobs_run_only_when_asked() {
+    let p = Project::with_pipeline(
+        r#"
+build:
+  stage: build
+  script: [echo build]
+deploy:
+  stage: deploy
+  when: manual
+  script: ['echo "deploying, CI_JOB_MANUAL=$CI_JOB_MANUAL"']
+"#,
+    );
+    let run = p.exec(&[]);
+    run.expect_code(0);
+    assert_eq!(run.statuses(), statuses(&[("build", "passed")]));
+    let run = p.exec(&["--manual"]);
+    run.expect_code(0);
+    assert_eq!(
+        run.statuses(),
+        statuses(&[("build", "passed"), ("deploy", "passed")])
+    );
+    assert!(p.log("deploy").contains("\ndeploying, CI_JOB_MANUAL=true"));
+    // Naming a manual job without --manual says why it cannot run.
+    let run = p.exec(&["deploy"]);
+    run.expect_code(2);
+    assert!(run.stderr.contains("it is not in this pipeline"), "{run}");
+}
+
+#[test]
+fn follow_streams_one_jobs_log_to_the_terminal() {
+    let p = Project::with_pipeline(
+        r#"
+quiet:
+  stage: build
+  script: [echo from-quiet]
+loud:
+  stage: test
+  script:
+    - echo first line of loud
+    - echo second line of loud
+"#,
+    );
+    let run = p.exec(&["--follow", "loud"]);
+    run.expect_code(0);
+    assert!(run.stdout.contains("[loud] first line of loud\n"), "{run}");
+    assert!(run.stdout.contains("[loud] second line of loud\n"), "{run}");
+    assert!(run.stdout.contains("[loud] Running with flotilla"), "{run}");
+    assert!(!run.stdout.contains("from-quiet"), "{run}");
+    // The summary still follows.
+    assert_eq!(
+        run.statuses(),
+        statuses(&[("quiet", "passed"), ("loud", "passed")])
+    );
+    // The log file has it all too.
+    assert!(p.log("loud").contains("\nsecond line of loud"));
+}
+
+#[test]
+fn a_failed_job_fails_the_pipeline_and_skips_what_waits_for_it() {
+    let p = Project::with_pipeline(
+        r#"
+stages: [build, test, deploy]
+build:
+  stage: build
+  script:
+    - echo about to fail
+    - exit 7
+other:
+  stage: build
+  script: [echo fine]
+test:
+  stage: test
+  script: [echo never]
+deploy:
+  stage: deploy
+  script: [echo never]
+"#,
+    );
+    let run = p.exec(&[]);
+    run.expect_code(1);
+    assert_eq!(
+        run.statuses(),
+        statuses(&[
+            ("build", "failed"),
+            ("other", "passed"),
+            ("test", "skipped"),
+            ("deploy", "skipped"),
+        ])
+    );
+    assert!(run.stdout.contains("pipeline failed in "), "{run}");
+    assert!(run.stderr.contains("build: failed (exit code 7)"), "{run}");
+    let line = run
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("log of the first failed job: "))
+        .unwrap_or_else(|| panic!("no log pointer in {run}"));
+    let log = std::fs::read_to_string(line).unwrap();
+    assert!(log.contains("\nabout to fail"), "{log}");
+    assert!(log.contains("exit code 7"), "{log}");
+    assert_eq!(p.logs().len(), 2, "skipped jobs have no log");
+}
+
+#[test]
+fn allowed_failures_do_not_fail_the_pipeline() {
+    let p = Project::with_pipeline(
+        r#"
+may-fail:
+  stage: build
+  allow_failure: true
+  script: [exit 1]
+code-three:
+  stage: build
+  allow_failure:
+    exit_codes: [3]
+  script: [exit 3]
+after:
+  stage: test
+  script: [echo after]
+"#,
+    );
+    let run = p.exec(&[]);
+    run.expect_code(0);
+    assert_eq!(
+        run.statuses(),
+        statuses(&[
+            ("may-fail", "failed (allowed)"),
+            ("code-three", "failed (allowed)"),
+            ("after", "passed"),
+        ])
+    );
+    assert!(run.stdout.contains("pipeline passed"), "{run}");
+
+    // An exit code outside `exit_codes` is a real failure.
+    p.write(
+        ".gitlab-ci.yml",
+        "code-four:\n  allow_failure:\n    exit_codes: [3]\n  script: [exit 4]\n",
+    );
+    let run = p.exec(&[]);
+    run.expect_code(1);
+    assert_eq!(run.statuses(), statuses(&[("code-four", "failed")]));
+}
+
+#[test]
+fn setup_errors_exit_2_and_name_the_place() {
+    let p = Project::with_pipeline(
+        "build:\n  script: [echo]\ntest:\n  needs: [missing]\n  script: [echo]\n",
+    );
+    let run = p.exec(&[]);
+    run.expect_code(2);
+    assert!(
+        run.stderr.contains("error: .gitlab-ci.yml:4:"),
+        "file:line:col: {run}"
+    );
+    assert!(run.stderr.contains("missing"), "{run}");
+    assert!(run.stdout.is_empty(), "{run}");
+    assert!(p.pipelines().is_empty(), "nothing ran");
+
+    p.write(".gitlab-ci.yml", "build:\n  script: [echo\n");
+    let run = p.exec(&[]);
+    run.expect_code(2);
+    assert!(run.stderr.contains("error: .gitlab-ci.yml:"), "{run}");
+
+    p.write(
+        ".gitlab-ci.yml",
+        "build:\n  stage: nowhere\n  script: [echo]\n",
+    );
+    let run = p.exec(&["--list"]);
+    run.expect_code(2);
+    assert!(run.stderr.contains("error: .gitlab-ci.yml:2:10"), "{run}");
+
+    // A configuration that cannot load is a setup error too.
+    p.write(".gitlab-ci.yml", "build:\n  script: [echo]\n");
+    p.write("bad.toml", "[[runners]]\nname = 1\n");
+    let run = p.exec(&["--config", "bad.toml"]);
+    run.expect_code(2);
+    assert!(run.stderr.contains("bad.toml"), "{run}");
+
+    // No pipeline at all.
+    let empty = Project::empty();
+    let run = empty.exec(&[]);
+    run.expect_code(2);
+    assert!(run.stderr.contains("has no .gitlab-ci.yml"), "{run}");
+}
+
+#[test]
+fn jobs_see_the_working_tree_with_uncommitted_changes_but_not_ignored_files() {
+    let p = Project::with_pipeline(
+        r#"
+look:
+  script:
+    - cat tracked.txt
+    - cat untracked.txt
+    - test ! -e secret.env && echo "no secret.env"
+    - test ! -e target && echo "no target dir"
+    - test ! -e .git && echo "no .git"
+    - test ! -e .flotilla && echo "no .flotilla"
+    - test -f .gitignore && echo "gitignore present"
+    - test "$CI_PROJECT_DIR" = "$(pwd)" && echo "CI_PROJECT_DIR is the build dir"
+"#,
+    );
+    p.write(".gitignore", "secret.env\ntarget/\n");
+    p.write("tracked.txt", "committed\n");
+    p.commit("files");
+    p.write("tracked.txt", "changed but not committed\n");
+    p.write("untracked.txt", "never added\n");
+    p.write("secret.env", "TOKEN=do-not-copy\n");
+    p.write("target/debug/big", "build output\n");
+    let run = p.exec(&[]);
+    run.expect_code(0);
+    let log = p.log("look");
+    for line in [
+        "\nchanged but not committed\n",
+        "\nnever added\n",
+        "\nno secret.env\n",
+        "\nno target dir\n",
+        "\nno .git\n",
+        "\nno .flotilla\n",
+        "\ngitignore present\n",
+        "\nCI_PROJECT_DIR is the build dir\n",
+    ] {
+        assert!(log.contains(line), "{line:?} in {log}");
+    }
+    assert!(!log.contains("do-not-copy"), "{log}");
+}
+
+#[test]
+fn predefined_variables_come_from_the_repository() {
+    let p = Project::with_pipeline(
+        r#"
+vars:
+  script:
+    - echo "sha=$CI_COMMIT_SHA"
+    - echo "branch=$CI_COMMIT_BRANCH ref=$CI_COMMIT_REF_NAME"
+    - echo "job=$CI_JOB_NAME stage=$CI_JOB_STAGE pipeline=$CI_PIPELINE_ID"
+    - echo "title=$CI_COMMIT_TITLE"
+"#,
+    );
+    let sha = std::process::Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .current_dir(p.path())
+        .output()
+        .unwrap();
+    let sha = String::from_utf8(sha.stdout).unwrap().trim().to_string();
+    let run = p.exec(&[]);
+    run.expect_code(0);
+    let pipeline_id = p.pipelines()[0]
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let log = p.log("vars");
+    for line in [
+        format!("\nsha={sha}\n"),
+        "\nbranch=main ref=main\n".to_string(),
+        format!("\njob=vars stage=test pipeline={pipeline_id}\n"),
+        "\ntitle=the pipeline\n".to_string(),
+    ] {
+        assert!(log.contains(&line), "{line:?} in {log}");
+    }
+}
+
+#[test]
+fn a_job_over_its_timeout_fails() {
+    let p = Project::with_pipeline(
+        r#"
+slow:
+  timeout: 1s
+  script:
+    - echo started
+    - sleep 30
+    - echo never printed
+"#,
+    );
+    let started = std::time::Instant::now();
+    let run = p.exec(&[]);
+    run.expect_code(1);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(25),
+        "the job was stopped, not waited for"
+    );
+    assert_eq!(run.statuses(), statuses(&[("slow", "failed")]));
+    let log = p.log("slow");
+    assert!(log.contains("\nstarted\n"), "{log}");
+    assert!(!log.contains("\nnever printed"), "{log}");
+    assert!(log.contains("took longer than"), "{log}");
+}
+
+#[test]
+fn retry_runs_a_failed_job_again() {
+    let p = Project::with_pipeline(
+        r#"
+flaky:
+  retry: 2
+  script:
+    - |
+      if [ -e "$MARKER" ]; then
+        echo "second attempt passes"
+      else
+        touch "$MARKER"
+        echo "first attempt fails"
+        exit 1
+      fi
+never-retried:
+  retry:
+    max: 2
+    when: [runner_system_failure]
+  allow_failure: true
+  script: [echo fails once, exit 1]
+"#,
+    );
+    // The marker lives outside the build directory, so it survives between attempts.
+    let marker = p.outside().join("attempted");
+    let run = p.exec(&["--variable", &format!("MARKER={}", marker.display())]);
+    run.expect_code(0);
+    assert_eq!(
+        run.statuses(),
+        statuses(&[
+            ("flaky", "passed (2 attempts)"),
+            ("never-retried", "failed (allowed)"),
+        ])
+    );
+    assert!(marker.exists());
+    assert!(run.stderr.contains("started flaky (attempt 2)"), "{run}");
+    let log = p.log("flaky");
+    let first = log
+        .find("first attempt fails")
+        .expect("first attempt in the log");
+    let second = log
+        .find("second attempt passes")
+        .expect("second attempt in the log");
+    assert!(first < second, "{log}");
+    assert_eq!(p.log("never-retried").matches("\nfails once").count(), 1);
+}
+
+const ON_FAILURE: &str = r#"
+stages: [build, test, cleanup]
+build:
+  stage: build
+  script: ['test "$BREAK" != yes']
+test:
+  stage: test
+  script: [echo testing]
+notify:
+  stage: test
+  when: on_failure
+  script: [echo something failed]
+tidy:
+  stage: cleanup
+  when: always
+  script: [echo tidying up]
+"#;
+
+#[test]
+fn on_failure_and_always_jobs() {
+    let p = Project::with_pipeline(ON_FAILURE);
+    let run = p.exec(&["--variable", "BREAK=yes"]);
+    run.expect_code(1);
+    assert_eq!(
+        run.statuses(),
+        statuses(&[
+            ("build", "failed"),
+            ("test", "skipped"),
+            ("notify", "passed"),
+            ("tidy", "passed"),
+        ])
+    );
+    assert!(p.log("notify").contains("\nsomething failed"));
+    assert!(p.log("tidy").contains("\ntidying up"));
+
+    let run = p.exec(&[]);
+    run.expect_code(0);
+    assert_eq!(
+        run.statuses(),
+        statuses(&[
+            ("build", "passed"),
+            ("test", "passed"),
+            ("notify", "skipped"),
+            ("tidy", "passed"),
+        ])
+    );
+    assert!(
+        run.stderr
+            .contains("notify: skipped: when: on_failure and nothing failed"),
+        "{run}"
+    );
+}
+
+#[test]
+fn after_script_runs_after_a_failure_and_sees_it() {
+    let p = Project::with_pipeline(
+        r#"
+job:
+  script: [echo main, exit 2]
+  after_script: ['echo "after_script: status $CI_JOB_STATUS"']
+"#,
+    );
+    let run = p.exec(&[]);
+    run.expect_code(1);
+    let log = p.log("job");
+    assert!(log.contains("\nafter_script: status failed"), "{log}");
+}
+
+#[test]
+fn artifacts_override_the_working_tree_in_dependency_order() {
+    let p = Project::with_pipeline(
+        r#"
+stages: [build, test]
+first:
+  stage: build
+  script: ['echo "from first" > config.txt', 'echo first > only-first.txt']
+  artifacts: {paths: [config.txt, only-first.txt]}
+second:
+  stage: build
+  script: ['echo "from second" > config.txt']
+  artifacts: {paths: [config.txt]}
+both:
+  stage: test
+  dependencies: [first, second]
+  script: ['echo "both sees $(cat config.txt), $(cat only-first.txt)"']
+reversed:
+  stage: test
+  dependencies: [second, first]
+  script: ['echo "reversed sees $(cat config.txt)"']
+none:
+  stage: test
+  dependencies: []
+  script: ['echo "none sees $(cat config.txt)"', 'test ! -e only-first.txt && echo "no artifacts"']
+no-artifacts-need:
+  stage: test
+  needs: [{job: first, artifacts: false}]
+  script: ['test ! -e only-first.txt && echo "needs without artifacts"']
+"#,
+    );
+    p.write("config.txt", "from the working tree\n");
+    p.commit("config");
+    let run = p.exec(&[]);
+    run.expect_code(0);
+    assert!(p.log("both").contains("\nboth sees from second, first\n"));
+    assert!(p.log("reversed").contains("\nreversed sees from first\n"));
+    let none = p.log("none");
+    assert!(
+        none.contains("\nnone sees from the working tree\n"),
+        "{none}"
+    );
+    assert!(none.contains("\nno artifacts\n"), "{none}");
+    assert!(
+        p.log("no-artifacts-need")
+            .contains("\nneeds without artifacts\n")
+    );
+}
+
+#[test]
+fn an_interrupt_cancels_running_jobs_after_their_after_script() {
+    let p = Project::with_pipeline(
+        r#"
+stages: [a, b]
+slow:
+  stage: a
+  script: [echo going to sleep, sleep 60]
+  after_script: [echo after_script ran]
+later:
+  stage: b
+  script: [echo never]
+"#,
+    );
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_flotilla"))
+        .arg("exec")
+        .current_dir(p.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the job's script runs, then interrupt as a terminal's Ctrl-C would.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !p.pipelines().first().is_some_and(|d| {
+        std::fs::read_to_string(d.join("01-slow.log")).is_ok_and(|l| l.contains("\ngoing to sleep"))
+    }) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the job never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let killed = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = child.wait_with_output().unwrap();
+    let run = exec_support::Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    run.expect_code(1);
+    assert_eq!(
+        run.statuses(),
+        statuses(&[("slow", "canceled"), ("later", "canceled")])
+    );
+    let log = p.log("slow");
+    assert!(log.contains("\nafter_script ran"), "{log}");
+    assert!(log.contains("Job failed: canceled"), "{log}");
+}
