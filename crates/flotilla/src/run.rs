@@ -96,9 +96,7 @@ impl JobHooks for StoreHooks {
             slot: 0,
             started_at: SystemTime::now(),
         };
-        if let Err(e) = self.store.job_started(self.scope, &start) {
-            tracing::error!(job = job.id, error = %e, "cannot record the job's start");
-        }
+        // The token first: a job recorded without one could not be reported after a crash.
         if let Err(e) = self.store.put_credential(
             self.scope,
             &token_name(job.id),
@@ -106,6 +104,28 @@ impl JobHooks for StoreHooks {
         ) {
             tracing::error!(job = job.id, error = %e, "cannot record the job's token");
         }
+        if let Err(e) = self.store.job_started(self.scope, &start) {
+            tracing::error!(job = job.id, error = %e, "cannot record the job's start");
+        }
+    }
+
+    async fn job_withdrawn(&self, job: &StartedJob) {
+        let id = job.id.to_string();
+        let withdrawn = JobOutcome::Failed {
+            failure_reason: "withdrawn".into(),
+            exit_code: None,
+        };
+        let now = SystemTime::now();
+        let recorded = self
+            .store
+            .job_finished(self.scope, &self.source, &id, &withdrawn, now)
+            .and_then(|_| self.store.job_reported(self.scope, &self.source, &id, now));
+        if let Err(e) = recorded {
+            tracing::error!(job = job.id, error = %e, "cannot record that the job was withdrawn");
+        }
+        let _ = self
+            .store
+            .delete_credential(self.scope, &token_name(job.id));
     }
 
     async fn job_finished(&self, job: &StartedJob, outcome: &Outcome) {

@@ -364,3 +364,83 @@ async fn slow_fleet(latency: Duration) -> flotilla_scaler::Scaler {
     .await
     .unwrap()
 }
+
+/// Sees the job's state at GitLab when the source announces its start, and what was
+/// withdrawn.
+struct AtStart {
+    fake: Arc<flotilla_testkit::fake_gitlab::FakeGitLab>,
+    seen: Mutex<Vec<(i64, FakeJobState)>>,
+    withdrawn: Mutex<Vec<i64>>,
+    finished: Mutex<Vec<i64>>,
+}
+
+#[async_trait]
+impl JobHooks for AtStart {
+    async fn job_started(&self, job: &StartedJob) {
+        let state = self.fake.job(job.id).unwrap().state;
+        self.seen.lock().unwrap().push((job.id, state));
+    }
+    async fn job_withdrawn(&self, job: &StartedJob) {
+        self.withdrawn.lock().unwrap().push(job.id);
+    }
+    async fn job_finished(&self, job: &StartedJob, _outcome: &Outcome) {
+        self.finished.lock().unwrap().push(job.id);
+    }
+}
+
+/// A manager killed between accepting a job and recording it would never report it: so
+/// the job is announced to the hooks (the durable store) before the accept leaves, and a
+/// refused accept is announced as a withdrawal.
+#[tokio::test]
+async fn jobs_are_recorded_before_the_accept_and_a_refused_accept_is_a_withdrawal() {
+    use flotilla_testkit::fake_gitlab::Scripted;
+    let fake = Arc::new(fake().start().await.unwrap());
+    let refused = fake.enqueue(
+        RUNNER_TOKEN,
+        JobBuilder::new("refused").script(["echo must not run"]),
+    );
+    fake.script(
+        "PUT",
+        &format!("/api/v4/jobs/{refused}"),
+        [Scripted::Status {
+            status: 403,
+            retry_after: None,
+        }],
+    );
+    let hooks = Arc::new(AtStart {
+        fake: fake.clone(),
+        seen: Mutex::new(Vec::new()),
+        withdrawn: Mutex::new(Vec::new()),
+        finished: Mutex::new(Vec::new()),
+    });
+    let exec = LocalExecutor::new(local_scaler(1, true).await, None);
+    let source = Arc::new(
+        flotilla_gitlab::runner::JobSource::new(client(&fake), exec.clone(), source_config())
+            .with_hooks(hooks.clone()),
+    );
+    let s = source.clone();
+    let run = tokio::spawn(async move { s.run().await });
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while hooks.withdrawn.lock().unwrap().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no withdrawal seen");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let ran = fake.enqueue(RUNNER_TOKEN, JobBuilder::new("ran").script(["echo ran"]));
+    assert!(fake.wait_finished(&[ran], Duration::from_secs(60)).await);
+    source.stop_handle().graceful();
+    run.await.unwrap().unwrap();
+
+    assert_eq!(*hooks.withdrawn.lock().unwrap(), vec![refused]);
+    assert_eq!(exec.runs(refused), 0, "a refused job never runs");
+    assert_eq!(*hooks.finished.lock().unwrap(), vec![ran]);
+    let seen = hooks.seen.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        vec![
+            (refused, FakeJobState::WaitingForAck),
+            (ran, FakeJobState::WaitingForAck)
+        ],
+        "each job is announced while GitLab still waits for its accept"
+    );
+    assert_eq!(fake.job(ran).unwrap().state, FakeJobState::Success);
+}

@@ -9,8 +9,12 @@
 //! job's `fetch`.
 //!
 //! A slot is never shared, not even with what a dead manager's job left running: every stage
-//! records its process group in the slot's stage record, and preparing a job (one round trip)
-//! first kills every group recorded there ([`crate::remote::stomp_slot_command`]). With
+//! records its process group in the slot's stage record, and cleaning up after a job kills
+//! every group recorded there ([`crate::remote::stomp_slot_command`]) in the same round trip
+//! that removes its directories, as GitLab Runner's shell executor kills a job's process
+//! group when it ends. Preparing a job repeats the stomp (one more round trip) unless this
+//! process cleaned the slot up itself after its last job: a slot is only ever dirty after a
+//! manager died or a cleanup failed. With
 //! [`ShellIsolation::with_builds_dir`], [`Isolation::cleanup_instance`] also stops, on an
 //! instance met for the first time, the stages of every slot that another manager process
 //! recorded.
@@ -22,7 +26,8 @@ use flotilla_connect::shell::quote;
 use flotilla_connect::{Connector, ConnectorExt};
 use flotilla_job::script::{ANSI_RESET, ANSI_YELLOW};
 use flotilla_job::{EnvError, EnvPaths, Environment, ExecSpec, ExitStatus};
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
@@ -31,6 +36,9 @@ use tokio_util::sync::CancellationToken;
 pub struct ShellIsolation {
     /// Where the stage records of every slot are, for [`Isolation::cleanup_instance`].
     records_dir: Option<String>,
+    /// Slots (`(instance, slot)`) this process cleaned up after their last job, stomp
+    /// included: their next job needs no stomp. Shared by clones.
+    clean: Arc<Mutex<HashSet<(String, usize)>>>,
 }
 
 impl ShellIsolation {
@@ -107,6 +115,7 @@ impl Isolation for ShellIsolation {
             remove_project: cleanup_requested(req.job),
             warnings: ignored(&req),
             layout,
+            clean: self.clean.clone(),
         }))
     }
 
@@ -142,6 +151,7 @@ pub struct ShellEnvironment {
     layout: BuildLayout,
     remove_project: bool,
     warnings: Vec<String>,
+    clean: Arc<Mutex<HashSet<(String, usize)>>>,
 }
 
 impl ShellEnvironment {
@@ -169,7 +179,17 @@ impl Environment for ShellEnvironment {
         for w in &self.warnings {
             text.push_str(&format!("{ANSI_YELLOW}WARNING: {w}{ANSI_RESET}\n"));
         }
-        // Whatever an earlier job left running in this slot stops before this one starts.
+        // Whatever an earlier job left running in this slot stops before this one starts:
+        // already done if this process cleaned the slot up after its last job.
+        let key = (self.instance.clone(), self.slot);
+        let cleaned = self
+            .clean
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&key);
+        if cleaned {
+            return write_log(log, &text).await;
+        }
         let what = "stopping what an earlier job left running in the slot";
         let out = self
             .connector
@@ -185,12 +205,7 @@ impl Environment for ShellEnvironment {
                 "{ANSI_YELLOW}WARNING: stopped {stopped} process group(s) an earlier job left running in this slot{ANSI_RESET}\n"
             ));
         }
-        log.write_all(text.as_bytes())
-            .await
-            .map_err(|source| EnvError::Io {
-                context: "writing to the job log".into(),
-                source,
-            })
+        write_log(log, &text).await
     }
 
     async fn exec(&self, spec: ExecSpec<'_>) -> Result<ExitStatus, EnvError> {
@@ -211,11 +226,14 @@ impl Environment for ShellEnvironment {
 #[async_trait]
 impl IsolatedEnvironment for ShellEnvironment {
     async fn cleanup(&self) -> Result<(), IsolateError> {
-        let mut line = format!("rm -rf {}", quote(&self.layout.paths.tmp_dir));
+        // One round trip: stop what the job left running, then remove its directories.
+        let mut line = remote::stomp_slot_command(&self.layout.stage_record);
+        line.push_str(&format!("rm -rf {}", quote(&self.layout.paths.tmp_dir)));
         if self.remove_project {
             line.push(' ');
             line.push_str(&quote(&self.layout.paths.project_dir));
         }
+        line.push('\n');
         let out = self
             .connector
             .output(&remote::helper_command(&line))
@@ -225,6 +243,22 @@ impl IsolatedEnvironment for ShellEnvironment {
                 source,
             })?;
         if out.status.success() {
+            match stopped_count(&out) {
+                Ok(0) => {}
+                Ok(n) => {
+                    tracing::info!(instance = %self.instance, slot = self.slot, groups = n, "stopped processes the job left running in its slot");
+                }
+                Err(m) => {
+                    return Err(IsolateError::Cleanup {
+                        instance: self.instance.clone(),
+                        message: format!("stopping what the job left running: {m}"),
+                    });
+                }
+            }
+            self.clean
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert((self.instance.clone(), self.slot));
             Ok(())
         } else {
             Err(IsolateError::Cleanup {
@@ -237,4 +271,14 @@ impl IsolatedEnvironment for ShellEnvironment {
             })
         }
     }
+}
+
+/// Writes `text` to a job's log.
+async fn write_log(log: &mut (dyn AsyncWrite + Send + Unpin), text: &str) -> Result<(), EnvError> {
+    log.write_all(text.as_bytes())
+        .await
+        .map_err(|source| EnvError::Io {
+            context: "writing to the job log".into(),
+            source,
+        })
 }

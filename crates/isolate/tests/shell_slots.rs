@@ -1,7 +1,7 @@
 //! Shell isolation never lets a job share its slot with what an earlier job left running
-//! there (what a manager killed with `kill -9` leaves): preparing a job stops every process
-//! group recorded in its slot, and only in its slot. With the local connector and real
-//! processes.
+//! there: cleaning up after a job stops what it left running, and preparing a job after one
+//! that was never cleaned up (its manager was killed with `kill -9`) stops every process group
+//! recorded in its slot, and only in its slot. With the local connector and real processes.
 
 use flotilla_connect::Connector;
 use flotilla_connect::local::LocalConnector;
@@ -93,6 +93,35 @@ fn pid_in(path: &Path) -> u32 {
         .unwrap()
 }
 
+/// A stage that leaves `sleep 60` running in the background, its pid written to `pid_file`.
+fn leave_running(pid_file: &Path) -> String {
+    format!(
+        "sleep 60 >/dev/null 2>&1 &\necho $! > {}\n",
+        pid_file.display()
+    )
+}
+
+#[tokio::test]
+async fn what_a_job_leaves_running_is_stopped_when_it_is_cleaned_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let builds = dir.path().join("builds");
+    let iso = ShellIsolation::new();
+    let left = dir.path().join("left");
+
+    let (env, log) = prepared(&iso, &builds, 1, 0).await;
+    assert!(!log.contains("WARNING"), "{log}");
+    stage(&*env, &leave_running(&left)).await;
+    let pid = pid_in(&left);
+    assert!(alive(pid));
+    env.cleanup().await.unwrap();
+    assert!(dies(pid).await, "the job's leftover outlived its cleanup");
+
+    // The slot is clean: its next job has nothing to stop.
+    let (env, log) = prepared(&iso, &builds, 2, 0).await;
+    assert!(!log.contains("stopped"), "{log}");
+    env.cleanup().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_job_never_shares_its_slot_with_what_an_earlier_job_left_running() {
     let dir = tempfile::tempdir().unwrap();
@@ -101,32 +130,21 @@ async fn a_job_never_shares_its_slot_with_what_an_earlier_job_left_running() {
     let left0 = dir.path().join("left0");
     let left1 = dir.path().join("left1");
 
-    // Jobs on slots 0 and 1 each leave a process running (in the background of a stage).
+    // Jobs on slots 0 and 1 each leave a process running (in the background of a stage) and
+    // are never cleaned up: their manager died.
     let (env0, log) = prepared(&iso, &builds, 1, 0).await;
     assert!(!log.contains("WARNING"), "{log}");
-    stage(
-        &*env0,
-        &format!(
-            "sleep 60 >/dev/null 2>&1 &\necho $! > {}\n",
-            left0.display()
-        ),
-    )
-    .await;
-    env0.cleanup().await.unwrap();
+    stage(&*env0, &leave_running(&left0)).await;
+    drop(env0);
     let (env1, _) = prepared(&iso, &builds, 2, 1).await;
-    stage(
-        &*env1,
-        &format!(
-            "sleep 60 >/dev/null 2>&1 &\necho $! > {}\n",
-            left1.display()
-        ),
-    )
-    .await;
-    env1.cleanup().await.unwrap();
+    stage(&*env1, &leave_running(&left1)).await;
+    drop(env1);
     let (p0, p1) = (pid_in(&left0), pid_in(&left1));
     assert!(alive(p0) && alive(p1));
 
-    // The next job of slot 0 stops what slot 0's last job left, and nothing of slot 1.
+    // The next job of slot 0, under a new manager process, stops what slot 0's last job
+    // left, and nothing of slot 1.
+    let iso = ShellIsolation::new();
     let (env, log) = prepared(&iso, &builds, 3, 0).await;
     assert!(
         log.contains("stopped 1 process group(s) an earlier job left running in this slot"),
@@ -136,13 +154,13 @@ async fn a_job_never_shares_its_slot_with_what_an_earlier_job_left_running() {
     assert!(alive(p1), "slot 1's leftover belongs to slot 1");
     env.cleanup().await.unwrap();
 
-    // Slot 1's next job finds its own.
+    // Slot 1's next job finds its own, even under the manager that did not clean it up.
     let (env, log) = prepared(&iso, &builds, 4, 1).await;
     assert!(log.contains("stopped 1 process group(s)"), "{log}");
     assert!(dies(p1).await);
     env.cleanup().await.unwrap();
 
-    // And a job that left nothing gets no warning.
+    // And a job after one that left nothing gets no warning.
     let (env, log) = prepared(&iso, &builds, 5, 1).await;
     assert!(!log.contains("stopped"), "{log}");
     env.cleanup().await.unwrap();

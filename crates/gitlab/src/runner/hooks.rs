@@ -6,7 +6,8 @@ use async_trait::async_trait;
 use flotilla_fleet::Secret;
 use flotilla_job::Outcome;
 
-/// A job GitLab handed to this manager and that it accepted (`PUT state=running`).
+/// A job GitLab handed to this manager and that it is accepting (`PUT state=running`) or has
+/// accepted.
 #[derive(Debug, Clone)]
 pub struct StartedJob {
     /// The runner (its `[[runners]]` name).
@@ -27,8 +28,15 @@ pub struct StartedJob {
 /// block for long (they run on the job's task).
 #[async_trait]
 pub trait JobHooks: Send + Sync {
-    /// GitLab accepted the job (two-phase commit done); it is about to run.
+    /// The job is about to be accepted (`PUT state=running`) and then run. Called *before*
+    /// the accept, so that a manager killed between the two still knows of the job (and its
+    /// token) when it restarts, and reports it: the accept may have reached GitLab.
     async fn job_started(&self, _job: &StartedJob) {}
+
+    /// GitLab did not take the accept of a job announced by [`JobHooks::job_started`] (it
+    /// withdrew the job, or could not be reached): the job never ran here and nothing will
+    /// be sent for it.
+    async fn job_withdrawn(&self, _job: &StartedJob) {}
 
     /// The job ended on the fleet with `outcome`; the final update is next.
     async fn job_finished(&self, _job: &StartedJob, _outcome: &Outcome) {}

@@ -560,18 +560,20 @@ async fn handle_job(inner: Arc<Inner>, held: Permits, key: String, job: Received
     };
     drop(acquire);
 
-    // Two-phase commit: accept only now that the job can start.
+    // Two-phase commit: accept only now that the job can start. The job is recorded first,
+    // so that a crash after GitLab took the accept cannot leave it unreported.
+    let started = inner.started_job(id, &name, &token, &payload.features.failure_reasons);
+    inner.hooks.job_started(&started).await;
     let remote = match accept(&inner, id, &token).await {
         Accept::Accepted(remote) => remote,
         Accept::Refused => {
+            inner.hooks.job_withdrawn(&started).await;
             scaler.release(&key);
             drop(acquisition);
             inner.count(|r| r.jobs_withdrawn += 1);
             return;
         }
     };
-    let started = inner.started_job(id, &name, &token, &payload.features.failure_reasons);
-    inner.hooks.job_started(&started).await;
     let cancel = JobCancel::new();
     if remote == RemoteJobState::Canceling {
         cancel.cancel();
@@ -657,11 +659,12 @@ async fn fail_unstarted(
     failure_reasons: &[String],
     message: &str,
 ) {
-    if let Accept::Refused = accept(inner, id, token).await {
-        return;
-    }
     let started = inner.started_job(id, name, token, failure_reasons);
     inner.hooks.job_started(&started).await;
+    if let Accept::Refused = accept(inner, id, token).await {
+        inner.hooks.job_withdrawn(&started).await;
+        return;
+    }
     let (trace, sink) = JobTrace::start(
         inner.client.clone(),
         id,
