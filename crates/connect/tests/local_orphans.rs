@@ -7,6 +7,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const PID_FILE: &str = "FLOTILLA_ORPHAN_PID_FILE";
+/// Set: the child sets the parent-death signal in a fork (`pre_exec`), not with `setpriv`.
+const FORK: &str = "FLOTILLA_ORPHAN_FORK";
 
 /// The child half: starts a long command through the local connector and waits forever.
 #[tokio::test]
@@ -15,7 +17,11 @@ async fn orphan_child() {
     let Ok(pid_file) = std::env::var(PID_FILE) else {
         return;
     };
-    let c = LocalConnector::new();
+    let c = if std::env::var_os(FORK).is_some() {
+        LocalConnector::new().without_setpriv()
+    } else {
+        LocalConnector::new()
+    };
     let line = format!("echo $$ > {pid_file}; exec sleep 1000");
     let _ = c.exec(ExecRequest::new(line)).await;
 }
@@ -29,9 +35,22 @@ fn alive(pid: i32) -> bool {
 
 #[test]
 fn local_jobs_die_with_their_manager() {
+    dies_with_its_manager(false);
+}
+
+#[test]
+fn local_jobs_die_with_their_manager_without_setpriv() {
+    dies_with_its_manager(true);
+}
+
+fn dies_with_its_manager(fork: bool) {
     let dir = tempfile::tempdir().unwrap();
     let pid_file = dir.path().join("pid");
-    let mut child = Command::new(std::env::current_exe().unwrap())
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    if fork {
+        cmd.env(FORK, "1");
+    }
+    let mut child = cmd
         .args(["orphan_child", "--exact", "--ignored", "--nocapture"])
         .env(PID_FILE, &pid_file)
         .stdout(Stdio::null())

@@ -23,7 +23,11 @@ pub struct LocalConnectors;
 
 impl ConnectorFactory for LocalConnectors {
     fn connector(&self, _info: &ConnectInfo) -> Result<Arc<dyn Connector>, DispatchError> {
-        Ok(Arc::new(LocalConnector::new()))
+        // Jobs get a clean environment anyway; started in one, they skip an `env` process
+        // per stage.
+        Ok(Arc::new(
+            LocalConnector::new().with_clean_env(&flotilla_isolate::remote::KEPT_ENV),
+        ))
     }
 }
 

@@ -108,6 +108,10 @@ fn run_once(c: &Contender, dir: &Path) -> Duration {
     let started = Instant::now();
     let out = Command::new(&c.program)
         .args(&c.args)
+        // `cargo bench` points the dynamic loader at its target and toolchain directories;
+        // left set, every process a contender starts searches them first (measured: ~25 %
+        // of flotilla's wall time on this pipeline). Run both as a user's shell would.
+        .env_remove("LD_LIBRARY_PATH")
         .current_dir(dir)
         .stdin(Stdio::null())
         .output()

@@ -15,6 +15,7 @@
 //! reusing it. [`sweep_command`] does the same for every slot, sparing this process's own
 //! stages. Both check the recorded start time, so a reused pid is never killed.
 
+use flotilla_connect::local::CLEAN_ENV_MARKER;
 use flotilla_connect::shell::quote;
 use flotilla_connect::{ConnectError, Connector, ExecRequest, Stdin};
 use flotilla_job::{EnvError, ExecCommand, ExecSpec, ExitStatus};
@@ -29,27 +30,54 @@ pub const KEPT_ENV: [&str; 9] = [
     "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "TZ", "TMPDIR",
 ];
 
-/// `exec env -i` keeping the [`KEPT_ENV`] variables that are set.
-fn clean_env() -> String {
-    let mut s = String::from("exec env -i");
+/// A compound command (`sh` syntax) that `exec`s `program` (with its arguments, quoted) in a
+/// clean environment: with `env -i`, keeping the [`KEPT_ENV`] variables that are set; or, if
+/// the connector already started the line in such an environment (it says so with
+/// [`CLEAN_ENV_MARKER`], as [`flotilla_connect::local::LocalConnector::with_clean_env`]
+/// does), directly, without the `env` process.
+fn exec_clean(program: &str) -> String {
+    let mut env = String::from("exec env -i");
     for k in KEPT_ENV {
-        s.push_str(&format!(" ${{{k}+\"{k}=${k}\"}}"));
+        env.push_str(&format!(" ${{{k}+\"{k}=${k}\"}}"));
     }
-    s
+    format!(
+        "if [ \"${{{CLEAN_ENV_MARKER}-}}\" = 1 ]; then unset {CLEAN_ENV_MARKER}; exec {program}; \
+         else {env} {program}; fi"
+    )
 }
 
 /// The command line that starts a stage's shell (the script goes to its stdin): the shell
 /// that runs the line picks bash or sh itself and `exec`s it in a clean environment, so a
 /// stage costs no intermediate `sh` (one process fewer per stage: see the `run_throughput`
 /// bench, where the instances' CPU is what bounds jobs per second).
+///
+/// When the line already runs in bash in a clean environment ([`CLEAN_ENV_MARKER`]: the
+/// local connector), that bash runs the script itself, sourcing it from stdin: no process at
+/// all, and the script is read in large chunks instead of a byte at a time (as bash must read
+/// a script it runs from a pipe).
 pub fn script_command() -> String {
-    let env = clean_env();
-    format!("if command -v bash >/dev/null 2>&1; then {env} bash; else {env} sh; fi")
+    format!(
+        "if [ \"${{{CLEAN_ENV_MARKER}-}}\" = 1 ] && [ -n \"${{BASH_VERSION-}}\" ]; then \
+         unset {CLEAN_ENV_MARKER} _flotilla_stat; set --; . /dev/stdin; exit; fi; \
+         if command -v bash >/dev/null 2>&1; then {}; else {}; fi",
+        exec_clean("bash"),
+        exec_clean("sh")
+    )
 }
 
-/// The command line that runs a helper command (`sh -c` syntax) in a clean environment.
+/// The command line that runs a helper command (`sh -c` syntax) in a clean environment: in
+/// the shell that runs the line when its environment is already clean ([`CLEAN_ENV_MARKER`]),
+/// else in a new `sh`.
 pub fn helper_command(line: &str) -> String {
-    format!("{} sh -c {}", clean_env(), quote(line))
+    let line = quote(line);
+    let mut env = String::from("exec env -i");
+    for k in KEPT_ENV {
+        env.push_str(&format!(" ${{{k}+\"{k}=${k}\"}}"));
+    }
+    format!(
+        "if [ \"${{{CLEAN_ENV_MARKER}-}}\" = 1 ]; then unset {CLEAN_ENV_MARKER} _flotilla_stat; \
+         set --; eval {line}; else {env} sh -c {line}; fi"
+    )
 }
 
 /// The owner written into this process's stage records: unique per manager process, so a
@@ -117,7 +145,7 @@ pub fn stomp_slot_command(record: &str) -> String {
         None => ".".to_string(),
     };
     format!(
-        "{STOMP_FUNCTION}_flotilla_stomp {record} ''\nmkdir -p {dir} 2>/dev/null; : > {record} 2>/dev/null\necho \"$_flotilla_n\"\n",
+        "{STOMP_FUNCTION}_flotilla_stomp {record} ''\n[ -d {dir} ] || mkdir -p {dir} 2>/dev/null; : > {record} 2>/dev/null\necho \"$_flotilla_n\"\n",
         record = quote(record),
         dir = quote(&dir),
     )
@@ -259,6 +287,64 @@ mod tests {
         assert!(out.contains(&format!("PATH={path}\n")), "{out}");
         assert!(!out.contains("MANAGER_TOKEN"), "{out}");
         assert!(!out.contains("LANG="), "unset ones stay unset: {out}");
+    }
+
+    #[test]
+    fn an_environment_marked_clean_is_kept_without_the_marker() {
+        let path = std::env::var("PATH").unwrap();
+        for line in [script_command(), helper_command("env | sort")] {
+            let out = sh(
+                &line,
+                &[
+                    ("PATH", &path),
+                    ("KEPT_BY_THE_CONNECTOR", "yes"),
+                    (CLEAN_ENV_MARKER, "1"),
+                ],
+                "env | sort\n",
+            );
+            assert!(out.contains("KEPT_BY_THE_CONNECTOR=yes\n"), "{out}");
+            assert!(!out.contains(CLEAN_ENV_MARKER), "{out}");
+        }
+        // Any other value of the marker is no promise: the environment is cleared.
+        let out = sh(
+            &script_command(),
+            &[
+                ("PATH", &path),
+                ("MANAGER_TOKEN", "x"),
+                (CLEAN_ENV_MARKER, "yes"),
+            ],
+            "env | sort\n",
+        );
+        assert!(
+            !out.contains("MANAGER_TOKEN") && !out.contains(CLEAN_ENV_MARKER),
+            "{out}"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_local_connector_with_a_clean_env_gives_only_the_kept_variables() {
+        use flotilla_connect::local::LocalConnector;
+        use flotilla_connect::{Connector, ExecRequest};
+        // SAFETY: set before any command of this test starts; other tests of this binary
+        // do not read it.
+        unsafe { std::env::set_var("FLOTILLA_TEST_MANAGER_SECRET", "glrt-manager") };
+        let c = LocalConnector::new().with_clean_env(&KEPT_ENV);
+        for (line, stdin) in [(helper_command("env"), ""), (script_command(), "env\n")] {
+            let mut out = Vec::new();
+            let status = c
+                .exec(
+                    ExecRequest::new(line)
+                        .stdin_bytes(stdin.as_bytes().to_vec())
+                        .stdout(&mut out),
+                )
+                .await
+                .unwrap();
+            let env = String::from_utf8(out).unwrap();
+            assert!(status.success(), "{env}");
+            assert!(env.contains("PATH="), "{env}");
+            assert!(!env.contains("FLOTILLA_TEST_MANAGER_SECRET"), "{env}");
+            assert!(!env.contains(CLEAN_ENV_MARKER), "{env}");
+        }
     }
 
     #[test]

@@ -227,13 +227,17 @@ impl Environment for ShellEnvironment {
 impl IsolatedEnvironment for ShellEnvironment {
     async fn cleanup(&self) -> Result<(), IsolateError> {
         // One round trip: stop what the job left running, then remove its directories.
+        // `rm` only for what is there (the job's own cleanup usually removed its temporary
+        // directory already): a process less per job.
         let mut line = remote::stomp_slot_command(&self.layout.stage_record);
-        line.push_str(&format!("rm -rf {}", quote(&self.layout.paths.tmp_dir)));
+        let mut remove = vec![&self.layout.paths.tmp_dir];
         if self.remove_project {
-            line.push(' ');
-            line.push_str(&quote(&self.layout.paths.project_dir));
+            remove.push(&self.layout.paths.project_dir);
         }
-        line.push('\n');
+        for dir in remove {
+            let dir = quote(dir);
+            line.push_str(&format!("[ ! -e {dir} ] || rm -rf {dir} || exit 1\n"));
+        }
         let out = self
             .connector
             .output(&remote::helper_command(&line))

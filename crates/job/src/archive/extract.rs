@@ -181,7 +181,9 @@ pub async fn extract_zip(
     let qdir = quote(dir);
     let exec = env.exec(ExecSpec {
         place: Place::Helper,
-        command: ExecCommand::Command(format!("mkdir -p {qdir} && cd {qdir} && tar -x -f -")),
+        command: ExecCommand::Command(format!(
+            "{{ [ -d {qdir} ] || mkdir -p {qdir}; }} && cd {qdir} && tar -x -f -"
+        )),
         stdin: Some(Box::new(env_side)),
         stdout: Box::new(log.clone()),
         stderr: Box::new(log.clone()),

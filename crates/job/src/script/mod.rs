@@ -86,7 +86,9 @@ impl ScriptContext<'_> {
     /// The `cleanup_file_variables` script: removes the per-job temporary directory.
     pub fn cleanup_script(&self) -> String {
         let mut w = ScriptWriter::new();
-        w.line(&format!("rm -rf {}", quote(self.vars.tmp_dir())));
+        // `rm` only when there is something to remove: a process less for most jobs.
+        let tmp = quote(self.vars.tmp_dir());
+        w.line(&format!("[ ! -e {tmp} ] || rm -rf {tmp}"));
         w.finish()
     }
 }
