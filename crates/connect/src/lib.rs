@@ -25,6 +25,7 @@ pub mod local;
 pub mod pump;
 pub mod shell;
 pub mod ssh;
+mod watchdog;
 
 pub use connector::{BoxedStream, Connector, ConnectorExt, ForwardTarget, IoStream};
 pub use error::ConnectError;

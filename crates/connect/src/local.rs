@@ -4,25 +4,22 @@
 //! in a process group of its own, so cancelling it
 //! kills everything it started (the group), not just the shell.
 //!
-//! Every command also gets the parent-death signal (SIGKILL), so it dies with the flotilla
-//! process that started it. Setting it takes code in the child before `exec`; done with
-//! `pre_exec` that means a full `fork` of flotilla per command (page tables of a large,
-//! multi-threaded process: measured as a third of `flotilla exec`'s wall time on a 20-job
-//! pipeline). So when util-linux's `setpriv` is installed, the command is started through it
-//! (`setpriv --pdeathsig KILL -- sh -c ...`) with a cheap `posix_spawn`; `pre_exec` is the
-//! fallback.
+//! A command's group dies with the flotilla process that started it, even by SIGKILL: a
+//! watchdog process ([`crate::watchdog`]) lists the groups of running commands and kills them
+//! when flotilla is gone. Without a watchdog, each command gets the parent-death signal
+//! instead (set in a `fork` of flotilla before `exec`: slower, and it stops only the shell).
 
 use crate::pump::{PUMP_BUFFER, drain, feed_stdin};
+use crate::watchdog;
 use crate::{
     BoxedStream, ConnectError, Connector, ExecRequest, ExitStatus, ForwardTarget, Stdin, shell,
 };
 use async_trait::async_trait;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::process::Stdio;
-use std::sync::OnceLock;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, BufReader, ReadBuf};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
@@ -40,37 +37,8 @@ pub struct LocalConnector {
     /// `Some`: commands start with only these variables of this process's environment
     /// (those that are set), and [`CLEAN_ENV_MARKER`].
     clean_env: Option<Vec<String>>,
-    /// Use `setpriv` for the parent-death signal when it is installed.
-    use_setpriv: bool,
-}
-
-/// `program` as a path to a file: itself if it names a path, else the first match in `PATH`.
-fn find_program(program: &Path) -> Option<PathBuf> {
-    if program.components().count() > 1 {
-        return program.is_file().then(|| program.to_path_buf());
-    }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(program))
-        .find(|p| p.is_file())
-}
-
-/// `setpriv`, if it is installed and sets a parent-death signal (looked up once).
-fn setpriv() -> Option<&'static Path> {
-    static SETPRIV: OnceLock<Option<PathBuf>> = OnceLock::new();
-    SETPRIV
-        .get_or_init(|| {
-            let found = find_program(Path::new("setpriv"))?;
-            let works = std::process::Command::new(&found)
-                .args(["--pdeathsig", "KILL", "--", "true"])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            works.then_some(found)
-        })
-        .as_deref()
+    /// Let the watchdog stop commands that outlive flotilla (else: parent-death signal).
+    use_watchdog: bool,
 }
 
 impl Default for LocalConnector {
@@ -79,7 +47,7 @@ impl Default for LocalConnector {
             shell: PathBuf::from("bash"),
             working_dir: None,
             clean_env: None,
-            use_setpriv: true,
+            use_watchdog: true,
         }
     }
 }
@@ -110,31 +78,17 @@ impl LocalConnector {
         self
     }
 
-    /// Sets the parent-death signal in a forked copy of this process (`pre_exec`) even when
-    /// `setpriv` is installed: slower, for tests of the fallback.
-    pub fn without_setpriv(mut self) -> Self {
-        self.use_setpriv = false;
+    /// Gives every command the parent-death signal (set in a `fork` of this process) instead
+    /// of listing it with the watchdog: slower, for tests of the fallback.
+    pub fn without_watchdog(mut self) -> Self {
+        self.use_watchdog = false;
         self
     }
 
-    /// The command running `line`. Fails, as spawning it directly would, when the shell is
-    /// not there (through `setpriv` that would only show as its exit status).
-    fn command(&self, line: &str) -> Result<Command, ConnectError> {
-        let setpriv = self.use_setpriv.then(setpriv).flatten();
-        let mut cmd = match setpriv {
-            Some(setpriv) => {
-                let shell = find_program(&self.shell).ok_or_else(|| {
-                    spawn_error(std::io::Error::new(
-                        std::io::ErrorKind::NotFound,
-                        format!("the shell {} is not installed", self.shell.display()),
-                    ))
-                })?;
-                let mut cmd = Command::new(setpriv);
-                cmd.args(["--pdeathsig", "KILL", "--"]).arg(shell);
-                cmd
-            }
-            None => Command::new(&self.shell),
-        };
+    /// The command running `line`, and whether the watchdog is to list it once spawned.
+    fn command(&self, line: &str) -> Result<(Command, bool), ConnectError> {
+        let watched = self.use_watchdog && watchdog::available();
+        let mut cmd = Command::new(&self.shell);
         cmd.arg("-c").arg(line);
         if let Some(keep) = &self.clean_env {
             cmd.env_clear();
@@ -154,7 +108,7 @@ impl LocalConnector {
         cmd.kill_on_drop(true);
         // If flotilla dies (even by SIGKILL), its local jobs die with it instead of running on
         // as orphans that nobody will report or clean up.
-        if setpriv.is_none() {
+        if !watched {
             // SAFETY: prctl is async-signal-safe and touches only the child's own state.
             unsafe {
                 cmd.pre_exec(|| {
@@ -163,16 +117,25 @@ impl LocalConnector {
                 });
             }
         }
-        Ok(cmd)
+        Ok((cmd, watched))
     }
 }
 
-/// Kills a process group when dropped, unless disarmed.
+/// Kills a process group when dropped, unless disarmed; lists it with the watchdog while it
+/// lives.
 struct GroupKiller {
     pgid: Option<i32>,
+    /// Listed with the watchdog: unlist when done.
+    watched: Option<i32>,
 }
 
 impl GroupKiller {
+    /// Takes charge of the group `pgid`, listing it with the watchdog if `watched`.
+    fn new(pgid: Option<i32>, watched: bool) -> GroupKiller {
+        let watched = pgid.filter(|&p| watched && watchdog::add(p));
+        GroupKiller { pgid, watched }
+    }
+
     fn kill(&mut self) {
         if let Some(pgid) = self.pgid.take() {
             // ESRCH (already gone) is fine.
@@ -188,6 +151,9 @@ impl GroupKiller {
 impl Drop for GroupKiller {
     fn drop(&mut self) {
         self.kill();
+        if let Some(pgid) = self.watched.take() {
+            watchdog::remove(pgid);
+        }
     }
 }
 
@@ -216,7 +182,7 @@ impl Connector for LocalConnector {
             stderr,
             cancel,
         } = request;
-        let mut cmd = self.command(&command)?;
+        let (mut cmd, watched) = self.command(&command)?;
         cmd.envs(env)
             .stdin(match stdin {
                 Stdin::Null => Stdio::null(),
@@ -225,9 +191,7 @@ impl Connector for LocalConnector {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = cmd.spawn().map_err(spawn_error)?;
-        let mut killer = GroupKiller {
-            pgid: child.id().map(|p| p as i32),
-        };
+        let mut killer = GroupKiller::new(child.id().map(|p| p as i32), watched);
         let child_in = child.stdin.take();
         let mut child_out = child.stdout.take();
         let mut child_err = child.stderr.take();
@@ -281,14 +245,12 @@ impl Connector for LocalConnector {
     }
 
     async fn dial_stdio(&self, command: &str) -> Result<BoxedStream, ConnectError> {
-        let mut cmd = self.command(command)?;
+        let (mut cmd, watched) = self.command(command)?;
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = cmd.spawn().map_err(spawn_error)?;
-        let killer = GroupKiller {
-            pgid: child.id().map(|p| p as i32),
-        };
+        let killer = GroupKiller::new(child.id().map(|p| p as i32), watched);
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(ConnectError::io(
                 "spawning the process",

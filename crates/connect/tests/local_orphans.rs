@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const PID_FILE: &str = "FLOTILLA_ORPHAN_PID_FILE";
-/// Set: the child sets the parent-death signal in a fork (`pre_exec`), not with `setpriv`.
+/// Set: the child's commands get a parent-death signal instead of the watchdog.
 const FORK: &str = "FLOTILLA_ORPHAN_FORK";
 
 /// The child half: starts a long command through the local connector and waits forever.
@@ -18,11 +18,13 @@ async fn orphan_child() {
         return;
     };
     let c = if std::env::var_os(FORK).is_some() {
-        LocalConnector::new().without_setpriv()
+        LocalConnector::new().without_watchdog()
     } else {
         LocalConnector::new()
     };
-    let line = format!("echo $$ > {pid_file}; exec sleep 1000");
+    let line = format!(
+        "sleep 1000 >/dev/null 2>&1 & echo $! > {pid_file}.bg; echo $$ > {pid_file}; exec sleep 1000"
+    );
     let _ = c.exec(ExecRequest::new(line)).await;
 }
 
@@ -39,7 +41,7 @@ fn local_jobs_die_with_their_manager() {
 }
 
 #[test]
-fn local_jobs_die_with_their_manager_without_setpriv() {
+fn local_jobs_die_with_their_manager_without_watchdog() {
     dies_with_its_manager(true);
 }
 
@@ -67,15 +69,33 @@ fn dies_with_its_manager(fork: bool) {
         assert!(Instant::now() < deadline, "the job never started");
         std::thread::sleep(Duration::from_millis(20));
     };
-    assert!(alive(job));
+    let background: i32 = std::fs::read_to_string(dir.path().join("pid.bg"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(alive(job) && alive(background));
     child.kill().unwrap(); // SIGKILL: no chance to clean up
     child.wait().unwrap();
+    // The watchdog stops the command's whole group; a parent-death signal only its shell.
+    let mut must_die = vec![job];
+    if !fork {
+        must_die.push(background);
+    }
     let deadline = Instant::now() + Duration::from_secs(10);
-    while alive(job) {
-        assert!(
-            Instant::now() < deadline,
-            "job {job} outlived the process that started it"
-        );
-        std::thread::sleep(Duration::from_millis(20));
+    for pid in must_die {
+        while alive(pid) {
+            assert!(
+                Instant::now() < deadline,
+                "process {pid} of the job outlived the process that started it"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    if fork {
+        // Not ours to leave running.
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &background.to_string()])
+            .status();
     }
 }
