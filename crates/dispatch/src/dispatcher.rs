@@ -165,45 +165,32 @@ impl Dispatcher {
 
         // The connector kept for the instance needs no connection details: asking the
         // provider for them again (a Docker or cloud API call) for every job is waste.
-        let cached = self.cached_connector(&instance);
-        let connector = match cached {
-            Some(c) => c,
-            None => {
-                let info = match acquisition.connect_info().await {
-                    Ok(info) => info,
-                    Err(e) => {
-                        self.scaler.report_failure(&instance);
-                        let message = format!(
-                            "Job failed (system failure): getting the connection details of instance {instance}: {e}"
-                        );
-                        return self
-                            .fail_early(
-                                &mut tally,
-                                job,
-                                started,
-                                FailureReason::RunnerSystemFailure,
-                                &message,
-                                Some(started),
-                            )
-                            .await;
-                    }
-                };
-                match self.connector_for(&info) {
-                    Ok(c) => c,
-                    Err(e) => {
-                        let message = format!("Job failed (system failure): {e}");
-                        return self
-                            .fail_early(
-                                &mut tally,
-                                job,
-                                started,
-                                FailureReason::RunnerSystemFailure,
-                                &message,
-                                Some(started),
-                            )
-                            .await;
-                    }
+        let connector = match self.cached_connector(&instance) {
+            Some(c) => Ok(c),
+            None => match acquisition.connect_info().await {
+                Ok(info) => self.connector_for(&info).map_err(|e| e.to_string()),
+                Err(e) => {
+                    self.scaler.report_failure(&instance);
+                    Err(format!(
+                        "getting the connection details of instance {instance}: {e}"
+                    ))
                 }
+            },
+        };
+        let connector = match connector {
+            Ok(c) => c,
+            Err(why) => {
+                let message = format!("Job failed (system failure): {why}");
+                return self
+                    .fail_early(
+                        &mut tally,
+                        job,
+                        started,
+                        FailureReason::RunnerSystemFailure,
+                        &message,
+                        Some(started),
+                    )
+                    .await;
             }
         };
         let failures_before = connector.failures();

@@ -13,88 +13,20 @@
 //!
 //! Set `FLOTILLA_CRASH_SEED` to replay a crash run's choices (timing still varies).
 
+mod run_support;
+
 use flotilla_store::{JobOutcome, ScopeId, Store, StoreOptions};
 use flotilla_testkit::fake_gitlab::{FakeGitLab, FakeJob, JobBuilder};
 use flotilla_testkit::infra::{Infra, require};
+use run_support::{Manager, now_nanos};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 const TOKEN: &str = "glrt-crash-test-token";
 
 // ----- the daemon as a child process ---------------------------------------------------------
-
-struct Manager {
-    child: Child,
-    stderr: PathBuf,
-}
-
-impl Manager {
-    fn start(config: &Path, extra: &[&str]) -> Manager {
-        let stderr = config.with_extension(format!("stderr-{}", now_nanos()));
-        let child = Command::new(env!("CARGO_BIN_EXE_flotilla"))
-            .args(["run", "--config"])
-            .arg(config)
-            .args(extra)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .unwrap();
-        Manager { child, stderr }
-    }
-
-    fn signal(&self, sig: i32) {
-        unsafe {
-            libc::kill(self.child.id() as i32, sig);
-        }
-    }
-
-    fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.try_wait().unwrap()
-    }
-
-    async fn wait(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.exited() {
-                return Some(status);
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// SIGKILL, and wait until the process is gone.
-    async fn kill9(&mut self) {
-        self.signal(libc::SIGKILL);
-        self.wait(Duration::from_secs(10))
-            .await
-            .expect("a killed manager exits");
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap_or_default()
-    }
-}
-
-impl Drop for Manager {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn now_nanos() -> u128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
-}
 
 // ----- the docker group ----------------------------------------------------------------------
 

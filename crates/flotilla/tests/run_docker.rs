@@ -12,13 +12,16 @@
 //! job to its dependant, and two services listening on the same port. Every container of
 //! both groups is removed at the end, even when the test fails.
 
+mod run_support;
+
 use flotilla_fleet::docker::GROUP_LABEL;
 use flotilla_testkit::fake_gitlab::{FakeGitLab, FakeJob, FakeJobState, JobBuilder};
 use flotilla_testkit::images::{busybox_image, instance_image};
 use flotilla_testkit::infra::{Infra, require};
+use run_support::Manager;
 use serde_json::json;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 const SHELL_TOKEN: &str = "glrt-run-docker-shell-token";
@@ -56,68 +59,6 @@ fn group_containers(group: &str) -> Vec<String> {
         .split_whitespace()
         .map(String::from)
         .collect()
-}
-
-/// `flotilla run` as a child process; killed when dropped.
-struct Manager {
-    child: Child,
-    stderr: PathBuf,
-}
-
-impl Manager {
-    fn start(config: &Path) -> Manager {
-        let stderr = config.with_extension("stderr");
-        let child = Command::new(env!("CARGO_BIN_EXE_flotilla"))
-            .args(["run", "--config"])
-            .arg(config)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .unwrap();
-        Manager { child, stderr }
-    }
-
-    fn signal(&self, sig: i32) {
-        unsafe {
-            libc::kill(self.child.id() as i32, sig);
-        }
-    }
-
-    async fn wait(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return Some(status);
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return None;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// The last part of the manager's log (for failure messages).
-    fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(&self.stderr).unwrap_or_default();
-        let start = log.len().saturating_sub(20_000);
-        let start = (start..log.len())
-            .find(|i| log.is_char_boundary(*i))
-            .unwrap_or(0);
-        log[start..].to_string()
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap_or_default()
-    }
-}
-
-impl Drop for Manager {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn write_config(dir: &Path, url: &str, shell_group: &str, docker_group: &str) -> PathBuf {
@@ -427,7 +368,7 @@ async fn infra_run_on_docker_fleets_end_to_end() {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), gl.url(), &shell_group, &docker_group);
-    let mut m = Manager::start(&config);
+    let mut m = Manager::start(&config, &[]);
 
     // The checked jobs, queued at once: the fleets come up while they wait.
     let mut checked = Vec::new();

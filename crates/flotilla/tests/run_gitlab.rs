@@ -2,73 +2,14 @@
 //! and a forced stop, an invalid token, a second manager refused, and `kill -9` mid-job
 //! followed by a restart that reports the job failed exactly once.
 
+mod run_support;
+
 use flotilla_testkit::fake_gitlab::{FakeGitLab, JobBuilder};
+use run_support::Manager;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 const TOKEN: &str = "glrt-run-test-token";
-
-struct Manager {
-    child: Child,
-    stderr: PathBuf,
-}
-
-impl Manager {
-    fn start(config: &Path) -> Manager {
-        let stderr = config.with_extension(format!("stderr-{}", rand_suffix()));
-        let child = Command::new(env!("CARGO_BIN_EXE_flotilla"))
-            .args(["run", "--config"])
-            .arg(config)
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .unwrap();
-        Manager { child, stderr }
-    }
-
-    fn signal(&self, sig: i32) {
-        unsafe {
-            libc::kill(self.child.id() as i32, sig);
-        }
-    }
-
-    async fn wait(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return Some(status);
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return None;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.stderr).unwrap_or_default()
-    }
-}
-
-impl Drop for Manager {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn rand_suffix() -> String {
-    format!(
-        "{}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    )
-}
 
 fn write_config(dir: &Path, url: &str, token: &str) -> PathBuf {
     let path = dir.join("config.toml");
@@ -110,7 +51,7 @@ async fn run_takes_jobs_and_stops_gracefully() {
     let gl = gitlab().await;
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), gl.url(), TOKEN);
-    let mut m = Manager::start(&config);
+    let mut m = Manager::start(&config, &[]);
     let ok = gl.enqueue(
         TOKEN,
         JobBuilder::new("ok")
@@ -149,7 +90,7 @@ async fn run_with_an_invalid_token_exits_with_a_clear_error() {
     let gl = gitlab().await;
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), gl.url(), "glrt-not-a-known-token");
-    let mut m = Manager::start(&config);
+    let mut m = Manager::start(&config, &[]);
     let status = m.wait(Duration::from_secs(30)).await.expect("exits");
     assert!(!status.success());
     let log = m.log();
@@ -165,7 +106,7 @@ async fn a_second_manager_for_the_same_fleet_refuses_to_start() {
     let gl = gitlab().await;
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), gl.url(), TOKEN);
-    let mut first = Manager::start(&config);
+    let mut first = Manager::start(&config, &[]);
     // Wait until the first one holds the lease (it polls for jobs).
     let mut polled = false;
     for _ in 0..200 {
@@ -176,7 +117,7 @@ async fn a_second_manager_for_the_same_fleet_refuses_to_start() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(polled, "first manager never polled:\n{}", first.log());
-    let mut second = Manager::start(&config);
+    let mut second = Manager::start(&config, &[]);
     let status = second.wait(Duration::from_secs(30)).await.expect("exits");
     assert!(!status.success());
     let log = second.log();
@@ -190,7 +131,7 @@ async fn sigquit_stops_at_once_and_fails_running_jobs() {
     let gl = gitlab().await;
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), gl.url(), TOKEN);
-    let mut m = Manager::start(&config);
+    let mut m = Manager::start(&config, &[]);
     let long = gl.enqueue(
         TOKEN,
         JobBuilder::new("long").script(["echo started", "sleep 600"]),
@@ -217,7 +158,7 @@ async fn kill_9_mid_job_then_restart_reports_it_failed_once() {
     let gl = gitlab().await;
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), gl.url(), TOKEN);
-    let mut m = Manager::start(&config);
+    let mut m = Manager::start(&config, &[]);
     let long = gl.enqueue(
         TOKEN,
         JobBuilder::new("long").script(["echo started", "sleep 600"]),
@@ -231,7 +172,7 @@ async fn kill_9_mid_job_then_restart_reports_it_failed_once() {
     m.wait(Duration::from_secs(10)).await.expect("killed");
     assert!(gl.job(long).unwrap().final_update.is_none());
     // The restarted manager reports the job it finds unfinished.
-    let mut again = Manager::start(&config);
+    let mut again = Manager::start(&config, &[]);
     let j = gl
         .wait_for_job(long, Duration::from_secs(60), |j| j.final_update.is_some())
         .await
@@ -242,7 +183,7 @@ async fn kill_9_mid_job_then_restart_reports_it_failed_once() {
     // And only once, also across another restart.
     again.signal(libc::SIGTERM);
     assert!(again.wait(Duration::from_secs(30)).await.is_some());
-    let mut third = Manager::start(&config);
+    let mut third = Manager::start(&config, &[]);
     tokio::time::sleep(Duration::from_secs(3)).await;
     third.signal(libc::SIGTERM);
     assert!(third.wait(Duration::from_secs(30)).await.is_some());

@@ -1,0 +1,98 @@
+//! `flotilla run` as a child process, for the tests that drive the real binary.
+
+#![allow(dead_code)] // Each test binary uses part of it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::time::Instant;
+
+/// `flotilla run --config FILE` as a child process with its log in a file next to the
+/// config; killed when dropped.
+pub struct Manager {
+    child: Child,
+    stderr: PathBuf,
+}
+
+impl Manager {
+    /// Starts `flotilla run --config <config> <extra...>` with `RUST_LOG=info`.
+    pub fn start(config: &Path, extra: &[&str]) -> Manager {
+        let stderr = config.with_extension(format!("stderr-{}", now_nanos()));
+        let child = Command::new(env!("CARGO_BIN_EXE_flotilla"))
+            .args(["run", "--config"])
+            .arg(config)
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .unwrap();
+        Manager { child, stderr }
+    }
+
+    /// Sends `sig` to the process.
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe {
+            libc::kill(self.child.id() as i32, sig);
+        }
+    }
+
+    /// The exit status, if it has exited.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().unwrap()
+    }
+
+    /// Waits up to `timeout` for the process to exit.
+    pub async fn wait(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.exited() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// SIGKILL, and wait until the process is gone.
+    pub async fn kill9(&mut self) {
+        self.signal(libc::SIGKILL);
+        self.wait(Duration::from_secs(10))
+            .await
+            .expect("a killed manager exits");
+    }
+
+    /// Everything it logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// The last 20 kB of its log (for failure messages).
+    pub fn log_tail(&self) -> String {
+        let log = self.log();
+        let start = log.len().saturating_sub(20_000);
+        let start = (start..log.len())
+            .find(|i| log.is_char_boundary(*i))
+            .unwrap_or(0);
+        log[start..].to_string()
+    }
+}
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Nanoseconds since the epoch: a suffix that keeps file names apart.
+pub fn now_nanos() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
