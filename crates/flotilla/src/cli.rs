@@ -122,9 +122,6 @@ fn parse_variable(s: &str) -> Result<(String, String), String> {
     }
 }
 
-/// Exit status of a command that is declared but not wired yet.
-const NOT_IMPLEMENTED: u8 = 2;
-
 /// The binary's entry point: parse arguments, set up logging, run the command.
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -174,13 +171,8 @@ pub fn execute(cli: &Cli, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode 
         Command::Config(ConfigCommand::Check(args)) => config_check(args, out, err),
         Command::Run(args) => crate::run::run(args, err),
         Command::Exec(args) => crate::exec::run(args, out, err),
-        Command::Status(_) => not_implemented("status", err),
+        Command::Status(args) => crate::status::run(args, out, err),
     }
-}
-
-fn not_implemented(command: &str, err: &mut dyn Write) -> ExitCode {
-    let _ = writeln!(err, "flotilla {command}: not implemented yet");
-    ExitCode::from(NOT_IMPLEMENTED)
 }
 
 /// `flotilla config check FILE`.

@@ -9,3 +9,4 @@ pub mod exec;
 pub mod fleet;
 mod progress;
 pub mod run;
+pub mod status;

@@ -1,4 +1,4 @@
-//! The real `flotilla` binary: `config check`, `--version`, and the commands not wired yet.
+//! The real `flotilla` binary: `config check`, `--version`, and missing input.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -111,13 +111,6 @@ fn config_check_on_a_missing_file_fails() {
         text(&out.stderr)
             .starts_with("error: /nonexistent/flotilla.toml: cannot read configuration:")
     );
-}
-
-#[test]
-fn status_is_not_wired_yet_and_says_so() {
-    let out = flotilla(&["status"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert_eq!(text(&out.stderr), "flotilla status: not implemented yet\n");
 }
 
 #[test]

@@ -1,0 +1,184 @@
+//! `flotilla status` (the real binary) on a state file written through the store's API the way
+//! `flotilla run` writes it: the lease holder, the instances with their slots held, the jobs
+//! not yet reported; and its answers without a configuration or without a state file.
+
+use flotilla_fleet::State;
+use flotilla_scaler::{Cause, InstanceRecord, JournalEvent, RemovalReason};
+use flotilla_store::{Identity, JobOutcome, JobStart, LeaseHolder, Store, StoreOptions};
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, SystemTime};
+
+fn status(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_flotilla"))
+        .arg("status")
+        .args(args)
+        .env_remove("RUST_LOG")
+        .env_remove("FLOTILLA_CONFIG")
+        .output()
+        .unwrap()
+}
+
+fn config(dir: &Path) -> String {
+    let path = dir.join("config.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"concurrent = 4
+[flotilla]
+state_dir = "{}"
+
+[[runners]]
+  name = "ci"
+  url = "https://gitlab.example.com"
+  token = "glrt-status-test"
+  executor = "flotilla"
+  [runners.autoscaler]
+    plugin = "local"
+    capacity_per_instance = 4
+    max_instances = 1
+"#,
+            dir.join("state").display()
+        ),
+    )
+    .unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+#[test]
+fn without_a_configuration_it_says_what_it_needs() {
+    let out = status(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--config"), "{stderr}");
+}
+
+#[test]
+fn without_state_it_says_so_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let out = status(&["--config", &config]);
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("no state at") && stdout.contains("has not run"),
+        "{stdout}"
+    );
+    assert!(!dir.path().join("state").exists(), "status created state");
+}
+
+#[test]
+fn it_shows_the_lease_instances_slots_and_unreported_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    std::fs::create_dir_all(dir.path().join("state")).unwrap();
+    let store = Store::open(
+        dir.path().join("state/flotilla.db"),
+        StoreOptions::default(),
+    )
+    .unwrap();
+    let scope = store
+        .scope(&Identity::new(
+            "https://gitlab.example.com/",
+            "77",
+            "docker/ci-fleet",
+        ))
+        .unwrap();
+    let now = SystemTime::now();
+    let holder = LeaseHolder::this_process();
+    store
+        .acquire_lease(scope, &holder, Duration::from_secs(600), now)
+        .unwrap();
+    for (id, removal) in [("inst-a", None), ("inst-b", Some(RemovalReason::IdleTime))] {
+        store
+            .record(
+                scope,
+                &JournalEvent::Instance(InstanceRecord {
+                    id: id.into(),
+                    state: State::Running,
+                    cause: Cause::Requested,
+                    use_count: 3,
+                    removal,
+                }),
+            )
+            .unwrap();
+    }
+    store
+        .record(scope, &JournalEvent::RequestedInFlight(2))
+        .unwrap();
+    store
+        .record(
+            scope,
+            &JournalEvent::Acquired {
+                key: "job-1".into(),
+                instance: "inst-a".into(),
+                slot: 2,
+                use_count: 4,
+            },
+        )
+        .unwrap();
+    for (job, outcome) in [
+        ("1001", None),
+        (
+            "1002",
+            Some(JobOutcome::Failed {
+                failure_reason: "script_failure".into(),
+                exit_code: Some(3),
+            }),
+        ),
+    ] {
+        store
+            .job_started(
+                scope,
+                &JobStart {
+                    source: "gitlab:ci".into(),
+                    job_id: job.into(),
+                    key: format!("key-{job}"),
+                    instance: "inst-a".into(),
+                    slot: 2,
+                    started_at: now - Duration::from_secs(125),
+                },
+            )
+            .unwrap();
+        if let Some(o) = outcome {
+            store
+                .job_finished(scope, "gitlab:ci", job, &o, now)
+                .unwrap();
+        }
+    }
+    drop(store);
+
+    let out = status(&["--config", &config]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for expected in [
+        "fleet docker/ci-fleet (runner 77 at https://gitlab.example.com)",
+        &format!("managed by the manager with pid {}", std::process::id()),
+        "instances: 2 known, 2 requested and not seen yet",
+        "jobs not yet reported: 2",
+        "script_failure (exit code 3)",
+        "2m0",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "missing {expected:?} in:\n{stdout}"
+        );
+    }
+    let row = |id: &str| {
+        stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(id))
+            .unwrap_or_else(|| panic!("no row for {id}:\n{stdout}"))
+            .split_whitespace()
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(row("inst-a")[1..5], ["running", "requested", "4", "1"]);
+    assert_eq!(row("inst-b").last().map(String::as_str), Some("idle_time"));
+    assert_eq!(row("gitlab:ci")[1..3], ["1001", "running"]);
+}
