@@ -35,6 +35,9 @@ const LEASE_TTL: Duration = Duration::from_secs(45);
 /// How often the lease is renewed.
 const LEASE_RENEW: Duration = Duration::from_secs(15);
 
+/// How often the scaler's last decision is copied to the store (when it changed).
+const DECISION_RECORD_INTERVAL: Duration = Duration::from_secs(2);
+
 /// Runs `flotilla run`.
 pub fn run(args: &RunArgs, err: &mut dyn Write) -> ExitCode {
     let path = args
@@ -473,6 +476,34 @@ async fn daemon(config: Config, rebuild: bool) -> Result<ExitCode> {
         })
     };
 
+    // Keep the scaler's last decision in the store for `flotilla status`.
+    let decisions = {
+        let fleets: Vec<(Store, ScopeId, Scaler, String)> = started
+            .iter()
+            .map(|s| (s.store.clone(), s.scope, s.scaler.clone(), s.name.clone()))
+            .collect();
+        tokio::spawn(async move {
+            let mut written: Vec<Option<String>> = vec![None; fleets.len()];
+            loop {
+                for ((store, scope, scaler, name), last) in fleets.iter().zip(&mut written) {
+                    let Some(text) = scaler.last_decision().map(|e| e.to_string()) else {
+                        continue;
+                    };
+                    if last.as_ref() == Some(&text) {
+                        continue;
+                    }
+                    match store.record_decision(*scope, &text, SystemTime::now()) {
+                        Ok(()) => *last = Some(text),
+                        Err(e) => {
+                            tracing::warn!(runner = %name, error = %e, "cannot record the scaler's decision for `flotilla status`")
+                        }
+                    }
+                }
+                tokio::time::sleep(DECISION_RECORD_INTERVAL).await;
+            }
+        })
+    };
+
     // Signals: the first stops taking jobs, the second (or SIGQUIT) stops at once.
     let stops: Vec<StopHandle> = started.iter().map(|s| s.stop.clone()).collect();
     let signals = tokio::spawn(async move {
@@ -536,6 +567,7 @@ async fn daemon(config: Config, rebuild: bool) -> Result<ExitCode> {
     }
     signals.abort();
     renewer.abort();
+    decisions.abort();
     for s in &started {
         let report = s.scaler.shutdown(s.shutdown_timeout).await;
         tracing::info!(runner = %s.name, ?report, "fleet shut down");

@@ -1,10 +1,11 @@
 //! `flotilla status`: what the state file of a configuration says about each fleet: who holds
-//! its lease, its instances, the slots held, and the jobs not yet reported.
+//! its lease, the scaler's last decision and why, its instances, the slots held, and the jobs
+//! not yet reported.
 //!
 //! It reads the store that `flotilla run` writes (`[flotilla] state_dir`), so it works whether
-//! or not a manager is running, and never changes the file: a missing file is reported, not
-//! created, and a file flotilla cannot use is refused with its path as `flotilla run` refuses
-//! it.
+//! or not a manager is running. A missing file is reported, not created; a file flotilla
+//! cannot use is refused with its path, as `flotilla run` refuses it (a file from an older
+//! flotilla is migrated, as `flotilla run` would).
 
 use crate::cli::StatusArgs;
 use crate::config::Config;
@@ -96,6 +97,14 @@ pub fn report(store: &Store, now: SystemTime) -> Result<String, flotilla_store::
                 human(now.duration_since(lease.expires_at).unwrap_or_default())
             )),
             None => s.push_str("  not managed: no lease\n"),
+        }
+
+        match store.last_decision(scope)? {
+            Some((at, text)) => s.push_str(&format!(
+                "  last decision ({} ago): {text}\n",
+                human(now.duration_since(at).unwrap_or_default())
+            )),
+            None => s.push_str("  no decision recorded yet\n"),
         }
 
         let fleet = store.load_fleet(scope)?;

@@ -75,6 +75,24 @@ async fn run_takes_jobs_and_stops_gracefully() {
     assert_eq!(f.state, "failed");
     assert_eq!(f.failure_reason.as_deref(), Some("script_failure"));
     assert_eq!(f.exit_code, Some(3));
+    // `flotilla status` sees this manager hold the fleet and its scaler's last decision.
+    let mut seen = String::new();
+    for _ in 0..50 {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_flotilla"))
+            .args(["status", "--config"])
+            .arg(&config)
+            .output()
+            .unwrap();
+        seen = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() && seen.contains("last decision (") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        seen.contains("managed by the manager with pid") && seen.contains("last decision ("),
+        "{seen}"
+    );
     // A graceful stop with nothing running exits at once with success.
     m.signal(libc::SIGTERM);
     let status = m.wait(Duration::from_secs(30)).await.expect("exits");

@@ -146,6 +146,9 @@ fn it_shows_the_lease_instances_slots_and_unreported_jobs() {
                 .unwrap();
         }
     }
+    store
+        .record_decision(scope, "scale up by 1: demand 5 vs free 4", now)
+        .unwrap();
     drop(store);
 
     let out = status(&["--config", &config]);
@@ -162,6 +165,7 @@ fn it_shows_the_lease_instances_slots_and_unreported_jobs() {
         "instances: 2 known, 2 requested and not seen yet",
         "jobs not yet reported: 2",
         "script_failure (exit code 3)",
+        "last decision (0s ago): scale up by 1: demand 5 vs free 4",
         "2m0",
     ] {
         assert!(

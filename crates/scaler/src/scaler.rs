@@ -474,6 +474,11 @@ impl Scaler {
         inner.ledger.instances().count() + inner.ledger.requested_in_flight()
     }
 
+    /// The last decision's explanation (cheap: no copy of the ledgers).
+    pub fn last_decision(&self) -> Option<Explanation> {
+        self.shared.lock().last.clone()
+    }
+
     /// A snapshot of the ledgers and the last decision.
     pub fn snapshot(&self) -> Snapshot {
         let inner = self.shared.lock();

@@ -20,6 +20,7 @@
 
 pub mod codec;
 mod credentials;
+mod decisions;
 mod error;
 mod file;
 mod fleet;

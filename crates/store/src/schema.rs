@@ -8,7 +8,7 @@
 use rusqlite::{Connection, OptionalExtension};
 
 /// The newest schema version this build reads and writes.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// `PRAGMA application_id` of a flotilla store: "FLOT" in ASCII.
 pub const APPLICATION_ID: i32 = 0x464C_4F54;
@@ -27,10 +27,11 @@ pub(crate) struct Migration {
 }
 
 /// Every migration, in order; versions are 1, 2, 3, ...
-pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    description: "scopes, leases, fleet ledger, job records, credentials",
-    sql: r#"
+pub(crate) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "scopes, leases, fleet ledger, job records, credentials",
+        sql: r#"
 PRAGMA application_id = 1179406164;
 
 CREATE TABLE meta (
@@ -106,7 +107,19 @@ CREATE TABLE credentials (
     PRIMARY KEY (scope, name)
 );
 "#,
-}];
+    },
+    Migration {
+        version: 2,
+        description: "the scaler's last decision per scope, for `flotilla status`",
+        sql: r#"
+CREATE TABLE decisions (
+    scope       INTEGER PRIMARY KEY REFERENCES scopes (id) ON DELETE CASCADE,
+    decided_at  INTEGER NOT NULL,
+    explanation TEXT NOT NULL
+);
+"#,
+    },
+];
 
 /// What an SQLite file says about itself.
 #[derive(Debug, Clone, PartialEq, Eq)]

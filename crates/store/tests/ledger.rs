@@ -354,3 +354,62 @@ fn an_unknown_scope_is_an_error_naming_the_file() {
     assert!(matches!(err, StoreError::Write { .. }), "{err}");
     assert!(store.load_fleet(scope).unwrap().instances.is_empty());
 }
+
+#[test]
+fn the_last_decision_is_kept_per_scope_and_overwritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let store = open(&path);
+    let a = store.scope(&identity()).unwrap();
+    let b = store
+        .scope(&Identity::new(
+            "https://gitlab.example.com",
+            "18",
+            "docker:b",
+        ))
+        .unwrap();
+    assert_eq!(store.last_decision(a).unwrap(), None);
+    let t0 = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000);
+    store.record_decision(a, "scale up by 2", t0).unwrap();
+    store
+        .record_decision(a, "hold", t0 + std::time::Duration::from_secs(5))
+        .unwrap();
+    store.record_decision(b, "scale down by 1", t0).unwrap();
+    drop(store);
+    let store = open(&path);
+    assert_eq!(
+        store.last_decision(a).unwrap(),
+        Some((t0 + std::time::Duration::from_secs(5), "hold".to_string()))
+    );
+    assert_eq!(
+        store.last_decision(b).unwrap(),
+        Some((t0, "scale down by 1".to_string()))
+    );
+}
+
+#[test]
+fn a_version_1_file_is_migrated_with_its_contents_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let store = open(&path);
+    let scope = store.scope(&identity()).unwrap();
+    store
+        .record(
+            scope,
+            &JournalEvent::Instance(instance("kept", State::Running, 2)),
+        )
+        .unwrap();
+    drop(store);
+    // Back to what version 1 wrote: no decisions table.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch("DROP TABLE decisions; PRAGMA user_version = 1;")
+        .unwrap();
+    drop(conn);
+
+    let store = open(&path);
+    assert_eq!(store.schema_version().unwrap(), 2);
+    assert_eq!(store.load_fleet(scope).unwrap().instances.len(), 1);
+    store
+        .record_decision(scope, "hold", std::time::SystemTime::now())
+        .unwrap();
+}
