@@ -72,7 +72,8 @@ impl LocalConnector {
 
     /// Starts every command with only the `keep` variables of this process's environment
     /// (those that are set) and [`CLEAN_ENV_MARKER`]`=1`, instead of all of it. Variables of
-    /// an [`ExecRequest`] are added on top.
+    /// an [`ExecRequest`] are added on top. `dial_stdio` is not affected: the programs it
+    /// starts (`docker system dial-stdio`) need this process's environment.
     pub fn with_clean_env(mut self, keep: &[&str]) -> Self {
         self.clean_env = Some(keep.iter().map(|k| k.to_string()).collect());
         self
@@ -86,11 +87,13 @@ impl LocalConnector {
     }
 
     /// The command running `line`, and whether the watchdog is to list it once spawned.
-    fn command(&self, line: &str) -> Result<(Command, bool), ConnectError> {
+    /// `clean`: start it in the clean environment if the connector has one (commands;
+    /// `dial_stdio` keeps this process's environment, where `DOCKER_HOST` and the like live).
+    fn command(&self, line: &str, clean: bool) -> Result<(Command, bool), ConnectError> {
         let watched = self.use_watchdog && watchdog::available();
         let mut cmd = Command::new(&self.shell);
         cmd.arg("-c").arg(line);
-        if let Some(keep) = &self.clean_env {
+        if let Some(keep) = self.clean_env.as_ref().filter(|_| clean) {
             cmd.env_clear();
             for k in keep {
                 if let Some(v) = std::env::var_os(k) {
@@ -182,7 +185,7 @@ impl Connector for LocalConnector {
             stderr,
             cancel,
         } = request;
-        let (mut cmd, watched) = self.command(&command)?;
+        let (mut cmd, watched) = self.command(&command, true)?;
         cmd.envs(env)
             .stdin(match stdin {
                 Stdin::Null => Stdio::null(),
@@ -245,7 +248,7 @@ impl Connector for LocalConnector {
     }
 
     async fn dial_stdio(&self, command: &str) -> Result<BoxedStream, ConnectError> {
-        let (mut cmd, watched) = self.command(command)?;
+        let (mut cmd, watched) = self.command(command, false)?;
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());

@@ -9,8 +9,10 @@
 //! program to `exec` through), and it stops a command's whole group, not only its shell.
 //!
 //! A command is listed just after it is spawned: a death in between (microseconds) leaves
-//! that one unlisted. A watchdog that died is started again at the next command.
+//! that one unlisted. A watchdog that died is started again at the next command and told of
+//! every group still listed.
 
+use std::collections::BTreeSet;
 use std::io::Write;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -26,14 +28,25 @@ done
 for id in $g; do kill -KILL "-$id" 2>/dev/null; done
 "#;
 
-/// The running watchdog, if any.
-static WATCHDOG: Mutex<Option<Child>> = Mutex::new(None);
+/// The running watchdog, if any, and the groups listed with it.
+struct State {
+    child: Option<Child>,
+    listed: BTreeSet<i32>,
+}
+
+static WATCHDOG: Mutex<State> = Mutex::new(State {
+    child: None,
+    listed: BTreeSet::new(),
+});
 
 fn spawn() -> std::io::Result<Child> {
     use std::os::unix::process::CommandExt;
-    Command::new("sh")
+    Command::new("/bin/sh")
         .arg("-c")
         .arg(SCRIPT)
+        // Nothing of flotilla's environment (tokens) in a long-lived helper.
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -42,48 +55,79 @@ fn spawn() -> std::io::Result<Child> {
         .spawn()
 }
 
-/// Writes `line` to the watchdog, starting one if there is none or the last one died.
-/// Returns whether it was written.
-fn send(line: &str) -> bool {
-    let mut guard = WATCHDOG.lock().unwrap_or_else(|e| e.into_inner());
-    for _ in 0..2 {
-        if guard.is_none() {
-            match spawn() {
-                Ok(child) => *guard = Some(child),
+impl State {
+    /// A live watchdog, started (and told of every listed group) if there is none or the
+    /// last one died.
+    fn live(&mut self) -> Option<&mut Child> {
+        if let Some(child) = self.child.as_mut()
+            && !matches!(child.try_wait(), Ok(None))
+        {
+            // It exited (or cannot be asked): reap it, start another.
+            let _ = child.wait();
+            self.child = None;
+        }
+        if self.child.is_none() {
+            let mut child = match spawn() {
+                Ok(c) => c,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot start the local process watchdog");
-                    return false;
+                    return None;
                 }
+            };
+            let relist: String = self.listed.iter().map(|g| format!("+ {g}\n")).collect();
+            if let Some(stdin) = child.stdin.as_mut()
+                && !relist.is_empty()
+                && stdin.write_all(relist.as_bytes()).is_err()
+            {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
             }
+            self.child = Some(child);
         }
-        let written = guard
-            .as_mut()
+        self.child.as_mut()
+    }
+
+    /// Writes `line`; on failure the watchdog is dropped (the next call starts another).
+    fn send(&mut self, line: &str) -> bool {
+        let written = self
+            .live()
             .and_then(|c| c.stdin.as_mut())
             .is_some_and(|stdin| stdin.write_all(line.as_bytes()).is_ok());
-        if written {
-            return true;
-        }
-        // It died: reap it and start another.
-        if let Some(mut dead) = guard.take() {
+        if !written && let Some(mut dead) = self.child.take() {
             let _ = dead.kill();
             let _ = dead.wait();
         }
+        written
     }
-    false
+}
+
+fn state() -> std::sync::MutexGuard<'static, State> {
+    WATCHDOG.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Whether a watchdog runs (starting it if needed): if not, commands need another way to
 /// die with this process.
 pub(crate) fn available() -> bool {
-    send("")
+    state().live().is_some()
 }
 
-/// Lists the process group `pgid` (a command just spawned as its leader).
+/// Lists the process group `pgid` (a command just spawned as its leader). Returns whether
+/// the watchdog has it.
 pub(crate) fn add(pgid: i32) -> bool {
-    send(&format!("+ {pgid}\n"))
+    let mut s = state();
+    s.listed.insert(pgid);
+    let ok = s.send(&format!("+ {pgid}\n"));
+    if !ok {
+        s.listed.remove(&pgid);
+    }
+    ok
 }
 
 /// Unlists the process group `pgid` (its command ended or was killed).
 pub(crate) fn remove(pgid: i32) {
-    send(&format!("- {pgid}\n"));
+    let mut s = state();
+    if s.listed.remove(&pgid) {
+        s.send(&format!("- {pgid}\n"));
+    }
 }

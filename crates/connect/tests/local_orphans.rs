@@ -1,5 +1,6 @@
 //! A local job does not outlive flotilla: when the process that started it dies (even by
-//! SIGKILL), the job's shell is killed too (parent-death signal).
+//! SIGKILL), the job's whole process group is killed by the watchdog (or, without one, its
+//! shell by the parent-death signal), also after the watchdog itself was killed and replaced.
 
 use flotilla_connect::local::LocalConnector;
 use flotilla_connect::{Connector, ExecRequest};
@@ -9,6 +10,31 @@ use std::time::{Duration, Instant};
 const PID_FILE: &str = "FLOTILLA_ORPHAN_PID_FILE";
 /// Set: the child's commands get a parent-death signal instead of the watchdog.
 const FORK: &str = "FLOTILLA_ORPHAN_FORK";
+/// Set: once its job runs, the child kills its watchdog, runs one more command (which starts
+/// a new watchdog) and then writes `<pid file>.ready`.
+const KILL_WATCHDOG: &str = "FLOTILLA_ORPHAN_KILL_WATCHDOG";
+
+/// The pids of this process's watchdogs (children running its script).
+fn my_watchdogs() -> Vec<i32> {
+    let me = std::process::id().to_string();
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let ppid = stat
+            .rsplit_once(") ")
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1).map(String::from));
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if ppid.as_deref() == Some(me.as_str())
+            && String::from_utf8_lossy(&cmdline).contains("while read -r op id")
+        {
+            out.push(pid);
+        }
+    }
+    out
+}
 
 /// The child half: starts a long command through the local connector and waits forever.
 #[tokio::test]
@@ -25,7 +51,37 @@ async fn orphan_child() {
     let line = format!(
         "sleep 1000 >/dev/null 2>&1 & echo $! > {pid_file}.bg; echo $$ > {pid_file}; exec sleep 1000"
     );
-    let _ = c.exec(ExecRequest::new(line)).await;
+    let job = {
+        let c = c.clone();
+        tokio::spawn(async move { c.exec(ExecRequest::new(line)).await })
+    };
+    if std::env::var_os(KILL_WATCHDOG).is_some() {
+        while !std::path::Path::new(&pid_file).exists() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let dogs = my_watchdogs();
+        assert_eq!(dogs.len(), 1, "one watchdog: {dogs:?}");
+        Command::new("kill")
+            .args(["-9", &dogs[0].to_string()])
+            .status()
+            .unwrap();
+        while alive(dogs[0]) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // The next command finds the watchdog dead and starts another, which is told of
+        // the job still running.
+        let out = flotilla_connect::ConnectorExt::output(&c, "true")
+            .await
+            .unwrap();
+        assert!(out.status.success());
+        let now = my_watchdogs();
+        assert!(
+            now.len() == 1 && now[0] != dogs[0],
+            "a new watchdog: {now:?}"
+        );
+        std::fs::write(format!("{pid_file}.ready"), "").unwrap();
+    }
+    let _ = job.await;
 }
 
 fn alive(pid: i32) -> bool {
@@ -45,12 +101,24 @@ fn local_jobs_die_with_their_manager_without_watchdog() {
     dies_with_its_manager(true);
 }
 
+#[test]
+fn local_jobs_die_with_their_manager_after_the_watchdog_was_replaced() {
+    dies_with_its_manager_mode(false, true);
+}
+
 fn dies_with_its_manager(fork: bool) {
+    dies_with_its_manager_mode(fork, false);
+}
+
+fn dies_with_its_manager_mode(fork: bool, kill_watchdog: bool) {
     let dir = tempfile::tempdir().unwrap();
     let pid_file = dir.path().join("pid");
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     if fork {
         cmd.env(FORK, "1");
+    }
+    if kill_watchdog {
+        cmd.env(KILL_WATCHDOG, "1");
     }
     let mut child = cmd
         .args(["orphan_child", "--exact", "--ignored", "--nocapture"])
@@ -69,6 +137,14 @@ fn dies_with_its_manager(fork: bool) {
         assert!(Instant::now() < deadline, "the job never started");
         std::thread::sleep(Duration::from_millis(20));
     };
+    if kill_watchdog {
+        let ready = dir.path().join("pid.ready");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !ready.exists() {
+            assert!(Instant::now() < deadline, "the watchdog was not replaced");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
     let background: i32 = std::fs::read_to_string(dir.path().join("pid.bg"))
         .unwrap()
         .trim()

@@ -249,15 +249,12 @@ mod tests {
     }
 
     #[test]
-    fn unimplemented_commands_say_so() {
+    fn status_without_a_configuration_says_what_it_needs() {
         let cli = Cli::try_parse_from(["flotilla", "status"]).unwrap();
         let (mut out, mut err) = (Vec::new(), Vec::new());
         let code = execute(&cli, &mut out, &mut err);
         assert_eq!(code, ExitCode::from(2));
-        assert_eq!(
-            String::from_utf8(err).unwrap(),
-            "flotilla status: not implemented yet\n"
-        );
+        assert!(String::from_utf8(err).unwrap().contains("--config FILE"));
         assert!(out.is_empty());
     }
 }

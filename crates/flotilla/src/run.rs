@@ -113,18 +113,12 @@ impl JobHooks for StoreHooks {
     }
 
     async fn job_withdrawn(&self, job: &StartedJob) {
-        let id = job.id.to_string();
-        let withdrawn = JobOutcome::Failed {
-            failure_reason: "withdrawn".into(),
-            exit_code: None,
-        };
-        let now = SystemTime::now();
-        let recorded = self
+        // Forgotten, not ended: GitLab may hand the same job out again.
+        if let Err(e) = self
             .store
-            .job_finished(self.scope, &self.source, &id, &withdrawn, now)
-            .and_then(|_| self.store.job_reported(self.scope, &self.source, &id, now));
-        if let Err(e) = recorded {
-            tracing::error!(job = job.id, error = %e, "cannot record that the job was withdrawn");
+            .forget_job(self.scope, &self.source, &job.id.to_string())
+        {
+            tracing::error!(job = job.id, error = %e, "cannot forget the withdrawn job");
         }
         let _ = self
             .store
@@ -152,6 +146,15 @@ impl JobHooks for StoreHooks {
 
     async fn job_reported(&self, job: &StartedJob, report: &FinalReport) {
         tracing::debug!(job = job.id, ?report, "job reported");
+        if !report.settled() {
+            // GitLab never took the final update: keep the job (and its token) unreported,
+            // so the next start sends it again.
+            tracing::warn!(
+                job = job.id,
+                "the job's final state did not reach GitLab; it is sent again at the next start"
+            );
+            return;
+        }
         if let Err(e) = self.store.job_reported(
             self.scope,
             &self.source,

@@ -240,6 +240,6 @@ mod tests {
             &["ID", "STATE"],
             &[vec!["a-long-id".into(), "running".into()]],
         );
-        assert_eq!(s, "    ID        STATE\n    a-long-id running\n");
+        assert_eq!(s, "    ID         STATE\n    a-long-id  running\n");
     }
 }

@@ -54,10 +54,11 @@ fn exec_clean(program: &str) -> String {
 /// When the line already runs in bash in a clean environment ([`CLEAN_ENV_MARKER`]: the
 /// local connector), that bash runs the script itself, sourcing it from stdin: no process at
 /// all, and the script is read in large chunks instead of a byte at a time (as bash must read
-/// a script it runs from a pipe).
+/// a script it runs from a pipe). Scripts behave the same but for a top-level `return`,
+/// which ends the stage with its status there instead of failing.
 pub fn script_command() -> String {
     format!(
-        "if [ \"${{{CLEAN_ENV_MARKER}-}}\" = 1 ] && [ -n \"${{BASH_VERSION-}}\" ]; then \
+        "if [ \"${{{CLEAN_ENV_MARKER}-}}\" = 1 ] && [ -n \"${{BASH_VERSION-}}\" ] && [ -r /dev/stdin ]; then \
          unset {CLEAN_ENV_MARKER} _flotilla_stat; set --; . /dev/stdin; exit; fi; \
          if command -v bash >/dev/null 2>&1; then {}; else {}; fi",
         exec_clean("bash"),
@@ -76,7 +77,7 @@ pub fn helper_command(line: &str) -> String {
     }
     format!(
         "if [ \"${{{CLEAN_ENV_MARKER}-}}\" = 1 ]; then unset {CLEAN_ENV_MARKER} _flotilla_stat; \
-         set --; eval {line}; else {env} sh -c {line}; fi"
+         set --; eval \" \"{line}; else {env} sh -c {line}; fi"
     )
 }
 

@@ -27,6 +27,7 @@ use flotilla_connect::{Connector, ConnectorExt};
 use flotilla_job::script::{ANSI_RESET, ANSI_YELLOW};
 use flotilla_job::{EnvError, EnvPaths, Environment, ExecSpec, ExitStatus};
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
@@ -36,9 +37,9 @@ use tokio_util::sync::CancellationToken;
 pub struct ShellIsolation {
     /// Where the stage records of every slot are, for [`Isolation::cleanup_instance`].
     records_dir: Option<String>,
-    /// Slots (`(instance, slot)`) this process cleaned up after their last job, stomp
-    /// included: their next job needs no stomp. Shared by clones.
-    clean: Arc<Mutex<HashSet<(String, usize)>>>,
+    /// Slots (`(instance, stage record)`) this process cleaned up after their last job,
+    /// stomp included: their next job needs no stomp. Shared by clones.
+    clean: Arc<Mutex<HashSet<(String, String)>>>,
 }
 
 impl ShellIsolation {
@@ -116,6 +117,7 @@ impl Isolation for ShellIsolation {
             warnings: ignored(&req),
             layout,
             clean: self.clean.clone(),
+            interrupted: AtomicBool::new(false),
         }))
     }
 
@@ -151,7 +153,10 @@ pub struct ShellEnvironment {
     layout: BuildLayout,
     remove_project: bool,
     warnings: Vec<String>,
-    clean: Arc<Mutex<HashSet<(String, usize)>>>,
+    clean: Arc<Mutex<HashSet<(String, String)>>>,
+    /// A stage ended without its exit status (cancelled, connection lost): it may still be
+    /// starting on the instance, after the cleanup's stomp, so the slot is not called clean.
+    interrupted: AtomicBool,
 }
 
 impl ShellEnvironment {
@@ -181,7 +186,7 @@ impl Environment for ShellEnvironment {
         }
         // Whatever an earlier job left running in this slot stops before this one starts:
         // already done if this process cleaned the slot up after its last job.
-        let key = (self.instance.clone(), self.slot);
+        let key = (self.instance.clone(), self.layout.stage_record.clone());
         let cleaned = self
             .clean
             .lock()
@@ -212,14 +217,18 @@ impl Environment for ShellEnvironment {
         // Every process of the job is recorded, so the slot's next job can stop it.
         let record = &self.layout.stage_record;
         let owner = remote::process_owner();
-        remote::run_with(
+        let result = remote::run_with(
             &*self.connector,
             "running on the instance",
             spec,
             &remote::recorded(&remote::script_command(), record, owner),
             |line| remote::recorded(&remote::helper_command(line), record, owner),
         )
-        .await
+        .await;
+        if result.is_err() {
+            self.interrupted.store(true, Ordering::Relaxed);
+        }
+        result
     }
 }
 
@@ -259,10 +268,12 @@ impl IsolatedEnvironment for ShellEnvironment {
                     });
                 }
             }
-            self.clean
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert((self.instance.clone(), self.slot));
+            if !self.interrupted.load(Ordering::Relaxed) {
+                self.clean
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert((self.instance.clone(), self.layout.stage_record.clone()));
+            }
             Ok(())
         } else {
             Err(IsolateError::Cleanup {

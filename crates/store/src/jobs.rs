@@ -327,6 +327,26 @@ impl Store {
         })
     }
 
+    /// Forgets a job that never ran (its source withdrew it before it started), so that the
+    /// same id can be recorded again if the source hands it out again. Only a `running` job is
+    /// forgotten; returns whether one was.
+    pub fn forget_job(
+        &self,
+        scope: ScopeId,
+        source: &str,
+        job_id: &str,
+    ) -> Result<bool, StoreError> {
+        self.write("forget a withdrawn job", |tx| {
+            let n = tx
+                .prepare_cached(
+                    "DELETE FROM jobs WHERE scope = ?1 AND source = ?2 AND job_id = ?3 \
+                     AND state = 'running'",
+                )?
+                .execute(params![scope.0, source, job_id])?;
+            Ok(n > 0)
+        })
+    }
+
     /// Jobs of `scope` whose final state has not been delivered (`running` or `finished`),
     /// oldest first. Never lists a job marked by [`Store::job_reported`].
     pub fn unfinished_jobs(&self, scope: ScopeId) -> Result<Vec<JobRecord>, StoreError> {

@@ -33,9 +33,9 @@ pub trait JobHooks: Send + Sync {
     /// token) when it restarts, and reports it: the accept may have reached GitLab.
     async fn job_started(&self, _job: &StartedJob) {}
 
-    /// GitLab did not take the accept of a job announced by [`JobHooks::job_started`] (it
-    /// withdrew the job, or could not be reached): the job never ran here and nothing will
-    /// be sent for it.
+    /// GitLab answered no to the accept of a job announced by [`JobHooks::job_started`] (it
+    /// withdrew the job): the job never ran here and nothing will be sent for it. Not called
+    /// when the accept got no answer: GitLab may have taken it, so the job stays as started.
     async fn job_withdrawn(&self, _job: &StartedJob) {}
 
     /// The job ended on the fleet with `outcome`; the final update is next.

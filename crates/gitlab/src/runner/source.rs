@@ -437,7 +437,10 @@ async fn worker(inner: Arc<Inner>, n: usize) -> Result<(), ClientError> {
 /// What became of a job's two-phase accept.
 enum Accept {
     Accepted(RemoteJobState),
+    /// GitLab answered no: the job is not ours.
     Refused,
+    /// No answer: GitLab may or may not have taken it.
+    Unknown,
 }
 
 async fn accept(inner: &Inner, id: i64, token: &Secret<String>) -> Accept {
@@ -457,8 +460,8 @@ async fn accept(inner: &Inner, id: i64, token: &Secret<String>) -> Accept {
             Accept::Refused
         }
         Err(e) => {
-            tracing::warn!(runner = %inner.config.name, job = id, error = %e, "accepting the job failed; leaving it to GitLab");
-            Accept::Refused
+            tracing::warn!(runner = %inner.config.name, job = id, error = %e, "accepting the job got no answer; not running it (it stays recorded, so a restart reports it failed if GitLab took it)");
+            Accept::Unknown
         }
     }
 }
@@ -566,8 +569,10 @@ async fn handle_job(inner: Arc<Inner>, held: Permits, key: String, job: Received
     inner.hooks.job_started(&started).await;
     let remote = match accept(&inner, id, &token).await {
         Accept::Accepted(remote) => remote,
-        Accept::Refused => {
-            inner.hooks.job_withdrawn(&started).await;
+        refused @ (Accept::Refused | Accept::Unknown) => {
+            if let Accept::Refused = refused {
+                inner.hooks.job_withdrawn(&started).await;
+            }
             scaler.release(&key);
             drop(acquisition);
             inner.count(|r| r.jobs_withdrawn += 1);
@@ -661,9 +666,13 @@ async fn fail_unstarted(
 ) {
     let started = inner.started_job(id, name, token, failure_reasons);
     inner.hooks.job_started(&started).await;
-    if let Accept::Refused = accept(inner, id, token).await {
-        inner.hooks.job_withdrawn(&started).await;
-        return;
+    match accept(inner, id, token).await {
+        Accept::Accepted(_) => {}
+        Accept::Refused => {
+            inner.hooks.job_withdrawn(&started).await;
+            return;
+        }
+        Accept::Unknown => return,
     }
     let (trace, sink) = JobTrace::start(
         inner.client.clone(),
