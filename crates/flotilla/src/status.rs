@@ -3,13 +3,13 @@
 //! not yet reported.
 //!
 //! It reads the store that `flotilla run` writes (`[flotilla] state_dir`), so it works whether
-//! or not a manager is running. A missing file is reported, not created; a file flotilla
-//! cannot use is refused with its path, as `flotilla run` refuses it (a file from an older
-//! flotilla is migrated, as `flotilla run` would).
+//! or not a manager is running, and opens it read-only: a missing file is reported, not
+//! created; a file flotilla cannot use is refused with its path, as `flotilla run` refuses it;
+//! a file of an older flotilla is read as it is, never migrated.
 
 use crate::cli::StatusArgs;
 use crate::config::Config;
-use flotilla_store::{JobOutcome, JobRecord, Store, StoreOptions};
+use flotilla_store::{JobOutcome, JobRecord, Store};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -51,7 +51,7 @@ pub fn run(args: &StatusArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitC
         );
         return ExitCode::SUCCESS;
     }
-    let store = match Store::open(&file, StoreOptions::default()) {
+    let store = match Store::open_read_only(&file) {
         Ok(s) => s,
         Err(e) => {
             let _ = writeln!(err, "error: {e}");

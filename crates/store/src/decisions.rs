@@ -26,12 +26,21 @@ impl Store {
         })
     }
 
-    /// The last decision recorded for `scope`: when, and its explanation.
+    /// The last decision recorded for `scope`: when, and its explanation. `None` also for a
+    /// file of schema version 1 opened with [`Store::open_read_only`] (no decisions there).
     pub fn last_decision(
         &self,
         scope: ScopeId,
     ) -> Result<Option<(SystemTime, String)>, StoreError> {
         self.read("read the scaler's last decision", |tx| {
+            let has_table = tx
+                .prepare_cached(
+                    "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'decisions'",
+                )?
+                .exists([])?;
+            if !has_table {
+                return Ok(None);
+            }
             let row = tx
                 .prepare_cached("SELECT decided_at, explanation FROM decisions WHERE scope = ?1")?
                 .query_row([scope.0], |r| {

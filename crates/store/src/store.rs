@@ -88,6 +88,36 @@ impl Store {
         })
     }
 
+    /// Opens the store at `path` read-only, for looking without touching (`flotilla status`):
+    /// nothing is created, migrated, or switched to WAL, and every write fails. The file must
+    /// be a flotilla store of this or an older schema version, as for [`Store::open`].
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Store, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let options = StoreOptions::default();
+        if let Found::NotSqlite(reason) = file::inspect(&path)? {
+            return Err(StoreError::NotOurs { path, reason });
+        }
+        let conn = Connection::open_with_flags(
+            &path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .and_then(|conn| conn.busy_timeout(options.busy_timeout).map(|()| conn))
+        .map_err(|source| StoreError::Open {
+            path: path.clone(),
+            what: "open read-only",
+            source,
+        })?;
+        check_ours(&conn, &path)?;
+        Ok(Store {
+            inner: Arc::new(Inner {
+                path,
+                conn: Mutex::new(conn),
+                moved_aside: None,
+                options,
+            }),
+        })
+    }
+
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.inner.path
@@ -251,41 +281,7 @@ fn open_checked(path: &Path, options: &StoreOptions) -> Result<Connection, Store
         .map_err(open_err("disable checkpoint on close"))?;
     conn.pragma_update(None, "query_only", true)
         .map_err(open_err("enter query-only mode"))?;
-    let corrupt = |reason: String| StoreError::Corrupt {
-        path: path.to_path_buf(),
-        reason,
-    };
-    let probe = match schema::probe(&conn) {
-        Ok(p) => p,
-        Err(e) if is_corruption(&e) => return Err(corrupt(format!("SQLite cannot read it: {e}"))),
-        Err(e) => return Err(open_err("read the schema")(e)),
-    };
-    let version = match schema::judge(&probe) {
-        Verdict::Empty => 0,
-        Verdict::Ours(v) => v,
-        Verdict::NotOurs(reason) => {
-            return Err(StoreError::NotOurs {
-                path: path.to_path_buf(),
-                reason,
-            });
-        }
-        Verdict::Corrupt(reason) => return Err(corrupt(reason)),
-        Verdict::TooNew(found) => {
-            return Err(StoreError::TooNew {
-                path: path.to_path_buf(),
-                found,
-                supported: SCHEMA_VERSION,
-            });
-        }
-    };
-    if version > 0 {
-        match schema::quick_check(&conn) {
-            Ok(None) => {}
-            Ok(Some(problems)) => return Err(corrupt(format!("integrity check: {problems}"))),
-            Err(e) if is_corruption(&e) => return Err(corrupt(format!("integrity check: {e}"))),
-            Err(e) => return Err(open_err("check integrity")(e)),
-        }
-    }
+    let version = check_ours(&conn, path)?;
 
     // Ours (or empty): make it so.
     conn.pragma_update(None, "query_only", false)
@@ -315,6 +311,55 @@ fn open_checked(path: &Path, options: &StoreOptions) -> Result<Connection, Store
     }
     migrate(&mut conn, path, version)?;
     Ok(conn)
+}
+
+/// Probes an open connection: the schema version of a flotilla store (0: an empty database),
+/// or why the file is not one flotilla can use. Reads only.
+fn check_ours(conn: &Connection, path: &Path) -> Result<u32, StoreError> {
+    let open_err = |what| {
+        move |source| StoreError::Open {
+            path: path.to_path_buf(),
+            what,
+            source,
+        }
+    };
+    let corrupt = |reason: String| StoreError::Corrupt {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let probe = match schema::probe(conn) {
+        Ok(p) => p,
+        Err(e) if is_corruption(&e) => return Err(corrupt(format!("SQLite cannot read it: {e}"))),
+        Err(e) => return Err(open_err("read the schema")(e)),
+    };
+    let version = match schema::judge(&probe) {
+        Verdict::Empty => 0,
+        Verdict::Ours(v) => v,
+        Verdict::NotOurs(reason) => {
+            return Err(StoreError::NotOurs {
+                path: path.to_path_buf(),
+                reason,
+            });
+        }
+        Verdict::Corrupt(reason) => return Err(corrupt(reason)),
+        Verdict::TooNew(found) => {
+            return Err(StoreError::TooNew {
+                path: path.to_path_buf(),
+                found,
+                supported: SCHEMA_VERSION,
+            });
+        }
+    };
+    if version > 0 {
+        match schema::quick_check(conn) {
+            Ok(None) => {}
+            Ok(Some(problems)) => return Err(corrupt(format!("integrity check: {problems}"))),
+            Err(e) if is_corruption(&e) => return Err(corrupt(format!("integrity check: {e}"))),
+            Err(e) => return Err(open_err("check integrity")(e)),
+        }
+    }
+
+    Ok(version)
 }
 
 /// Applies the pending migrations in one transaction.

@@ -351,3 +351,51 @@ fn a_full_disk_fails_loudly_and_keeps_the_last_committed_state() {
     // Without the cap, writing goes on.
     store.record(scope, &instance("i-after")).unwrap();
 }
+
+#[test]
+fn read_only_opens_change_nothing_and_refuse_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let store = Store::open(&path, StoreOptions::default()).unwrap();
+    let scope = store
+        .scope(&Identity::new("https://g.example", "1", "docker:x"))
+        .unwrap();
+    store
+        .record(
+            scope,
+            &JournalEvent::Instance(InstanceRecord {
+                id: "i-1".into(),
+                state: State::Running,
+                cause: Cause::Requested,
+                use_count: 1,
+                removal: None,
+            }),
+        )
+        .unwrap();
+    drop(store);
+    // As version 1 left it: no decisions table.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch("DROP TABLE decisions; PRAGMA user_version = 1;")
+        .unwrap();
+    drop(conn);
+    let bytes = std::fs::read(&path).unwrap();
+
+    let ro = Store::open_read_only(&path).unwrap();
+    assert_eq!(ro.schema_version().unwrap(), 1, "not migrated");
+    assert_eq!(ro.load_fleet(scope).unwrap().instances.len(), 1);
+    assert_eq!(ro.last_decision(scope).unwrap(), None);
+    let err = ro
+        .record_decision(scope, "hold", std::time::SystemTime::now())
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Write { .. }), "{err}");
+    drop(ro);
+    assert_eq!(std::fs::read(&path).unwrap(), bytes, "the file changed");
+
+    // A file that is not ours is refused as by `open`.
+    let other = dir.path().join("other.db");
+    std::fs::write(&other, b"not a database at all, just some text").unwrap();
+    assert!(matches!(
+        Store::open_read_only(&other).unwrap_err(),
+        StoreError::NotOurs { .. }
+    ));
+}
