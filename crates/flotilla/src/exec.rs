@@ -199,26 +199,7 @@ fn list(p: &Pipeline, out: &mut dyn Write) {
 }
 
 fn table<const N: usize>(out: &mut dyn Write, head: [&str; N], rows: &[[String; N]]) {
-    let mut widths: [usize; N] = head.map(str::len);
-    for r in rows {
-        for (w, c) in widths.iter_mut().zip(r.iter()) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        cells
-            .iter()
-            .zip(widths.iter())
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect::<Vec<_>>()
-            .join("  ")
-            .trim_end()
-            .to_string()
-    };
-    let _ = writeln!(out, "{}", line(head.to_vec()));
-    for r in rows {
-        let _ = writeln!(out, "{}", line(r.iter().map(String::as_str).collect()));
-    }
+    let _ = out.write_all(crate::table::render("", &head, rows).as_bytes());
 }
 
 fn summary(outcome: &PipelineOutcome, out: &mut dyn Write) {

@@ -10,3 +10,4 @@ pub mod fleet;
 mod progress;
 pub mod run;
 pub mod status;
+mod table;

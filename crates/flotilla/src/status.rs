@@ -187,26 +187,7 @@ fn job_row(j: &JobRecord, now: SystemTime) -> Vec<String> {
 
 /// Appends an indented table with aligned columns.
 fn table(s: &mut String, header: &[&str], rows: &[Vec<String>]) {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let mut line = |cells: Vec<&str>| {
-        let mut l = String::from("   ");
-        for (cell, w) in cells.iter().zip(&widths) {
-            l.push(' ');
-            l.push_str(cell);
-            l.push_str(&" ".repeat(w - cell.chars().count() + 1));
-        }
-        s.push_str(l.trim_end());
-        s.push('\n');
-    };
-    line(header.to_vec());
-    for row in rows {
-        line(row.iter().map(String::as_str).collect());
-    }
+    s.push_str(&crate::table::render("    ", header, rows));
 }
 
 /// `d` as a person reads it: `45s`, `3m12s`, `2h05m`, `3d04h`.
@@ -230,16 +211,5 @@ mod tests {
         assert_eq!(human(Duration::from_secs(192)), "3m12s");
         assert_eq!(human(Duration::from_secs(7500)), "2h05m");
         assert_eq!(human(Duration::from_secs(3 * 86400 + 4 * 3600)), "3d04h");
-    }
-
-    #[test]
-    fn tables_align_their_columns() {
-        let mut s = String::new();
-        table(
-            &mut s,
-            &["ID", "STATE"],
-            &[vec!["a-long-id".into(), "running".into()]],
-        );
-        assert_eq!(s, "    ID         STATE\n    a-long-id  running\n");
     }
 }

@@ -18,7 +18,7 @@ mod run_support;
 use flotilla_store::{JobOutcome, ScopeId, Store, StoreOptions};
 use flotilla_testkit::fake_gitlab::{FakeGitLab, FakeJob, JobBuilder};
 use flotilla_testkit::infra::{Infra, require};
-use run_support::{Manager, now_nanos};
+use run_support::{Manager, now_nanos, write_local_config};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -147,31 +147,6 @@ state_dir = "{state}"
             name = f.group.name,
             idle = f.idle_count,
             idle_time = f.idle_time,
-        ),
-    )
-    .unwrap();
-    path
-}
-
-fn write_local_config(dir: &Path, url: &str) -> PathBuf {
-    let path = dir.join("config.toml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"concurrent = 2
-check_interval = 1
-shutdown_timeout = 30
-
-[flotilla]
-state_dir = "{state}"
-
-[[runners]]
-  name = "local-shell"
-  url = "{url}"
-  token = "{TOKEN}"
-  executor = "shell"
-"#,
-            state = dir.join("state").display(),
         ),
     )
     .unwrap();
@@ -870,7 +845,7 @@ async fn infra_instances_survive_kill_9_and_are_adopted_not_recreated() {
 async fn a_corrupt_state_file_is_refused_untouched_and_rebuild_state_moves_it_aside() {
     let gl = gitlab().await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_local_config(dir.path(), gl.url());
+    let config = write_local_config(dir.path(), gl.url(), TOKEN, 2);
     let state = dir.path().join("state");
     std::fs::create_dir_all(&state).unwrap();
     let db = state.join("flotilla.db");

@@ -5,36 +5,10 @@
 mod run_support;
 
 use flotilla_testkit::fake_gitlab::{FakeGitLab, JobBuilder};
-use run_support::Manager;
-use std::path::{Path, PathBuf};
+use run_support::{Manager, write_local_config};
 use std::time::Duration;
 
 const TOKEN: &str = "glrt-run-test-token";
-
-fn write_config(dir: &Path, url: &str, token: &str) -> PathBuf {
-    let path = dir.join("config.toml");
-    std::fs::write(
-        &path,
-        format!(
-            r#"concurrent = 4
-check_interval = 1
-shutdown_timeout = 30
-
-[flotilla]
-state_dir = "{state}"
-
-[[runners]]
-  name = "local-shell"
-  url = "{url}"
-  token = "{token}"
-  executor = "shell"
-"#,
-            state = dir.join("state").display(),
-        ),
-    )
-    .unwrap();
-    path
-}
 
 async fn gitlab() -> FakeGitLab {
     FakeGitLab::builder()
@@ -50,7 +24,7 @@ async fn gitlab() -> FakeGitLab {
 async fn run_takes_jobs_and_stops_gracefully() {
     let gl = gitlab().await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), gl.url(), TOKEN);
+    let config = write_local_config(dir.path(), gl.url(), TOKEN, 4);
     let mut m = Manager::start(&config, &[]);
     let ok = gl.enqueue(
         TOKEN,
@@ -107,7 +81,7 @@ async fn run_takes_jobs_and_stops_gracefully() {
 async fn run_with_an_invalid_token_exits_with_a_clear_error() {
     let gl = gitlab().await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), gl.url(), "glrt-not-a-known-token");
+    let config = write_local_config(dir.path(), gl.url(), "glrt-not-a-known-token", 4);
     let mut m = Manager::start(&config, &[]);
     let status = m.wait(Duration::from_secs(30)).await.expect("exits");
     assert!(!status.success());
@@ -123,7 +97,7 @@ async fn run_with_an_invalid_token_exits_with_a_clear_error() {
 async fn a_second_manager_for_the_same_fleet_refuses_to_start() {
     let gl = gitlab().await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), gl.url(), TOKEN);
+    let config = write_local_config(dir.path(), gl.url(), TOKEN, 4);
     let mut first = Manager::start(&config, &[]);
     // Wait until the first one holds the lease (it polls for jobs).
     let mut polled = false;
@@ -148,7 +122,7 @@ async fn a_second_manager_for_the_same_fleet_refuses_to_start() {
 async fn sigquit_stops_at_once_and_fails_running_jobs() {
     let gl = gitlab().await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), gl.url(), TOKEN);
+    let config = write_local_config(dir.path(), gl.url(), TOKEN, 4);
     let mut m = Manager::start(&config, &[]);
     let long = gl.enqueue(
         TOKEN,
@@ -175,7 +149,7 @@ async fn sigquit_stops_at_once_and_fails_running_jobs() {
 async fn kill_9_mid_job_then_restart_reports_it_failed_once() {
     let gl = gitlab().await;
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), gl.url(), TOKEN);
+    let config = write_local_config(dir.path(), gl.url(), TOKEN, 4);
     let mut m = Manager::start(&config, &[]);
     let long = gl.enqueue(
         TOKEN,

@@ -20,11 +20,7 @@ async fn graceful_cancel_runs_after_script_and_reports_the_job_failed() {
             .script(["echo started", "while true; do echo tick; sleep 0.2; done"])
             .after_script(["echo after-script-ran"]),
     );
-    fake.wait_for_job(id, Duration::from_secs(20), |j| {
-        j.trace_text().contains("tick")
-    })
-    .await
-    .unwrap();
+    wait_for_trace(&fake, id, "tick").await;
     fake.cancel(id);
     assert!(fake.wait_finished(&[id], Duration::from_secs(30)).await);
     let j = fake.job(id).unwrap();
@@ -63,11 +59,7 @@ async fn a_silent_job_learns_of_its_cancellation_from_a_keep_alive() {
             .script(["echo started", "sleep 60"])
             .after_script(["echo after-script-ran"]),
     );
-    fake.wait_for_job(id, Duration::from_secs(20), |j| {
-        j.trace_text().contains("started")
-    })
-    .await
-    .unwrap();
+    wait_for_trace(&fake, id, "started").await;
     fake.cancel(id);
     assert!(fake.wait_finished(&[id], Duration::from_secs(30)).await);
     let j = fake.job(id).unwrap();
@@ -95,11 +87,7 @@ async fn forced_cancel_aborts_without_after_script_or_final_update() {
             .script(["echo started", "while true; do echo tick; sleep 0.2; done"])
             .after_script(["echo after-script-ran"]),
     );
-    fake.wait_for_job(id, Duration::from_secs(20), |j| {
-        j.trace_text().contains("tick")
-    })
-    .await
-    .unwrap();
+    wait_for_trace(&fake, id, "tick").await;
     fake.abort(id);
     // The executor ends the job promptly.
     for _ in 0..300 {
@@ -188,11 +176,7 @@ async fn a_forced_stop_fails_running_jobs_as_system_failures() {
             .script(["echo started", "sleep 60"])
             .after_script(["echo after-script-ran"]),
     );
-    fake.wait_for_job(id, Duration::from_secs(20), |j| {
-        j.trace_text().contains("started")
-    })
-    .await
-    .unwrap();
+    wait_for_trace(&fake, id, "started").await;
     source.stop_handle().force();
     let report = tokio::time::timeout(Duration::from_secs(30), run)
         .await

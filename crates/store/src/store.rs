@@ -172,12 +172,7 @@ impl Store {
         f: impl FnOnce(&Transaction<'_>) -> Result<T, TxError>,
     ) -> Result<T, StoreError> {
         let mut conn = self.lock();
-        let result = (|| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let out = f(&tx)?;
-            tx.commit()?;
-            Ok(out)
-        })();
+        let result = in_transaction(&mut conn, TransactionBehavior::Immediate, f);
         if result.is_err() && !conn.is_autocommit() {
             // Belt and braces: a failed COMMIT is rolled back when the transaction drops.
             let _ = conn.execute_batch("ROLLBACK");
@@ -204,19 +199,26 @@ impl Store {
         f: impl FnOnce(&Transaction<'_>) -> Result<T, TxError>,
     ) -> Result<T, StoreError> {
         let mut conn = self.lock();
-        let result = (|| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
-            let out = f(&tx)?;
-            tx.commit()?;
-            Ok(out)
-        })();
-        result.map_err(|e| self.name(what, e, false))
+        in_transaction(&mut conn, TransactionBehavior::Deferred, f)
+            .map_err(|e| self.name(what, e, false))
     }
 
     /// A [`StoreError`] naming this store's file.
     pub(crate) fn error(&self, make: impl FnOnce(PathBuf) -> StoreError) -> TxError {
         TxError::Store(make(self.inner.path.clone()))
     }
+}
+
+/// Runs `f` in a transaction begun with `behavior`, committed if `f` succeeds.
+fn in_transaction<T>(
+    conn: &mut Connection,
+    behavior: TransactionBehavior,
+    f: impl FnOnce(&Transaction<'_>) -> Result<T, TxError>,
+) -> Result<T, TxError> {
+    let tx = conn.transaction_with_behavior(behavior)?;
+    let out = f(&tx)?;
+    tx.commit()?;
+    Ok(out)
 }
 
 /// Whether `e` is about the file's content (so [`OpenMode::Rebuild`] applies), rather than

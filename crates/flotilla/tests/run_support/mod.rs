@@ -96,3 +96,30 @@ pub fn now_nanos() -> u128 {
         .unwrap()
         .as_nanos()
 }
+
+/// Writes `config.toml` in `dir` for one runner on the local provider with shell isolation,
+/// taking jobs from `url` with `token`, its state under `dir/state`.
+pub fn write_local_config(dir: &Path, url: &str, token: &str, concurrent: u32) -> PathBuf {
+    let path = dir.join("config.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"concurrent = {concurrent}
+check_interval = 1
+shutdown_timeout = 30
+
+[flotilla]
+state_dir = "{state}"
+
+[[runners]]
+  name = "local-shell"
+  url = "{url}"
+  token = "{token}"
+  executor = "shell"
+"#,
+            state = dir.join("state").display(),
+        ),
+    )
+    .unwrap();
+    path
+}

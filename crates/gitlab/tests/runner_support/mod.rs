@@ -234,3 +234,13 @@ pub fn spawn_source(
 pub fn gitlab_artifacts(client: &Arc<Client>) -> Arc<dyn ArtifactStore> {
     Arc::new(GitLabArtifactStore::new(client.clone()))
 }
+
+/// Waits up to 20 s until the trace of job `id` shows `text`; panics if it never does.
+pub async fn wait_for_trace(fake: &FakeGitLab, id: i64, text: &str) {
+    let found = fake
+        .wait_for_job(id, Duration::from_secs(20), |j| {
+            j.trace_text().contains(text)
+        })
+        .await;
+    assert!(found.is_some(), "job {id} never printed {text:?}");
+}
