@@ -36,14 +36,25 @@ pub const KEPT_ENV: [&str; 9] = [
 /// [`CLEAN_ENV_MARKER`], as [`flotilla_connect::local::LocalConnector::with_clean_env`]
 /// does), directly, without the `env` process.
 fn exec_clean(program: &str) -> String {
+    format!(
+        "if {}; then unset {CLEAN_ENV_MARKER}; exec {program}; else {} {program}; fi",
+        marked_clean(),
+        exec_env_i()
+    )
+}
+
+/// The test (`sh` syntax) for an environment the connector marked clean.
+fn marked_clean() -> String {
+    format!("[ \"${{{CLEAN_ENV_MARKER}-}}\" = 1 ]")
+}
+
+/// `exec env -i` keeping the [`KEPT_ENV`] variables that are set (a program follows).
+fn exec_env_i() -> String {
     let mut env = String::from("exec env -i");
     for k in KEPT_ENV {
         env.push_str(&format!(" ${{{k}+\"{k}=${k}\"}}"));
     }
-    format!(
-        "if [ \"${{{CLEAN_ENV_MARKER}-}}\" = 1 ]; then unset {CLEAN_ENV_MARKER}; exec {program}; \
-         else {env} {program}; fi"
-    )
+    env
 }
 
 /// The command line that starts a stage's shell (the script goes to its stdin): the shell
@@ -58,9 +69,10 @@ fn exec_clean(program: &str) -> String {
 /// which ends the stage with its status there instead of failing.
 pub fn script_command() -> String {
     format!(
-        "if [ \"${{{CLEAN_ENV_MARKER}-}}\" = 1 ] && [ -n \"${{BASH_VERSION-}}\" ] && [ -r /dev/stdin ]; then \
+        "if {} && [ -n \"${{BASH_VERSION-}}\" ] && [ -r /dev/stdin ]; then \
          unset {CLEAN_ENV_MARKER} _flotilla_stat; set --; . /dev/stdin; exit; fi; \
          if command -v bash >/dev/null 2>&1; then {}; else {}; fi",
+        marked_clean(),
         exec_clean("bash"),
         exec_clean("sh")
     )
@@ -71,13 +83,11 @@ pub fn script_command() -> String {
 /// else in a new `sh`.
 pub fn helper_command(line: &str) -> String {
     let line = quote(line);
-    let mut env = String::from("exec env -i");
-    for k in KEPT_ENV {
-        env.push_str(&format!(" ${{{k}+\"{k}=${k}\"}}"));
-    }
     format!(
-        "if [ \"${{{CLEAN_ENV_MARKER}-}}\" = 1 ]; then unset {CLEAN_ENV_MARKER} _flotilla_stat; \
-         set --; eval \" \"{line}; else {env} sh -c {line}; fi"
+        "if {}; then unset {CLEAN_ENV_MARKER} _flotilla_stat; set --; eval \" \"{line}; \
+         else {} sh -c {line}; fi",
+        marked_clean(),
+        exec_env_i()
     )
 }
 
