@@ -175,21 +175,30 @@ pub fn execute(cli: &Cli, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode 
     }
 }
 
-/// `flotilla config check FILE`.
-fn config_check(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
-    let loaded = match Config::load(&args.file) {
-        Ok(loaded) => loaded,
+/// Loads the configuration at `path`, writing its warnings, or every error, to `err`.
+pub(crate) fn load_config(path: &std::path::Path, err: &mut dyn Write) -> Option<Config> {
+    match Config::load(path) {
+        Ok(loaded) => {
+            for w in &loaded.warnings {
+                let _ = writeln!(err, "warning: {w}");
+            }
+            Some(loaded.config)
+        }
         Err(e) => {
             for e in e.errors() {
                 let _ = writeln!(err, "error: {e}");
             }
-            return ExitCode::FAILURE;
+            None
         }
-    };
-    for w in &loaded.warnings {
-        let _ = writeln!(err, "warning: {w}");
     }
-    match loaded.config.to_redacted_toml() {
+}
+
+/// `flotilla config check FILE`.
+fn config_check(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
+    let Some(config) = load_config(&args.file, err) else {
+        return ExitCode::FAILURE;
+    };
+    match config.to_redacted_toml() {
         Ok(text) => {
             if out.write_all(text.as_bytes()).is_err() {
                 return ExitCode::FAILURE;

@@ -44,18 +44,9 @@ pub fn run(args: &RunArgs, err: &mut dyn Write) -> ExitCode {
         .config
         .clone()
         .unwrap_or_else(|| PathBuf::from("config.toml"));
-    let loaded = match Config::load(&path) {
-        Ok(l) => l,
-        Err(e) => {
-            for e in e.errors() {
-                let _ = writeln!(err, "error: {e}");
-            }
-            return ExitCode::from(2);
-        }
+    let Some(config) = crate::cli::load_config(&path, err) else {
+        return ExitCode::from(2);
     };
-    for w in &loaded.warnings {
-        let _ = writeln!(err, "warning: {w}");
-    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
@@ -63,7 +54,7 @@ pub fn run(args: &RunArgs, err: &mut dyn Write) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match runtime.block_on(daemon(loaded.config, args.rebuild_state)) {
+    match runtime.block_on(daemon(config, args.rebuild_state)) {
         Ok(code) => code,
         Err(e) => {
             let _ = writeln!(err, "error: {e:#}");

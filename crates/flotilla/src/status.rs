@@ -8,7 +8,6 @@
 //! a file of an older flotilla is read as it is, never migrated.
 
 use crate::cli::StatusArgs;
-use crate::config::Config;
 use flotilla_store::{JobOutcome, JobRecord, Store};
 use std::io::Write;
 use std::path::PathBuf;
@@ -27,17 +26,10 @@ pub fn run(args: &StatusArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitC
         );
         return ExitCode::from(2);
     };
-    let loaded = match Config::load(&path) {
-        Ok(l) => l,
-        Err(e) => {
-            for e in e.errors() {
-                let _ = writeln!(err, "error: {e}");
-            }
-            return ExitCode::from(2);
-        }
+    let Some(config) = crate::cli::load_config(&path, err) else {
+        return ExitCode::from(2);
     };
-    let state_dir = loaded
-        .config
+    let state_dir = config
         .flotilla
         .state_dir
         .clone()
