@@ -6,7 +6,7 @@ use crate::tally::Tally;
 use crate::{ConnectorFactory, WatchedConnector};
 use flotilla_connect::Connector;
 use flotilla_fleet::ConnectInfo;
-use flotilla_isolate::{Isolation, PrepareRequest};
+use flotilla_isolate::{IsolatedEnvironment, Isolation, PrepareRequest};
 use flotilla_job::vars::RunnerIdentity;
 use flotilla_job::{
     ArtifactStore, CacheStore, FailureReason, JobCancel, JobPayload, JobResult, JobRunner, Outcome,
@@ -163,71 +163,23 @@ impl Dispatcher {
         let instance = acquisition.instance_id().to_string();
         let slot = acquisition.slot();
 
-        // The connector kept for the instance needs no connection details: asking the
-        // provider for them again (a Docker or cloud API call) for every job is waste.
-        let connector = match self.cached_connector(&instance) {
-            Some(c) => Ok(c),
-            None => match acquisition.connect_info().await {
-                Ok(info) => self.connector_for(&info).map_err(|e| e.to_string()),
-                Err(e) => {
-                    self.scaler.report_failure(&instance);
-                    Err(format!(
-                        "getting the connection details of instance {instance}: {e}"
-                    ))
+        let (connector, failures_before, env) =
+            match self.environment(&acquisition, job, &instance, slot).await {
+                Ok(parts) => parts,
+                Err(why) => {
+                    let message = format!("Job failed (system failure): {why}");
+                    return self
+                        .fail_early(
+                            &mut tally,
+                            job,
+                            started,
+                            FailureReason::RunnerSystemFailure,
+                            &message,
+                            Some(started),
+                        )
+                        .await;
                 }
-            },
-        };
-        let connector = match connector {
-            Ok(c) => c,
-            Err(why) => {
-                let message = format!("Job failed (system failure): {why}");
-                return self
-                    .fail_early(
-                        &mut tally,
-                        job,
-                        started,
-                        FailureReason::RunnerSystemFailure,
-                        &message,
-                        Some(started),
-                    )
-                    .await;
-            }
-        };
-        let failures_before = connector.failures();
-        let shared: Arc<dyn Connector> = connector.clone();
-        let prepared = self
-            .config
-            .isolation
-            .prepare(PrepareRequest {
-                job,
-                instance_id: &instance,
-                slot,
-                connector: shared,
-                builds_dir: self.config.builds_dir.clone(),
-            })
-            .await;
-        let env = match prepared {
-            Ok(env) => env,
-            Err(e) => {
-                if e.is_instance_failure() || connector.failures() > failures_before {
-                    self.instance_failed(&instance, &connector);
-                }
-                let message = format!(
-                    "Job failed (system failure): preparing the {} environment on instance {instance}: {e}",
-                    self.config.isolation.name()
-                );
-                return self
-                    .fail_early(
-                        &mut tally,
-                        job,
-                        started,
-                        FailureReason::RunnerSystemFailure,
-                        &message,
-                        Some(started),
-                    )
-                    .await;
-            }
-        };
+            };
 
         let run_cancel = cancel.child();
         let lost = acquisition.lost_token();
@@ -317,6 +269,56 @@ impl Dispatcher {
             o.runner.executor = self.config.isolation.name().to_string();
         }
         o
+    }
+
+    /// Connects to the acquired instance and prepares the job's environment there: the
+    /// connector, its failure count before preparing, and the environment; or why not.
+    async fn environment(
+        &self,
+        acquisition: &Acquisition,
+        job: &JobPayload,
+        instance: &str,
+        slot: usize,
+    ) -> Result<(Arc<WatchedConnector>, u64, Box<dyn IsolatedEnvironment>), String> {
+        // The connector kept for the instance needs no connection details: asking the
+        // provider for them again (a Docker or cloud API call) for every job is waste.
+        let connector = match self.cached_connector(instance) {
+            Some(c) => c,
+            None => match acquisition.connect_info().await {
+                Ok(info) => self.connector_for(&info).map_err(|e| e.to_string())?,
+                Err(e) => {
+                    self.scaler.report_failure(instance);
+                    return Err(format!(
+                        "getting the connection details of instance {instance}: {e}"
+                    ));
+                }
+            },
+        };
+        let failures_before = connector.failures();
+        let shared: Arc<dyn Connector> = connector.clone();
+        let prepared = self
+            .config
+            .isolation
+            .prepare(PrepareRequest {
+                job,
+                instance_id: instance,
+                slot,
+                connector: shared,
+                builds_dir: self.config.builds_dir.clone(),
+            })
+            .await;
+        match prepared {
+            Ok(env) => Ok((connector, failures_before, env)),
+            Err(e) => {
+                if e.is_instance_failure() || connector.failures() > failures_before {
+                    self.instance_failed(instance, &connector);
+                }
+                Err(format!(
+                    "preparing the {} environment on instance {instance}: {e}",
+                    self.config.isolation.name()
+                ))
+            }
+        }
     }
 
     /// The connector kept for `instance`, if any.
