@@ -1,7 +1,7 @@
 //! What a person sees while `flotilla exec` runs: on a terminal, a bar for the pipeline and
 //! a line per running job with its elapsed time; otherwise, plain lines as jobs start and end.
 
-use flotilla_gitlab::exec::{ExecEvent, JobStatus};
+use flotilla_pipeline::{ExecEvent, JobStatus};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

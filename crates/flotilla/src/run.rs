@@ -14,7 +14,7 @@ use crate::config::{Config, IsolationLevel, RunnerConfig};
 use crate::fleet::{self, Durable, FleetParts};
 use anyhow::{Context, Result, anyhow, bail};
 use async_trait::async_trait;
-use flotilla_gitlab::runner::{
+use flotilla_gitlab::{
     Client, ClientConfig, FinalReport, GitLabArtifactStore, Info, JobHooks, JobSource,
     SlotExecutor, SourceConfig, StartedJob, StopHandle, UpdateJobRequest,
 };
@@ -411,7 +411,7 @@ async fn daemon(config: Config, rebuild: bool) -> Result<ExitCode> {
         .clone()
         .unwrap_or_else(|| PathBuf::from(".flotilla"));
     let store = open_store(&state_dir, rebuild)?;
-    let system_id = flotilla_gitlab::runner::system_id(&state_dir)
+    let system_id = flotilla_gitlab::system_id(&state_dir)
         .with_context(|| format!("system id in {}", state_dir.display()))?;
     let holder = LeaseHolder::this_process();
     let concurrent = Arc::new(Semaphore::new(config.concurrent.max(1) as usize));

@@ -7,7 +7,7 @@
 use flotilla_dispatch::{Dispatcher, DispatcherConfig, LocalConnectors};
 use flotilla_fleet::Secret;
 use flotilla_fleet::local::LocalGroup;
-use flotilla_gitlab::runner::{Client, ClientConfig, Info, JobSource, SourceConfig, TraceOptions};
+use flotilla_gitlab::{Client, ClientConfig, Info, JobSource, SourceConfig, TraceOptions};
 use flotilla_isolate::ShellIsolation;
 use flotilla_job::{LocalArtifactStore, LocalCacheStore, RunOptions};
 use flotilla_scaler::{Policy, ScalerBuilder, ScalerConfig, Schedule};

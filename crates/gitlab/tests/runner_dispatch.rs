@@ -4,7 +4,7 @@
 mod runner_support;
 
 use flotilla_dispatch::{Dispatcher, DispatcherConfig, LocalConnectors};
-use flotilla_gitlab::runner::JobSource;
+use flotilla_gitlab::JobSource;
 use flotilla_isolate::ShellIsolation;
 use flotilla_job::{LocalCacheStore, RunOptions};
 use flotilla_testkit::fake_gitlab::{FakeJobState, JobBuilder};

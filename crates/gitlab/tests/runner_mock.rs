@@ -32,7 +32,7 @@
 
 mod runner_support;
 
-use flotilla_gitlab::runner::{Client, JobSource};
+use flotilla_gitlab::{Client, JobSource};
 use gitlab_runner_mock::{GitlabRunnerMock, MockJobState, MockJobStepName, MockJobStepWhen};
 use runner_support::*;
 use std::sync::Arc;

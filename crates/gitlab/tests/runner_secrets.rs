@@ -4,7 +4,7 @@
 
 mod runner_support;
 
-use flotilla_gitlab::runner::Client;
+use flotilla_gitlab::Client;
 use flotilla_testkit::fake_gitlab::{FaultKind, JobBuilder, Scripted};
 use runner_support::*;
 use std::io::Write;

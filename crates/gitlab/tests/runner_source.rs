@@ -5,7 +5,7 @@
 mod runner_support;
 
 use async_trait::async_trait;
-use flotilla_gitlab::runner::{FinalReport, JobHooks, StartedJob};
+use flotilla_gitlab::{FinalReport, JobHooks, StartedJob};
 use flotilla_job::Outcome;
 use flotilla_scaler::{Policy, ScalerBuilder, ScalerConfig, Schedule};
 use flotilla_testkit::fake_gitlab::{FakeJobState, JobBuilder};
@@ -47,8 +47,7 @@ async fn jobs_run_and_are_reported_with_state_exit_code_and_checksum() {
     let exec = LocalExecutor::new(local_scaler(2, true).await, None);
     let hooks = Arc::new(Recorder::default());
     let source = Arc::new(
-        flotilla_gitlab::runner::JobSource::new(c, exec.clone(), source_config())
-            .with_hooks(hooks.clone()),
+        flotilla_gitlab::JobSource::new(c, exec.clone(), source_config()).with_hooks(hooks.clone()),
     );
     let s = source.clone();
     let run = tokio::spawn(async move { s.run().await });
@@ -415,7 +414,7 @@ async fn jobs_are_recorded_before_the_accept_and_a_refused_accept_is_a_withdrawa
     });
     let exec = LocalExecutor::new(local_scaler(1, true).await, None);
     let source = Arc::new(
-        flotilla_gitlab::runner::JobSource::new(client(&fake), exec.clone(), source_config())
+        flotilla_gitlab::JobSource::new(client(&fake), exec.clone(), source_config())
             .with_hooks(hooks.clone()),
     );
     let s = source.clone();

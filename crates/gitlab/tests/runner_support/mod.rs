@@ -6,7 +6,7 @@
 use async_trait::async_trait;
 use flotilla_fleet::Secret;
 use flotilla_fleet::local::LocalGroup;
-use flotilla_gitlab::runner::{
+use flotilla_gitlab::{
     Client, ClientConfig, GitLabArtifactStore, Info, JobSource, RetryPolicy, SlotExecutor,
     SourceConfig, TraceOptions,
 };
@@ -220,9 +220,7 @@ pub fn spawn_source(
     config: SourceConfig,
 ) -> (
     Arc<JobSource>,
-    tokio::task::JoinHandle<
-        Result<flotilla_gitlab::runner::SourceReport, flotilla_gitlab::runner::ClientError>,
-    >,
+    tokio::task::JoinHandle<Result<flotilla_gitlab::SourceReport, flotilla_gitlab::ClientError>>,
 ) {
     let source = Arc::new(JobSource::new(client, executor, config));
     let s = source.clone();

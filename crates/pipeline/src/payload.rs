@@ -1,7 +1,7 @@
 //! A compiled job turned into GitLab's job payload, so a local run goes through the same
 //! runner, isolation levels and dispatcher as a job from GitLab.
 
-use crate::ci::{self, AllowFailure, CompiledJob};
+use flotilla_ci::{self as ci, AllowFailure, CompiledJob};
 use flotilla_fleet::Secret;
 use flotilla_job::model::{
     self, Artifact, ArtifactsFile, Cache, Dependency, Features, GitInfo, Image, JobInfo,

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use flotilla_gitlab::ci::{CiError, CompileOptions, Pipeline, compile, predefined_variables};
+use flotilla_ci::{CiError, CompileOptions, Pipeline, compile, predefined_variables};
 
 fn corpus_pipeline(name: &str) -> Pipeline {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))

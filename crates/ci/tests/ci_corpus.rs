@@ -10,7 +10,7 @@
 
 use std::path::{Path, PathBuf};
 
-use flotilla_gitlab::ci::{CompileOptions, VariableSource, compile};
+use flotilla_ci::{CompileOptions, VariableSource, compile};
 use serde_json::{Value, json};
 
 /// What every corpus pipeline runs with unless its options say otherwise: a push to `main`.

@@ -1,6 +1,6 @@
 //! `flotilla exec`: a `.gitlab-ci.yml` pipeline run on a local fleet.
 //!
-//! The pipeline is compiled ([`crate::ci`]) into GitLab-shaped job payloads
+//! The pipeline is compiled ([`flotilla_ci`]) into GitLab-shaped job payloads
 //! ([`payload::to_payload`]) and run through the same dispatcher, scaler and isolation levels
 //! that serve GitLab ([`run_pipeline`]). Every job starts from a snapshot of the working tree
 //! ([`snapshot`]: uncommitted changes included, ignored files excluded), handed to it like a

@@ -6,7 +6,7 @@
 use super::merge;
 use super::payload::{self, PayloadContext, SOURCES_JOB_ID, SOURCES_NAME};
 use super::snapshot::{self, SnapshotError};
-use crate::ci::{self, CompiledJob, Pipeline};
+use flotilla_ci::{self as ci, CompiledJob, Pipeline};
 use flotilla_dispatch::Dispatcher;
 use flotilla_job::{
     FailureReason, FileSink, JobCancel, LocalArtifactStore, Outcome, TerminalSink, TraceError,
@@ -260,7 +260,9 @@ fn decide(job: &CompiledJob, upstream: &[&JobStatus]) -> Result<(), JobStatus> {
     }
 }
 
-enum Slot {
+/// Where a job of the pipeline is in its run (not a scaler slot: a job gets one of those
+/// from the dispatcher when it starts).
+enum JobProgress {
     Waiting,
     Running,
     Done,
@@ -320,7 +322,7 @@ pub async fn run_pipeline(
 
     let dag = pipeline.dag();
     let n = pipeline.jobs.len();
-    let mut slots: Vec<Slot> = (0..n).map(|_| Slot::Waiting).collect();
+    let mut jobs_progress: Vec<JobProgress> = (0..n).map(|_| JobProgress::Waiting).collect();
     let mut summaries: Vec<JobSummary> = pipeline
         .jobs
         .iter()
@@ -349,17 +351,20 @@ pub async fn run_pipeline(
             while progress {
                 progress = false;
                 for i in 0..n {
-                    if !matches!(slots[i], Slot::Waiting) {
+                    if !matches!(jobs_progress[i], JobProgress::Waiting) {
                         continue;
                     }
-                    if dag[i].iter().any(|d| !matches!(slots[*d], Slot::Done)) {
+                    if dag[i]
+                        .iter()
+                        .any(|d| !matches!(jobs_progress[*d], JobProgress::Done))
+                    {
                         continue;
                     }
                     let upstream: Vec<&JobStatus> =
                         dag[i].iter().map(|d| &summaries[*d].status).collect();
                     if let Err(skip) = decide(&pipeline.jobs[i], &upstream) {
                         summaries[i].status = skip.clone();
-                        slots[i] = Slot::Done;
+                        jobs_progress[i] = JobProgress::Done;
                         let _ = events.send(ExecEvent::Finished {
                             job: i,
                             name: pipeline.jobs[i].name.clone(),
@@ -371,7 +376,7 @@ pub async fn run_pipeline(
                     }
                     let job_cancel = JobCancel::new();
                     cancels[i] = Some(job_cancel.clone());
-                    slots[i] = Slot::Running;
+                    jobs_progress[i] = JobProgress::Running;
                     let ctx = JobContext {
                         index: i,
                         job: pipeline.jobs[i].clone(),
@@ -436,11 +441,11 @@ pub async fn run_pipeline(
                     && should_retry(job, attempt.attempt, *reason, *exit_code)
                 {
                     // Back to waiting: the loop above starts it again at once.
-                    slots[i] = Slot::Waiting;
+                    jobs_progress[i] = JobProgress::Waiting;
                     continue;
                 }
                 summaries[i].status = attempt.status.clone();
-                slots[i] = Slot::Done;
+                jobs_progress[i] = JobProgress::Done;
                 let _ = events.send(ExecEvent::Finished {
                     job: i,
                     name: job.name.clone(),

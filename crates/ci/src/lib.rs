@@ -2,7 +2,7 @@
 //! [`CompiledJob`]s, with everything a runner needs, for running pipelines locally.
 //!
 //! ```no_run
-//! use flotilla_gitlab::ci::{CompileOptions, compile};
+//! use flotilla_ci::{CompileOptions, compile};
 //! let pipeline = compile(&CompileOptions::new(std::path::Path::new("."))).unwrap();
 //! for job in pipeline.schedule_order() {
 //!     println!("{} ({})", job.name, job.stage);
