@@ -252,7 +252,7 @@ impl InstanceGroup for FakeInstanceGroup {
             max_size: self.config.max_size,
             version: "fake".into(),
             build_info: String::new(),
-            capabilities: vec![],
+            capabilities: flotilla_fleet::Capabilities::remote(),
         })
     }
 

@@ -10,8 +10,8 @@ mod common;
 
 use flotilla_connect::ssh::SshConnector;
 use flotilla_connect::{Connector, ConnectorExt};
-use flotilla_fleet::docker::{DockerGroup, DockerSettings, GROUP_LABEL};
 use flotilla_fleet::{InstanceGroup, Settings, State};
+use flotilla_provider_docker::{DockerGroup, DockerSettings, GROUP_LABEL};
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
 use std::sync::Arc;

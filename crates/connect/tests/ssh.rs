@@ -13,8 +13,8 @@ use flotilla_connect::ssh::{
 use flotilla_connect::{
     ConnectError, Connector, ConnectorExt, ExecRequest, ExitStatus, ForwardTarget,
 };
-use flotilla_fleet::docker::GroupKey;
 use flotilla_fleet::{ConnectInfo, InstanceGroup, Secret};
+use flotilla_provider_docker::GroupKey;
 use flotilla_testkit::infra::{Infra, require};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -93,7 +93,7 @@ impl ConnectorFactory for SshConnectors {
 mod tests {
     use super::*;
     use flotilla_fleet::ConnectorConfig;
-    use flotilla_fleet::local::LocalGroup;
+    use flotilla_provider_local::LocalGroup;
 
     fn info(protocol: Protocol) -> ConnectInfo {
         ConnectInfo {

@@ -7,13 +7,13 @@ mod common;
 use common::*;
 use flotilla_dispatch::{Dispatcher, DispatcherConfig, LocalConnectors};
 use flotilla_fleet::InstanceGroup;
-use flotilla_fleet::local::LocalGroup;
 use flotilla_isolate::ShellIsolation;
 use flotilla_job::model::{Artifact, Cache, CachePolicy, When};
 use flotilla_job::{
     BufferSink, FailureReason, JobCancel, LocalArtifactStore, LocalCacheStore, Outcome, RunOptions,
     Variable,
 };
+use flotilla_provider_local::LocalGroup;
 use flotilla_scaler::{Policy, Scaler, ScalerBuilder, ScalerConfig, Schedule};
 use flotilla_testkit::{FakeConfig, FakeInstanceGroup};
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! What a provider says about itself and about how to reach one of its instances.
 
-use crate::ConnectorConfig;
+use crate::{Capabilities, ConnectorConfig};
 use serde::{Deserialize, Serialize};
 use std::time::SystemTime;
 
@@ -19,8 +19,8 @@ pub struct ProviderInfo {
     pub version: String,
     /// Free-form build information.
     pub build_info: String,
-    /// Optional capabilities, such as `suspend_resume`.
-    pub capabilities: Vec<String>,
+    /// What its instances are and how they may be used.
+    pub capabilities: Capabilities,
 }
 
 /// Settings handed to [`crate::InstanceGroup::init`]: the user's connector hints.

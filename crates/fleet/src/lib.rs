@@ -1,4 +1,4 @@
-//! The fleet contract and flotilla's instance-group providers.
+//! The fleet contract: what every instance-group provider implements and says about itself.
 //!
 //! An *instance group* is a set of machines (cloud VMs, containers, static hosts, local VMs)
 //! that flotilla can grow and shrink. This crate defines the contract every provider
@@ -14,25 +14,26 @@
 //! - [`InstanceGroup::shutdown`] releases the provider's own resources and never deletes
 //!   instances: they outlive the provider, and deleting them is the scaler's decision.
 //!
-//! Providers:
-//! - [`local::LocalGroup`]: this host as exactly one always-running instance (the embedded
-//!   default of `flotilla exec`).
-//! - `docker::DockerGroup` (feature `docker`): containers that behave like VMs, reached over
-//!   SSH.
+//! The providers themselves live in their own crates under `crates/providers/` (`local`,
+//! `docker`, ...), so a provider's dependencies (a cloud SDK, a container engine client) never
+//! reach the crates that only need the contract. What a provider can do is in its
+//! [`ProviderInfo`]'s [`Capabilities`]; the binary decides from those, never from the
+//! provider's name.
 //!
 //! A provider knows nothing of jobs, slots or SSH sessions; it only manages machines and says
 //! how to reach them.
 
+mod build;
+mod capabilities;
 mod connector;
-#[cfg(feature = "docker")]
-pub mod docker;
 mod error;
 mod group;
 mod info;
-pub mod local;
 mod secret;
 mod state;
 
+pub use build::{ProviderConfig, safe_file_name};
+pub use capabilities::{Capabilities, ConnectorKind};
 pub use connector::{ConnectorConfig, Protocol};
 pub use error::FleetError;
 pub use group::{InstanceGroup, InstanceStatus};

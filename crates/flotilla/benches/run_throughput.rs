@@ -15,7 +15,7 @@
 //! without it). `RUN_BENCH_JOBS` sets the throughput batch (default 500); `RUN_BENCH_LOG`
 //! the manager's `RUST_LOG` (default `info`); `RUN_BENCH_KEEP=1` keeps the manager's log.
 
-use flotilla_fleet::docker::GROUP_LABEL;
+use flotilla_provider_docker::GROUP_LABEL;
 use flotilla_testkit::fake_gitlab::{
     FakeGitLab, FakeJobState, JobBuilder, RecordedBody, RecordedRequest,
 };

@@ -257,12 +257,11 @@ async fn execute(
     let parts = FleetParts {
         artifacts: Arc::new(LocalArtifactStore::new(&artifacts_dir)),
         cache: Arc::new(LocalCacheStore::new(state.join("cache"))),
-        builds_dir: builds.to_string_lossy().into_owned(),
+        local_builds_dir: builds.to_string_lossy().into_owned(),
         run_options: RunOptions {
             scratch_dir: Some(scratch.path().join("scratch")),
             ..RunOptions::default()
         },
-        state_dir: Some(state.clone()),
         durable: None,
     };
     let fleet = match &args.config {
@@ -283,19 +282,8 @@ async fn execute(
             let Some(runner) = loaded.config.runners.first() else {
                 bail!("{} configures no [[runners]]", path.display());
             };
-            let mut parts = parts;
-            if runner
-                .autoscaler
-                .as_ref()
-                .is_some_and(|a| a.plugin != "local" && !a.plugin.is_empty())
-            {
-                // Instances are other machines: builds go where the runner says, or /builds.
-                parts.builds_dir = runner
-                    .builds_dir
-                    .clone()
-                    .unwrap_or_else(|| "/builds".into());
-            }
-            fleet::from_runner(runner, parts).await?
+            let provider = fleet::provider(runner, Some(&state)).await?;
+            fleet::from_runner(runner, provider, parts).await?
         }
     };
     let _ = writeln!(

@@ -8,6 +8,7 @@ pub mod config;
 pub mod exec;
 pub mod fleet;
 mod progress;
+pub mod registry;
 pub mod run;
 pub mod status;
 mod table;

@@ -327,7 +327,9 @@ async fn start_runner(
             format!("name:{}", runner.name)
         }
     };
-    let identity = Identity::new(url, runner_id, fleet::provider_id(runner));
+    // The provider says what it is (its id keys the fleet's state) before anything is read.
+    let provider = fleet::provider(runner, Some(state_dir)).await?;
+    let identity = Identity::new(url, runner_id, provider.info.id.clone());
     let scope = store.scope(&identity)?;
     store
         .acquire_lease(scope, holder, LEASE_TTL, SystemTime::now())
@@ -340,18 +342,7 @@ async fn start_runner(
         requested = persisted.requested_in_flight,
         "restoring the fleet's ledger"
     );
-    let local = fleet::provider_id(runner) == "local";
-    let builds_dir = if local {
-        state_dir
-            .join("builds")
-            .join(fleet::file_name(&runner.name))
-    } else {
-        PathBuf::from("/builds")
-    };
     std::fs::create_dir_all(state_dir.join("scratch")).context("creating the scratch directory")?;
-    if local {
-        std::fs::create_dir_all(&builds_dir).context("creating the builds directory")?;
-    }
     let mut run_options = RunOptions {
         scratch_dir: Some(state_dir.join("scratch")),
         ..RunOptions::default()
@@ -362,15 +353,18 @@ async fn start_runner(
         cache: Arc::new(LocalCacheStore::new(
             state_dir.join("cache").join(fleet::file_name(&runner.name)),
         )),
-        builds_dir: builds_dir.to_string_lossy().into_owned(),
+        local_builds_dir: state_dir
+            .join("builds")
+            .join(fleet::file_name(&runner.name))
+            .to_string_lossy()
+            .into_owned(),
         run_options,
-        state_dir: Some(state_dir.to_path_buf()),
         durable: Some(Durable {
             persisted,
             journal: store.journal(scope),
         }),
     };
-    let fleet = fleet::from_runner(runner, parts).await?;
+    let fleet = fleet::from_runner(runner, provider, parts).await?;
     tracing::info!("{}", fleet.description);
     let source_config = SourceConfig {
         name: runner.name.clone(),

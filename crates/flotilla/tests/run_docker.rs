@@ -14,7 +14,7 @@
 
 mod run_support;
 
-use flotilla_fleet::docker::GROUP_LABEL;
+use flotilla_provider_docker::GROUP_LABEL;
 use flotilla_testkit::fake_gitlab::{FakeGitLab, FakeJob, FakeJobState, JobBuilder};
 use flotilla_testkit::images::{busybox_image, instance_image};
 use flotilla_testkit::infra::{Infra, require};

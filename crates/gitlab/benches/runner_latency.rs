@@ -6,10 +6,10 @@
 
 use flotilla_dispatch::{Dispatcher, DispatcherConfig, LocalConnectors};
 use flotilla_fleet::Secret;
-use flotilla_fleet::local::LocalGroup;
 use flotilla_gitlab::{Client, ClientConfig, Info, JobSource, SourceConfig, TraceOptions};
 use flotilla_isolate::ShellIsolation;
 use flotilla_job::{LocalArtifactStore, LocalCacheStore, RunOptions};
+use flotilla_provider_local::LocalGroup;
 use flotilla_scaler::{Policy, ScalerBuilder, ScalerConfig, Schedule};
 use flotilla_testkit::fake_gitlab::{FakeGitLab, JobBuilder};
 use std::sync::Arc;

@@ -97,6 +97,7 @@ pub struct ScalerBuilder {
     clock: Clock,
     restore: Persisted,
     journal: Arc<dyn Journal>,
+    initialized: Option<ProviderInfo>,
 }
 
 impl ScalerBuilder {
@@ -111,6 +112,7 @@ impl ScalerBuilder {
             clock: Clock::system(),
             restore: Persisted::default(),
             journal: Arc::new(NoJournal),
+            initialized: None,
         }
     }
 
@@ -152,13 +154,25 @@ impl ScalerBuilder {
         self
     }
 
-    /// Initialises the provider and starts the driver.
+    /// The provider was initialised by the caller (who needed its [`ProviderInfo`] before
+    /// building the scaler): [`ScalerBuilder::start`] does not call `init` again, and the
+    /// settings are not used.
+    pub fn initialized(mut self, info: ProviderInfo) -> Self {
+        self.initialized = Some(info);
+        self
+    }
+
+    /// Initialises the provider (unless [`ScalerBuilder::initialized`] said it is) and starts
+    /// the driver.
     pub async fn start(self) -> Result<Scaler, ScalerError> {
-        let info = self
-            .group
-            .init(&self.settings)
-            .await
-            .map_err(|e| ScalerError::Init(e.to_string()))?;
+        let info = match self.initialized {
+            Some(info) => info,
+            None => self
+                .group
+                .init(&self.settings)
+                .await
+                .map_err(|e| ScalerError::Init(e.to_string()))?,
+        };
         let now = self.clock.now();
         let mut ledger = Ledger::new(
             self.config.capacity_per_instance,

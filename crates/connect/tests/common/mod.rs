@@ -4,8 +4,8 @@
 
 use flotilla_connect::ssh::{SshConnector, SshOptions};
 use flotilla_connect::{ConnectError, Connector, ConnectorExt, ExecRequest, ExitStatus};
-use flotilla_fleet::docker::{DockerGroup, DockerSettings, GROUP_LABEL};
 use flotilla_fleet::{ConnectInfo, InstanceGroup, Settings, State};
+use flotilla_provider_docker::{DockerGroup, DockerSettings, GROUP_LABEL};
 use std::pin::Pin;
 use std::process::Command;
 use std::sync::Arc;

@@ -193,6 +193,30 @@ impl fmt::Debug for RunnerConfig {
 }
 
 impl RunnerConfig {
+    /// The runner `flotilla exec` uses when no configuration is given: flotilla's own
+    /// executor with no autoscaler, so this host is the only instance and jobs get shell
+    /// isolation, one slot per core.
+    pub fn embedded_default() -> RunnerConfig {
+        RunnerConfig {
+            name: String::new(),
+            url: None,
+            token: None,
+            id: None,
+            executor: Executor::Flotilla,
+            limit: 0,
+            request_concurrency: default_request_concurrency(),
+            builds_dir: None,
+            cache_dir: None,
+            shell: None,
+            environment: Vec::new(),
+            use_slot_cgroups: false,
+            slot_cgroup_template: default_slot_cgroup_template(),
+            docker: None,
+            instance: None,
+            autoscaler: None,
+        }
+    }
+
     /// The isolation level of this runner's jobs: `[runners.autoscaler] isolation`, or the
     /// executor's default.
     pub fn isolation(&self) -> IsolationLevel {

@@ -5,7 +5,6 @@
 
 use async_trait::async_trait;
 use flotilla_fleet::Secret;
-use flotilla_fleet::local::LocalGroup;
 use flotilla_gitlab::{
     Client, ClientConfig, GitLabArtifactStore, Info, JobSource, RetryPolicy, SlotExecutor,
     SourceConfig, TraceOptions,
@@ -14,6 +13,7 @@ use flotilla_job::{
     ArtifactStore, BufferSink, JobCancel, JobPayload, JobResult, JobRunner, LocalCacheStore,
     LocalEnvironment, RunOptions, TraceError, TraceSink,
 };
+use flotilla_provider_local::LocalGroup;
 use flotilla_scaler::{Acquisition, Policy, Scaler, ScalerBuilder, ScalerConfig, Schedule};
 use flotilla_testkit::fake_gitlab::{FakeGitLab, FakeGitLabBuilder};
 use std::collections::HashMap;

@@ -1,6 +1,6 @@
 //! How a container's Docker state maps to an instance state (pure).
 
-use crate::State;
+use flotilla_fleet::State;
 use std::time::Duration;
 
 /// What the provider saw of one container.

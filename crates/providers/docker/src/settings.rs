@@ -1,6 +1,6 @@
 //! The docker provider's `plugin_config`, parsed and checked.
 
-use crate::FleetError;
+use flotilla_fleet::FleetError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::PathBuf;

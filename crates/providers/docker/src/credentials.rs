@@ -1,6 +1,6 @@
 //! The SSH key a docker group installs in its instances.
 
-use crate::{FleetError, Secret};
+use flotilla_fleet::{FleetError, Secret};
 use rand::RngCore;
 use russh::keys::ssh_key::LineEnding;
 use russh::keys::ssh_key::private::Ed25519Keypair;

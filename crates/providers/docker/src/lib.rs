@@ -31,21 +31,21 @@ pub use credentials::GroupKey;
 pub use probe::{ProbeError, ssh_banner};
 pub use settings::{DockerSettings, parse_memory};
 
-use crate::{
-    ConnectInfo, ConnectorConfig, FleetError, InstanceGroup, InstanceId, InstanceStatus,
-    ProviderInfo, Settings, State,
-};
 use async_trait::async_trait;
 use bollard::Docker;
 use bollard::models::{ContainerCreateBody, ContainerSummary, HostConfig, PortBinding};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, ListContainersOptions, RemoveContainerOptionsBuilder,
 };
+use flotilla_fleet::{
+    Capabilities, ConnectInfo, ConnectorConfig, FleetError, InstanceGroup, InstanceId,
+    InstanceStatus, ProviderConfig, ProviderInfo, Settings, State,
+};
 use futures::future::join_all;
 use rand::RngCore;
 use std::collections::{HashMap, HashSet};
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The provider's name in configuration (`plugin = "docker"`).
@@ -85,6 +85,40 @@ struct GroupState {
     ready: HashSet<String>,
     /// The ids of the last listing, to report vanished containers as `deleted` once.
     listed: HashSet<String>,
+}
+
+/// The docker group for a runner, from its `plugin_config` (see [`DockerSettings`]).
+///
+/// Two defaults come from the runner: the group is named after the runner unless
+/// `plugin_config` sets `name`, and, for a fleet with a state directory, the generated key is
+/// kept in `<state_dir>/keys/<runner>.key` unless `key_file` is set: adopted instances after
+/// a restart only accept the key they were created with.
+pub fn build(config: &ProviderConfig<'_>) -> Result<Arc<dyn InstanceGroup>, FleetError> {
+    Ok(Arc::new(DockerGroup::from_plugin_config(
+        &plugin_settings(config),
+    )?))
+}
+
+/// `plugin_config` with the defaults [`build`] takes from the runner filled in.
+fn plugin_settings(config: &ProviderConfig<'_>) -> serde_json::Value {
+    let mut settings = match config.plugin_config {
+        serde_json::Value::Null => serde_json::Value::Object(serde_json::Map::new()),
+        other => other.clone(),
+    };
+    if let serde_json::Value::Object(map) = &mut settings {
+        if !map.contains_key("name") {
+            map.insert("name".into(), config.runner_name.into());
+        }
+        if !map.contains_key("key_file")
+            && let Some(file) = config.state_file("keys", "key")
+        {
+            map.insert(
+                "key_file".into(),
+                file.to_string_lossy().into_owned().into(),
+            );
+        }
+    }
+    settings
 }
 
 impl DockerGroup {
@@ -356,7 +390,7 @@ impl InstanceGroup for DockerGroup {
             Some(key.public_openssh)
         };
         // The provider knows what its instances are.
-        connector.protocol = crate::Protocol::Ssh;
+        connector.protocol = flotilla_fleet::Protocol::Ssh;
         connector.protocol_port = None;
         {
             let mut st = self.lock();
@@ -372,7 +406,7 @@ impl InstanceGroup for DockerGroup {
                 "docker engine {} (API {api})",
                 engine.version.unwrap_or_default()
             ),
-            capabilities: vec![],
+            capabilities: Capabilities::remote(),
         })
     }
 
@@ -563,6 +597,36 @@ impl InstanceGroup for DockerGroup {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_runner_names_the_group_and_its_key_file_unless_plugin_config_does() {
+        let given = serde_json::json!({"image": "img:1"});
+        let config = ProviderConfig {
+            plugin_config: &given,
+            runner_name: "fleet one",
+            state_dir: Some(std::path::Path::new("/state")),
+        };
+        let s = plugin_settings(&config);
+        assert_eq!(s["name"], "fleet one");
+        assert_eq!(s["key_file"], "/state/keys/fleet_one.key");
+        let given = serde_json::json!({"image": "img:1", "name": "g", "key_file": "/k"});
+        let s = plugin_settings(&ProviderConfig {
+            plugin_config: &given,
+            state_dir: None,
+            ..config
+        });
+        assert_eq!(
+            (s["name"].as_str(), s["key_file"].as_str()),
+            (Some("g"), Some("/k"))
+        );
+        let none = serde_json::Value::Null;
+        let s = plugin_settings(&ProviderConfig {
+            plugin_config: &none,
+            state_dir: None,
+            ..config
+        });
+        assert_eq!(s, serde_json::json!({"name": "fleet one"}));
+    }
 
     #[test]
     fn container_body_isolates_and_publishes_on_loopback() {

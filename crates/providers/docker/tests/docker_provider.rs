@@ -1,8 +1,7 @@
 //! The docker provider against the real Docker engine and the offline instance image.
-#![cfg(feature = "docker")]
 
-use flotilla_fleet::docker::{DockerGroup, DockerSettings, GROUP_LABEL, GroupKey};
 use flotilla_fleet::{ConnectorConfig, FleetError, InstanceGroup, InstanceStatus, Settings, State};
+use flotilla_provider_docker::{DockerGroup, DockerSettings, GROUP_LABEL, GroupKey};
 use flotilla_testkit::images::instance_image;
 use flotilla_testkit::infra::{Infra, require};
 use std::collections::HashSet;

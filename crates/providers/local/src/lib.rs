@@ -4,12 +4,15 @@
 //! the instance is always running. `increase` requests nothing (the group is full at one),
 //! `decrease` refuses to delete this host.
 
-use crate::{
-    ConnectInfo, FleetError, InstanceGroup, InstanceId, InstanceStatus, ProviderInfo, Settings,
-    State,
-};
 use async_trait::async_trait;
-use std::sync::Mutex;
+use flotilla_fleet::{
+    Capabilities, ConnectInfo, FleetError, InstanceGroup, InstanceId, InstanceStatus,
+    ProviderConfig, ProviderInfo, Settings, State,
+};
+use std::sync::{Arc, Mutex};
+
+/// The provider's name in configuration (`plugin = "local"`, or no plugin at all).
+pub const PLUGIN: &str = "local";
 
 /// The id of the single local instance.
 pub const LOCAL_INSTANCE_ID: &str = "local";
@@ -27,16 +30,21 @@ impl LocalGroup {
     }
 }
 
+/// The local group for a runner. It has nothing to configure: `plugin_config` is ignored.
+pub fn build(_config: &ProviderConfig<'_>) -> Result<Arc<dyn InstanceGroup>, FleetError> {
+    Ok(Arc::new(LocalGroup::new()))
+}
+
 #[async_trait]
 impl InstanceGroup for LocalGroup {
     async fn init(&self, settings: &Settings) -> Result<ProviderInfo, FleetError> {
         *self.settings.lock().unwrap_or_else(|e| e.into_inner()) = Some(settings.clone());
         Ok(ProviderInfo {
-            id: "local".into(),
+            id: PLUGIN.into(),
             max_size: 1,
             version: env!("CARGO_PKG_VERSION").into(),
             build_info: String::new(),
-            capabilities: vec![],
+            capabilities: Capabilities::this_host(),
         })
     }
 
@@ -112,6 +120,7 @@ mod tests {
         ));
         let info = g.init(&Settings::default()).await.unwrap();
         assert_eq!(info.max_size, 1);
+        assert_eq!(info.capabilities, Capabilities::this_host());
         assert_eq!(
             g.update().await.unwrap(),
             vec![InstanceStatus::new("local", State::Running)]

@@ -1,0 +1,46 @@
+//! Isolation levels built from a runner's configuration: one builder per level, registered
+//! in [`crate::registry::isolations`].
+
+use crate::config::{PullPolicy, RunnerConfig};
+use anyhow::{Context, Result};
+use flotilla_isolate::{DockerIsolation, DockerIsolationConfig, Isolation, ShellIsolation};
+use std::sync::Arc;
+
+/// What a level is built from.
+#[derive(Debug, Clone, Copy)]
+pub struct LevelContext<'a> {
+    /// The runner.
+    pub runner: &'a RunnerConfig,
+    /// The builds directory on its instances (absolute).
+    pub builds_dir: &'a str,
+}
+
+/// `shell`: a build directory per slot. With the builds directory known, a new instance's
+/// first contact also stops what jobs of a crashed manager left running in its slots.
+pub fn shell(cx: &LevelContext<'_>) -> Result<Arc<dyn Isolation>> {
+    Ok(Arc::new(
+        ShellIsolation::new()
+            .with_builds_dir(cx.builds_dir)
+            .with_context(|| format!("runner {:?}: builds_dir", cx.runner.name))?,
+    ))
+}
+
+/// `docker`: the job's image and its services as containers on the instance's daemon.
+pub fn docker(cx: &LevelContext<'_>) -> Result<Arc<dyn Isolation>> {
+    let docker = cx.runner.docker.clone().unwrap_or_default();
+    let policies = docker.effective_pull_policies();
+    Ok(Arc::new(DockerIsolation::new(DockerIsolationConfig {
+        default_image: docker.image.clone(),
+        pull_policy: policies.iter().map(pull).collect(),
+        owner: format!("flotilla-{}", cx.runner.name),
+        ..DockerIsolationConfig::default()
+    })))
+}
+
+fn pull(p: &PullPolicy) -> flotilla_isolate::docker::PullPolicy {
+    match p {
+        PullPolicy::Always => flotilla_isolate::docker::PullPolicy::Always,
+        PullPolicy::IfNotPresent => flotilla_isolate::docker::PullPolicy::IfNotPresent,
+        PullPolicy::Never => flotilla_isolate::docker::PullPolicy::Never,
+    }
+}

@@ -1,0 +1,226 @@
+//! Building a fleet: an instance group, its scaler and a dispatcher, from a `[[runners]]`
+//! entry or from the embedded default (this host, shell isolation, one slot per core).
+//!
+//! Which provider and which isolation level a runner uses is looked up in
+//! [`crate::registry`]; what the provider is (this host or machines elsewhere, whether its
+//! instances may be adopted, how they are reached) comes from its
+//! [`flotilla_fleet::Capabilities`], never from its name.
+
+pub mod levels;
+mod ready_up;
+mod scaling;
+
+pub use scaling::schedule;
+
+use crate::config::{AutoscalerConfig, RunnerConfig};
+use crate::registry;
+use anyhow::{Context, Result};
+use flotilla_dispatch::{Dispatcher, DispatcherConfig};
+use flotilla_fleet::{InstanceGroup, ProviderConfig, ProviderInfo, Settings};
+use flotilla_job::{ArtifactStore, CacheStore, RunOptions};
+use flotilla_scaler::{Scaler, ScalerBuilder};
+use levels::LevelContext;
+use ready_up::ReadyUp;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Where builds go on instances that are other machines, unless the runner says otherwise.
+const REMOTE_BUILDS_DIR: &str = "/builds";
+
+/// A fleet ready to run jobs.
+pub struct Fleet {
+    /// The scaler.
+    pub scaler: Scaler,
+    /// The dispatcher over it.
+    pub dispatcher: Arc<Dispatcher>,
+    /// Most jobs it can run at once (`None`: unbounded).
+    pub capacity: Option<usize>,
+    /// One line saying what it is.
+    pub description: String,
+}
+
+/// Durable state for a fleet: what the store knew, and where changes go.
+pub struct Durable {
+    /// State before this start.
+    pub persisted: flotilla_scaler::Persisted,
+    /// The journal of the fleet's scope.
+    pub journal: Arc<dyn flotilla_scaler::Journal>,
+}
+
+/// What every fleet needs from its user.
+pub struct FleetParts {
+    /// Where artifacts go.
+    pub artifacts: Arc<dyn ArtifactStore>,
+    /// Where caches go.
+    pub cache: Arc<dyn CacheStore>,
+    /// The builds directory when the instance is this host (absolute); created when used.
+    /// Instances elsewhere use the runner's `builds_dir`, or `/builds`.
+    pub local_builds_dir: String,
+    /// The job runner's options.
+    pub run_options: RunOptions,
+    /// Durable ledger state, for fleets that survive restarts.
+    pub durable: Option<Durable>,
+}
+
+/// A runner's instance group, built from the registry and initialised.
+pub struct Provider {
+    /// The plugin name it was built from.
+    pub plugin: &'static str,
+    /// The group.
+    pub group: Arc<dyn InstanceGroup>,
+    /// What it said about itself: its id (which keys the fleet's durable state) and
+    /// capabilities.
+    pub info: ProviderInfo,
+}
+
+/// Builds and initialises the instance group `runner`'s `plugin` names. `state_dir` is where
+/// the provider may keep what must survive a restart (`None` for a throw-away fleet).
+pub async fn provider(runner: &RunnerConfig, state_dir: Option<&Path>) -> Result<Provider> {
+    let default_autoscaler = AutoscalerConfig::default();
+    let a = runner.autoscaler.as_ref().unwrap_or(&default_autoscaler);
+    let entry =
+        registry::provider(&a.plugin).with_context(|| format!("runner {:?}", runner.name))?;
+    let plugin_config = a.plugin_config.clone();
+    let group = (entry.build)(&ProviderConfig {
+        plugin_config: &plugin_config,
+        runner_name: &runner.name,
+        state_dir,
+    })
+    .with_context(|| {
+        format!(
+            "runner {:?}: [runners.autoscaler.plugin_config]",
+            runner.name
+        )
+    })?;
+    let settings = Settings {
+        connector: a
+            .connector_config
+            .to_connector_config()
+            .with_context(|| format!("runner {:?}: connector_config", runner.name))?,
+    };
+    let info = group.init(&settings).await.with_context(|| {
+        format!(
+            "runner {:?}: initialising the {} instance group",
+            runner.name, entry.name
+        )
+    })?;
+    Ok(Provider {
+        plugin: entry.name,
+        group,
+        info,
+    })
+}
+
+/// Slots of the embedded default: one per core.
+pub fn default_slots() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+/// The embedded default: this host as the only instance, shell isolation, one slot per core.
+pub async fn embedded_default(parts: FleetParts) -> Result<Fleet> {
+    let runner = RunnerConfig::embedded_default();
+    let provider = provider(&runner, None).await?;
+    from_runner(&runner, provider, parts).await
+}
+
+/// A name made safe for a file name.
+pub fn file_name(name: &str) -> String {
+    flotilla_fleet::safe_file_name(name)
+}
+
+/// The fleet of one `[[runners]]` entry on its initialised `provider`.
+pub async fn from_runner(
+    runner: &RunnerConfig,
+    provider: Provider,
+    parts: FleetParts,
+) -> Result<Fleet> {
+    let Provider {
+        plugin,
+        group,
+        info,
+    } = provider;
+    let capabilities = info.capabilities.clone();
+    let default_autoscaler = AutoscalerConfig::default();
+    let a = runner.autoscaler.as_ref().unwrap_or(&default_autoscaler);
+    let mut config = scaling::scaler_config(a, &info);
+    if capabilities.single_host && runner.autoscaler.is_none() {
+        config.capacity_per_instance = default_slots();
+    }
+    let connectors = registry::connectors(capabilities.connector, group.clone());
+    let builds_dir = match &runner.builds_dir {
+        Some(dir) => dir.clone(),
+        None if capabilities.single_host => {
+            std::fs::create_dir_all(&parts.local_builds_dir).with_context(|| {
+                format!("creating the builds directory {}", parts.local_builds_dir)
+            })?;
+            parts.local_builds_dir.clone()
+        }
+        None => REMOTE_BUILDS_DIR.to_string(),
+    };
+    let level = runner.isolation();
+    let isolation = (registry::isolation(level)
+        .with_context(|| format!("runner {:?}", runner.name))?
+        .build)(&LevelContext {
+        runner,
+        builds_dir: &builds_dir,
+    })?;
+    let hooks = Arc::new(ReadyUp {
+        command: a.instance_ready_command.clone(),
+        connectors: connectors.clone(),
+        check: capabilities.needs_reachability_check(),
+    });
+    let capacity = config.max_slots();
+    let description = if capabilities.single_host && runner.name.is_empty() {
+        format!(
+            "this host, {} isolation, {} slots",
+            isolation.name(),
+            config.capacity_per_instance
+        )
+    } else {
+        format!(
+            "runner {:?}: plugin {plugin}, {} isolation, {} slot(s) per instance, max {} \
+             instance(s)",
+            runner.name,
+            isolation.name(),
+            config.capacity_per_instance,
+            if config.max_instances == 0 {
+                "unlimited".to_string()
+            } else {
+                config.max_instances.to_string()
+            }
+        )
+    };
+    let schedule = schedule(a)?;
+    let mut builder = ScalerBuilder::new(group, config)
+        .initialized(info)
+        .schedule(schedule)
+        .hooks(hooks);
+    if let Some(durable) = parts.durable {
+        builder = builder.restore(durable.persisted).journal(durable.journal);
+    }
+    let scaler = builder
+        .start()
+        .await
+        .with_context(|| format!("starting the fleet of runner {:?}", runner.name))?;
+    let mut run_options = parts.run_options;
+    run_options.runner.description = runner.name.clone();
+    let dispatcher = Dispatcher::new(
+        scaler.clone(),
+        DispatcherConfig {
+            isolation,
+            connectors,
+            artifacts: parts.artifacts,
+            cache: parts.cache,
+            run_options,
+            builds_dir,
+        },
+    );
+    Ok(Fleet {
+        scaler,
+        dispatcher: Arc::new(dispatcher),
+        capacity,
+        description,
+    })
+}

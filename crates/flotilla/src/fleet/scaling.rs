@@ -1,0 +1,121 @@
+//! A runner's autoscaler table as the scaler's configuration and schedule.
+
+use crate::config::AutoscalerConfig;
+use anyhow::{Context, Result};
+use flotilla_fleet::ProviderInfo;
+use flotilla_scaler::{
+    Policy, Preexisting, ScaleThrottle, ScalerConfig, Schedule, ScheduledPolicy,
+};
+
+/// The scaler's configuration for `a`, within what the provider said it can do: never more
+/// instances than its `max_size`, and instances it holds without our record adopted only
+/// where it says they may be.
+pub(super) fn scaler_config(a: &AutoscalerConfig, info: &ProviderInfo) -> ScalerConfig {
+    let configured = a.max_instances as usize;
+    let max_instances = match configured {
+        // Unlimited in the config: the provider's size, if it has one.
+        0 if info.max_size != usize::MAX => info.max_size,
+        n => n.min(info.max_size),
+    };
+    ScalerConfig {
+        capacity_per_instance: (a.capacity_per_instance as usize).max(1),
+        max_instances,
+        max_use_count: a.max_use_count,
+        instance_acquire_timeout: a.instance_acquire_timeout,
+        update_interval: a.update_interval,
+        update_interval_when_expecting: a.update_interval_when_expecting,
+        deletion_retry_interval: a.deletion_retry_interval,
+        shutdown_deletion_interval: a.shutdown_deletion_interval,
+        shutdown_deletion_retries: a.shutdown_deletion_retries,
+        failure_threshold: a.failure_threshold.max(1),
+        scale_throttle: match a.scale_throttle.rate_per_second() {
+            None => ScaleThrottle {
+                limit: -1.0,
+                burst: 1,
+            },
+            Some(rate) => ScaleThrottle {
+                limit: f64::from(rate),
+                burst: a.scale_throttle.burst_size(a.max_instances).unwrap_or(rate) as usize,
+            },
+        },
+        delete_instances_on_shutdown: a.delete_instances_on_shutdown,
+        preexisting: if info.capabilities.adopts_preexisting {
+            Preexisting::Adopt
+        } else {
+            Preexisting::Ignore
+        },
+        ..ScalerConfig::default()
+    }
+}
+
+/// The runner's policies as a schedule.
+pub fn schedule(a: &AutoscalerConfig) -> Result<Schedule> {
+    let mut policies = Vec::with_capacity(a.policy.len());
+    for (i, p) in a.policy.iter().enumerate() {
+        let policy = Policy {
+            idle_count: p.idle_count as usize,
+            idle_time: p.idle_time,
+            scale_factor: p.scale_factor,
+            scale_factor_limit: p.scale_factor_limit as usize,
+            preemptive_mode: p.preemptive_mode,
+        };
+        policies.push(
+            ScheduledPolicy::new(policy, &p.periods, p.timezone.as_deref())
+                .with_context(|| format!("[[runners.autoscaler.policy]] #{}", i + 1))?,
+        );
+    }
+    Ok(Schedule::new(policies))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_fleet::Capabilities;
+
+    fn info(max_size: usize, capabilities: Capabilities) -> ProviderInfo {
+        ProviderInfo {
+            id: "p".into(),
+            max_size,
+            capabilities,
+            ..ProviderInfo::default()
+        }
+    }
+
+    #[test]
+    fn the_provider_bounds_max_instances() {
+        let mut a = AutoscalerConfig {
+            max_instances: 10,
+            ..AutoscalerConfig::default()
+        };
+        assert_eq!(
+            scaler_config(&a, &info(1, Capabilities::this_host())).max_instances,
+            1
+        );
+        assert_eq!(
+            scaler_config(&a, &info(usize::MAX, Capabilities::remote())).max_instances,
+            10
+        );
+        a.max_instances = 0;
+        assert_eq!(
+            scaler_config(&a, &info(3, Capabilities::remote())).max_instances,
+            3
+        );
+        assert_eq!(
+            scaler_config(&a, &info(usize::MAX, Capabilities::remote())).max_instances,
+            0
+        );
+    }
+
+    #[test]
+    fn only_a_provider_that_says_so_has_its_instances_adopted() {
+        let a = AutoscalerConfig::default();
+        assert_eq!(
+            scaler_config(&a, &info(1, Capabilities::this_host())).preexisting,
+            Preexisting::Adopt
+        );
+        assert_eq!(
+            scaler_config(&a, &info(5, Capabilities::remote())).preexisting,
+            Preexisting::Ignore
+        );
+    }
+}

@@ -1,0 +1,167 @@
+//! What this build of flotilla can run, in one place: instance-group providers by plugin
+//! name, isolation levels by name, and connectors by the kind a provider asks for.
+//!
+//! Adding a provider is a crate under `crates/providers/` with a `build` function and one
+//! line in [`providers`]; adding an isolation level is a directory under
+//! `crates/isolate/src/`, a builder in [`crate::fleet::levels`] and one line in
+//! [`isolations`]. Nothing else in the binary names a provider or a level.
+
+use crate::config::IsolationLevel;
+use crate::fleet::levels::{self, LevelContext};
+use flotilla_dispatch::{ConnectorFactory, LocalConnectors, SshConnectors};
+use flotilla_fleet::{ConnectorKind, FleetError, InstanceGroup, ProviderConfig};
+use flotilla_isolate::Isolation;
+use std::sync::Arc;
+
+/// Builds a provider's instance group from its configuration.
+pub type BuildProvider = fn(&ProviderConfig<'_>) -> Result<Arc<dyn InstanceGroup>, FleetError>;
+
+/// Builds an isolation level for a runner.
+pub type BuildIsolation = fn(&LevelContext<'_>) -> anyhow::Result<Arc<dyn Isolation>>;
+
+/// A provider this build can use.
+#[derive(Debug, Clone, Copy)]
+pub struct ProviderEntry {
+    /// The plugin name in `[runners.autoscaler] plugin`.
+    pub name: &'static str,
+    /// Builds its group.
+    pub build: BuildProvider,
+}
+
+/// An isolation level this build can use.
+#[derive(Debug, Clone, Copy)]
+pub struct IsolationEntry {
+    /// The level.
+    pub level: IsolationLevel,
+    /// Builds it for a runner.
+    pub build: BuildIsolation,
+}
+
+/// The plugin name of a runner without `[runners.autoscaler]` (or with an empty `plugin`).
+pub const DEFAULT_PLUGIN: &str = flotilla_provider_local::PLUGIN;
+
+/// Every provider of this build.
+pub fn providers() -> Vec<ProviderEntry> {
+    let mut all = vec![ProviderEntry {
+        name: flotilla_provider_local::PLUGIN,
+        build: flotilla_provider_local::build,
+    }];
+    #[cfg(feature = "docker")]
+    all.push(ProviderEntry {
+        name: flotilla_provider_docker::PLUGIN,
+        build: flotilla_provider_docker::build,
+    });
+    all
+}
+
+/// Every isolation level of this build.
+pub fn isolations() -> Vec<IsolationEntry> {
+    vec![
+        IsolationEntry {
+            level: IsolationLevel::Shell,
+            build: levels::shell,
+        },
+        IsolationEntry {
+            level: IsolationLevel::Docker,
+            build: levels::docker,
+        },
+    ]
+}
+
+/// The provider named `plugin` (empty: [`DEFAULT_PLUGIN`]).
+pub fn provider(plugin: &str) -> Result<ProviderEntry, Unavailable> {
+    let plugin = if plugin.is_empty() {
+        DEFAULT_PLUGIN
+    } else {
+        plugin
+    };
+    let all = providers();
+    all.iter()
+        .find(|p| p.name == plugin)
+        .copied()
+        .ok_or_else(|| Unavailable {
+            what: "plugin",
+            name: plugin.to_string(),
+            available: all.iter().map(|p| p.name).collect(),
+        })
+}
+
+/// The isolation level `level`.
+pub fn isolation(level: IsolationLevel) -> Result<IsolationEntry, Unavailable> {
+    let all = isolations();
+    all.iter()
+        .find(|i| i.level == level)
+        .copied()
+        .ok_or_else(|| Unavailable {
+            what: "isolation",
+            name: level.as_str().to_string(),
+            available: all.iter().map(|i| i.level.as_str()).collect(),
+        })
+}
+
+/// The connectors that reach the instances of `group`, of the kind its provider asked for.
+pub fn connectors(kind: ConnectorKind, group: Arc<dyn InstanceGroup>) -> Arc<dyn ConnectorFactory> {
+    match kind {
+        ConnectorKind::Local => Arc::new(LocalConnectors),
+        ConnectorKind::Protocol => Arc::new(SshConnectors::new(group)),
+    }
+}
+
+/// A provider or isolation level this build does not have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} {name:?} is not available in this build of flotilla (available: {})", available.join(", "))]
+pub struct Unavailable {
+    /// `plugin` or `isolation`.
+    pub what: &'static str,
+    /// The name asked for.
+    pub name: String,
+    /// The names this build has.
+    pub available: Vec<&'static str>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_plugin_means_this_host() {
+        assert_eq!(provider("").unwrap().name, "local");
+        assert_eq!(provider("local").unwrap().name, "local");
+    }
+
+    #[test]
+    fn an_unknown_plugin_is_refused_with_what_this_build_has() {
+        let e = provider("gce").unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.starts_with("plugin \"gce\" is not available"),
+            "{text}"
+        );
+        assert!(e.available.contains(&"local"), "{text}");
+        #[cfg(feature = "docker")]
+        assert!(e.available.contains(&"docker"), "{text}");
+    }
+
+    #[test]
+    fn every_name_is_registered_once() {
+        let mut names: Vec<_> = providers().iter().map(|p| p.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), providers().len());
+        let levels = isolations();
+        for (i, a) in levels.iter().enumerate() {
+            assert!(
+                levels[i + 1..].iter().all(|b| b.level != a.level),
+                "{}",
+                a.level
+            );
+        }
+    }
+
+    #[test]
+    fn a_level_this_build_lacks_is_refused_by_name() {
+        let e = isolation(IsolationLevel::Microvm).unwrap_err();
+        assert_eq!(e.name, "microvm");
+        assert!(e.available.contains(&"shell") && e.available.contains(&"docker"));
+    }
+}
