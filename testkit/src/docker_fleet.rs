@@ -13,6 +13,7 @@
 //! # }
 //! ```
 
+use crate::containers::LabelGuard;
 use crate::images::instance_image;
 use async_trait::async_trait;
 use bollard::Docker;
@@ -28,7 +29,6 @@ use flotilla_job::{LocalArtifactStore, LocalCacheStore, RunOptions};
 use flotilla_provider_docker::{DockerGroup, DockerSettings, GROUP_LABEL};
 use flotilla_scaler::{Cause, Hooks, Policy, Scaler, ScalerBuilder, ScalerConfig, Schedule};
 use std::collections::HashMap;
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -88,35 +88,15 @@ impl FleetOptions {
 /// Removes every container of a docker group (by its group label) when dropped.
 #[derive(Debug)]
 pub struct FleetGuard {
-    name: String,
+    /// Held for what its drop does.
+    _containers: LabelGuard,
 }
 
 impl FleetGuard {
     /// A guard for the group named `name`.
     pub fn new(name: &str) -> FleetGuard {
         FleetGuard {
-            name: name.to_string(),
-        }
-    }
-}
-
-impl Drop for FleetGuard {
-    fn drop(&mut self) {
-        let listed = Command::new("docker")
-            .args(["ps", "-aq", "--filter"])
-            .arg(format!("label={GROUP_LABEL}={}", self.name))
-            .output();
-        if let Ok(out) = listed {
-            let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
-                .split_whitespace()
-                .map(String::from)
-                .collect();
-            if !ids.is_empty() {
-                let _ = Command::new("docker")
-                    .args(["rm", "-f", "-v"])
-                    .args(&ids)
-                    .output();
-            }
+            _containers: LabelGuard::new(format!("{GROUP_LABEL}={name}")),
         }
     }
 }

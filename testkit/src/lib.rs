@@ -8,9 +8,11 @@
 //!   faults tests control, deterministic given a seed and tokio's (possibly paused) clock.
 //! - [`fake_gitlab`]: [`fake_gitlab::FakeGitLab`], the runner side of GitLab's runner API
 //!   over HTTP on 127.0.0.1, with fault injection and a record of every request.
+//! - [`containers`]: containers a test made, found and removed by label ([`containers::LabelGuard`]).
 //! - `docker_fleet` (feature `docker-fleet`): a docker instance group with a scaler and a
 //!   dispatcher at shell or docker isolation, whose containers are removed even on panic.
 
+pub mod containers;
 #[cfg(feature = "docker-fleet")]
 pub mod docker_fleet;
 pub mod fake_gitlab;

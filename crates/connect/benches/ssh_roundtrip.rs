@@ -127,7 +127,7 @@ async fn round_trips() {
 
 async fn startup() {
     let name = format!("b{}-startup", std::process::id());
-    let _cleanup = common::Cleanup(format!("{GROUP_LABEL}={name}"));
+    let _cleanup = common::Cleanup::new(format!("{GROUP_LABEL}={name}"));
     let group = Arc::new(
         DockerGroup::new(DockerSettings::new(
             &name,

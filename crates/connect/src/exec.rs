@@ -1,6 +1,6 @@
 //! One command run through a connector: the request and its outcome.
 
-use crate::ConnectError;
+use crate::{ConnectError, ExitStatus};
 use bytes::Bytes;
 use std::fmt;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -140,83 +140,6 @@ impl fmt::Debug for ExecRequest<'_> {
     }
 }
 
-/// How a command ended.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum ExitStatus {
-    /// It exited with this code.
-    Code(i32),
-    /// A signal killed it.
-    Signal {
-        /// The signal's name without `SIG` (`TERM`, `KILL`, `SEGV`), as SSH reports it.
-        name: String,
-        /// Whether it dumped core.
-        core_dumped: bool,
-    },
-}
-
-impl ExitStatus {
-    /// Whether it exited with code 0.
-    pub fn success(&self) -> bool {
-        matches!(self, ExitStatus::Code(0))
-    }
-
-    /// The exit code, if it exited rather than being killed.
-    pub fn code(&self) -> Option<i32> {
-        match self {
-            ExitStatus::Code(c) => Some(*c),
-            ExitStatus::Signal { .. } => None,
-        }
-    }
-
-    /// The name of the signal that killed it, if one did.
-    pub fn signal(&self) -> Option<&str> {
-        match self {
-            ExitStatus::Code(_) => None,
-            ExitStatus::Signal { name, .. } => Some(name),
-        }
-    }
-
-    /// `Ok` on success, otherwise [`ConnectError::Exit`] (GitLab's `ExitError`).
-    pub fn check(self) -> Result<(), ConnectError> {
-        if self.success() {
-            Ok(())
-        } else {
-            Err(ConnectError::Exit(self))
-        }
-    }
-
-    /// A status from a signal number (local processes).
-    pub fn from_signal_number(signal: i32, core_dumped: bool) -> Self {
-        ExitStatus::Signal {
-            name: signal_name(signal),
-            core_dumped,
-        }
-    }
-}
-
-impl fmt::Display for ExitStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ExitStatus::Code(c) => write!(f, "exit code {c}"),
-            ExitStatus::Signal { name, core_dumped } => {
-                write!(f, "killed by signal {name}")?;
-                if *core_dumped {
-                    f.write_str(" (core dumped)")?;
-                }
-                Ok(())
-            }
-        }
-    }
-}
-
-/// The SSH-style name (`TERM`) of a signal number; unknown numbers print as the number.
-pub fn signal_name(signal: i32) -> String {
-    match nix::sys::signal::Signal::try_from(signal) {
-        Ok(s) => s.as_str().trim_start_matches("SIG").to_string(),
-        Err(_) => signal.to_string(),
-    }
-}
-
 /// A command's collected output (see [`crate::ConnectorExt::output`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Output {
@@ -238,6 +161,16 @@ impl Output {
     pub fn stderr_str(&self) -> String {
         String::from_utf8_lossy(&self.stderr).into_owned()
     }
+
+    /// The output if the command succeeded, otherwise [`ConnectError::Exit`] (GitLab's
+    /// `ExitError`).
+    pub fn checked(self) -> Result<Output, ConnectError> {
+        if self.status.success() {
+            Ok(self)
+        } else {
+            Err(ConnectError::Exit(self.status))
+        }
+    }
 }
 
 #[cfg(test)]
@@ -246,9 +179,14 @@ mod tests {
 
     #[test]
     fn statuses() {
+        let output = |status| Output {
+            status,
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+        };
         assert!(ExitStatus::Code(0).success());
-        assert!(ExitStatus::Code(0).check().is_ok());
-        let e = ExitStatus::Code(3).check().unwrap_err();
+        assert!(output(ExitStatus::Code(0)).checked().is_ok());
+        let e = output(ExitStatus::Code(3)).checked().unwrap_err();
         assert!(matches!(e, ConnectError::Exit(ExitStatus::Code(3))));
         let s = ExitStatus::from_signal_number(15, false);
         assert_eq!(s.signal(), Some("TERM"));
@@ -259,7 +197,7 @@ mod tests {
             ExitStatus::from_signal_number(9, true).to_string(),
             "killed by signal KILL (core dumped)"
         );
-        assert_eq!(signal_name(1000), "1000");
+        assert_eq!(flotilla_fleet::signal_name(1000), "1000");
     }
 
     #[test]

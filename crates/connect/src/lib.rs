@@ -29,4 +29,5 @@ mod watchdog;
 
 pub use connector::{BoxedStream, Connector, ConnectorExt, ForwardTarget, IoStream};
 pub use error::ConnectError;
-pub use exec::{ExecRequest, ExitStatus, Output, OutputSink, Stdin, signal_name};
+pub use exec::{ExecRequest, Output, OutputSink, Stdin};
+pub use flotilla_fleet::{ExitStatus, signal_name};

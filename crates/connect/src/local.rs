@@ -29,6 +29,14 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 /// command line that would clear it (`exec env -i ...`) may skip that (a process fewer).
 pub const CLEAN_ENV_MARKER: &str = "FLOTILLA_CLEAN_ENV";
 
+/// The variables a clean environment keeps from the one it starts in (those that are set):
+/// enough for a shell and the programs it starts to find their way, nothing of the manager's
+/// own configuration or credentials. [`LocalConnector::with_clean_env`] takes them, and
+/// command lines that clear an environment themselves (`env -i`) keep the same ones.
+pub const KEPT_ENV: [&str; 9] = [
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "TZ", "TMPDIR",
+];
+
 /// Runs commands on this host.
 #[derive(Debug, Clone)]
 pub struct LocalConnector {

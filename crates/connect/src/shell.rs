@@ -2,42 +2,7 @@
 
 use crate::ConnectError;
 
-/// Quotes `s` as one POSIX shell word: `'…'`, with embedded single quotes as `'\''`.
-pub fn quote(s: &str) -> String {
-    if !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))
-    {
-        return s.to_string();
-    }
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('\'');
-    for c in s.chars() {
-        if c == '\'' {
-            out.push_str("'\\''");
-        } else {
-            out.push(c);
-        }
-    }
-    out.push('\'');
-    out
-}
-
-/// Joins words into a command line, quoting each.
-pub fn join<I: IntoIterator<Item = S>, S: AsRef<str>>(words: I) -> String {
-    words
-        .into_iter()
-        .map(|w| quote(w.as_ref()))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// Whether `name` can be exported by a POSIX shell (`[A-Za-z_][A-Za-z0-9_]*`).
-pub fn is_valid_env_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
+pub use flotilla_shell::{is_valid_env_name, join, quote};
 
 /// Checks every variable name.
 pub fn check_env(env: &[(String, String)]) -> Result<(), ConnectError> {
@@ -79,36 +44,6 @@ mod tests {
     fn sh(line: &str) -> String {
         let out = Command::new("sh").arg("-c").arg(line).output().unwrap();
         String::from_utf8(out.stdout).unwrap()
-    }
-
-    #[test]
-    fn quoting_survives_a_real_shell() {
-        for s in [
-            "plain",
-            "",
-            "with space",
-            "it's",
-            "$HOME `id` \"x\" \\",
-            "a\nb",
-            "*?[]",
-        ] {
-            assert_eq!(sh(&format!("printf %s {}", quote(s))), s, "{s:?}");
-        }
-        assert_eq!(quote("safe-1.2/x"), "safe-1.2/x");
-        assert_eq!(
-            sh(&format!("printf '%s|' {}", join(["a b", "c"]))),
-            "a b|c|"
-        );
-    }
-
-    #[test]
-    fn env_names() {
-        assert!(is_valid_env_name("CI_JOB_ID"));
-        assert!(is_valid_env_name("_x1"));
-        assert!(!is_valid_env_name("1X"));
-        assert!(!is_valid_env_name("A-B"));
-        assert!(!is_valid_env_name(""));
-        assert!(!is_valid_env_name("A=B"));
     }
 
     #[test]

@@ -11,7 +11,7 @@ use flotilla_testkit::infra::{Infra, require};
 /// A running busybox container (removed when the returned guard drops).
 fn busybox(tag: &str) -> (String, Cleanup) {
     let label = format!("flotilla.test=dx{}-{tag}", std::process::id());
-    let cleanup = Cleanup(label.clone());
+    let cleanup = Cleanup::new(label.clone());
     let image = flotilla_testkit::images::busybox_image();
     let id = docker(&["run", "-d", "--label", &label, &image, "sleep", "3600"]);
     (id, cleanup)

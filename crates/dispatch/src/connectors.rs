@@ -2,7 +2,7 @@
 
 use crate::DispatchError;
 use flotilla_connect::Connector;
-use flotilla_connect::local::LocalConnector;
+use flotilla_connect::local::{KEPT_ENV, LocalConnector};
 use flotilla_connect::ssh::{
     GroupCredentials, HostKeyStore, MemoryHostKeys, SshConnector, SshOptions,
 };
@@ -25,9 +25,7 @@ impl ConnectorFactory for LocalConnectors {
     fn connector(&self, _info: &ConnectInfo) -> Result<Arc<dyn Connector>, DispatchError> {
         // Jobs get a clean environment anyway; started in one, they skip an `env` process
         // per stage.
-        Ok(Arc::new(
-            LocalConnector::new().with_clean_env(&flotilla_isolate::remote::KEPT_ENV),
-        ))
+        Ok(Arc::new(LocalConnector::new().with_clean_env(&KEPT_ENV)))
     }
 }
 

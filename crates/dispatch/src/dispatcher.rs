@@ -265,10 +265,19 @@ impl Dispatcher {
         let mut o = self.config.run_options.clone();
         o.concurrent_id = slot as u32;
         o.concurrent_project_id = slot as u32;
-        if o.runner.executor.is_empty() || o.runner.executor == RunnerIdentity::default().executor {
-            o.runner.executor = self.config.isolation.name().to_string();
-        }
+        o.runner.executor = self.executor_name().to_string();
         o
+    }
+
+    /// The executor name a job's log and variables show: the runner's own, unless it was
+    /// left at the default, in which case the isolation level's name says more.
+    fn executor_name(&self) -> &str {
+        let runner = &self.config.run_options.runner;
+        if runner.executor.is_empty() || runner.executor == RunnerIdentity::default().executor {
+            self.config.isolation.name()
+        } else {
+            &runner.executor
+        }
     }
 
     /// Connects to the acquired instance and prepares the job's environment there: the
@@ -394,13 +403,7 @@ impl Dispatcher {
     ) -> JobResult {
         let notices = Notices::for_job(job);
         let runner = &self.config.run_options.runner;
-        let executor = if runner.executor.is_empty()
-            || runner.executor == RunnerIdentity::default().executor
-        {
-            self.config.isolation.name()
-        } else {
-            runner.executor.as_str()
-        };
+        let executor = self.executor_name();
         tally
             .emit(&notices.line(&format!(
                 "Running with flotilla {} ({executor})\n  on {}",

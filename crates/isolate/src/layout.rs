@@ -6,7 +6,7 @@
 //! project on the same slot finds the previous checkout (for `GIT_STRATEGY=fetch`).
 //!
 //! The processes of each slot's stages are recorded in `<builds_dir>/.flotilla/<slot>.stages`
-//! (see [`crate::remote::recorded`]), outside every slot's directory, so the next job of the
+//! (see [`crate::stage_record::recorded`]), outside every slot's directory, so the next job of the
 //! slot can stop what an earlier one left running.
 
 use flotilla_job::{EnvPaths, JobPayload};

@@ -19,12 +19,14 @@
 
 #![warn(missing_docs)]
 
+pub mod command;
 pub mod docker;
 mod error;
+pub mod exec;
 mod isolation;
 pub mod layout;
-pub mod remote;
 pub mod shell;
+pub mod stage_record;
 
 pub use docker::{DockerIsolation, DockerIsolationConfig};
 pub use error::IsolateError;

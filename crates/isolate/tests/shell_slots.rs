@@ -176,7 +176,7 @@ async fn cleanup_instance_stops_what_another_manager_left_in_every_slot() {
 
     // A stage recorded by another (dead) manager, still running in slot 3's record...
     let theirs = dir.path().join("theirs");
-    let line = flotilla_isolate::remote::recorded(
+    let line = flotilla_isolate::stage_record::recorded(
         &format!("echo $$ > {}; exec sleep 60", theirs.display()),
         records.join("3.stages").to_str().unwrap(),
         "4242-dead",

@@ -8,10 +8,12 @@
 //! - [`archive`]: artifacts and caches moved as tar streams, kept as zip archives.
 //! - [`store`]: [`ArtifactStore`] and [`CacheStore`] with local-directory implementations.
 //! - [`runner`]: [`JobRunner`], which runs the stages and returns a [`JobResult`].
+//! - [`duration`]: Go's duration syntax, as GitLab Runner reads it in variables and config.
 
 #![warn(missing_docs)]
 
 pub mod archive;
+pub mod duration;
 pub mod env;
 pub mod model;
 pub mod runner;

@@ -15,29 +15,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-/// Removes every container carrying `label` when dropped, even when the test failed.
-pub struct Cleanup(pub String);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        if let Ok(out) = Command::new("docker")
-            .args(["ps", "-aq", "--filter"])
-            .arg(format!("label={}", self.0))
-            .output()
-        {
-            let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
-                .split_whitespace()
-                .map(String::from)
-                .collect();
-            if !ids.is_empty() {
-                let _ = Command::new("docker")
-                    .args(["rm", "-f", "-v"])
-                    .args(&ids)
-                    .output();
-            }
-        }
-    }
-}
+/// Removes every container carrying a label when dropped, even when the test failed.
+pub use flotilla_testkit::containers::LabelGuard as Cleanup;
 
 /// Runs the docker CLI; panics on failure.
 pub fn docker(args: &[&str]) -> String {
@@ -62,7 +41,7 @@ pub struct Fleet {
 /// answers SSH.
 pub async fn fleet(tag: &str, n: usize, inner_dockerd: bool) -> Fleet {
     let name = format!("c{}-{tag}", std::process::id());
-    let cleanup = Cleanup(format!("{GROUP_LABEL}={name}"));
+    let cleanup = Cleanup::new(format!("{GROUP_LABEL}={name}"));
     let mut settings = DockerSettings::new(&name, flotilla_testkit::images::instance_image());
     settings.inner_dockerd = inner_dockerd;
     let group = Arc::new(DockerGroup::new(settings).unwrap());
@@ -322,13 +301,7 @@ pub mod conformance {
         } else {
             assert_eq!(out.status, ExitStatus::Code(128 + 15));
         }
-        let err = c
-            .output("exit 2")
-            .await
-            .unwrap()
-            .status
-            .check()
-            .unwrap_err();
+        let err = c.output("exit 2").await.unwrap().checked().unwrap_err();
         assert!(matches!(err, ConnectError::Exit(ExitStatus::Code(2))));
     }
 

@@ -6,8 +6,9 @@ use super::services::{Target, parse_down, wait_script};
 use super::spec::{build_container, service_container, service_env, service_ports};
 use super::warm::WarmShell;
 use super::{DockerIsolationConfig, LiveGuard, pull};
+use crate::command::{SHELL_SELECT, helper_command};
+use crate::exec;
 use crate::layout::BuildLayout;
-use crate::remote::{self, SHELL_SELECT};
 use crate::{IsolateError, IsolatedEnvironment};
 use async_trait::async_trait;
 use bollard::Docker;
@@ -370,7 +371,7 @@ impl DockerEnvironment {
             stderr: Box::new(tokio::io::sink()),
             cancel: CancellationToken::new(),
         };
-        let run = remote::run(&*self.connector, "waiting for services", spec);
+        let run = exec::run(&*self.connector, "waiting for services", spec);
         match tokio::time::timeout(timeout + Duration::from_secs(10), run).await {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => return Err(e),
@@ -436,7 +437,7 @@ impl Environment for DockerEnvironment {
 
     async fn exec(&self, spec: ExecSpec<'_>) -> Result<ExitStatus, EnvError> {
         match spec.place {
-            Place::Helper => remote::run(&*self.connector, "running on the instance", spec).await,
+            Place::Helper => exec::run(&*self.connector, "running on the instance", spec).await,
             Place::Build => {
                 if let ExecCommand::Script(script) = &spec.command
                     && let Some(shell) = self.warm_shell().await
@@ -457,9 +458,9 @@ impl Environment for DockerEnvironment {
                             .into(),
                     ));
                 };
-                let exec = DockerExecConnector::new(self.docker.clone(), id);
-                remote::run_with(
-                    &exec,
+                let container = DockerExecConnector::new(self.docker.clone(), id);
+                exec::run_with(
+                    &container,
                     "running in the build container",
                     spec,
                     SHELL_SELECT,
@@ -493,7 +494,7 @@ impl IsolatedEnvironment for DockerEnvironment {
         }
         match self
             .connector
-            .output(&remote::helper_command(&self.helper_cleanup_line()))
+            .output(&helper_command(&self.helper_cleanup_line()))
             .await
         {
             Ok(out) if out.status.success() => {}

@@ -9,7 +9,7 @@
 //! whole process group: the wrapper records its pid in a file and a second exec kills that
 //! group.
 
-use crate::remote::SHELL_SELECT;
+use crate::command::SHELL_SELECT;
 use bollard::Docker;
 use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, StartExecResults};

@@ -218,7 +218,7 @@ impl Environment for LocalEnvironment {
         }
         Ok(match (status.code(), status.signal()) {
             (Some(c), _) => ExitStatus::Code(c),
-            (None, Some(s)) => ExitStatus::Signal(s),
+            (None, Some(s)) => ExitStatus::from_signal_number(s, status.core_dumped()),
             (None, None) => ExitStatus::Code(-1),
         })
     }

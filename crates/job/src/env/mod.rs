@@ -15,6 +15,7 @@
 
 mod local;
 
+pub use flotilla_fleet::ExitStatus;
 pub use local::LocalEnvironment;
 
 use async_trait::async_trait;
@@ -78,39 +79,6 @@ impl fmt::Debug for ExecSpec<'_> {
             .field("command", &self.command)
             .field("stdin", &self.stdin.is_some())
             .finish_non_exhaustive()
-    }
-}
-
-/// How a process ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ExitStatus {
-    /// It exited with this code.
-    Code(i32),
-    /// It was killed by this signal.
-    Signal(i32),
-}
-
-impl ExitStatus {
-    /// Whether it exited with code 0.
-    pub fn success(self) -> bool {
-        self == ExitStatus::Code(0)
-    }
-
-    /// The exit code, or `128 + signal` for a killed process (what a shell reports).
-    pub fn code(self) -> i32 {
-        match self {
-            ExitStatus::Code(c) => c,
-            ExitStatus::Signal(s) => 128 + s,
-        }
-    }
-}
-
-impl fmt::Display for ExitStatus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ExitStatus::Code(c) => write!(f, "exit code {c}"),
-            ExitStatus::Signal(s) => write!(f, "signal {s}"),
-        }
     }
 }
 

@@ -9,14 +9,12 @@
 //! `_on_failure`, `cleanup_file_variables` (always).
 
 mod cancel;
-mod duration;
 mod guard;
 mod result;
 mod run;
 mod transfer;
 
 pub use cancel::JobCancel;
-pub use duration::parse_go_duration;
 pub use result::{FailureReason, JobResult, Outcome, StageReport};
 
 use crate::env::Environment;

@@ -2,9 +2,9 @@
 
 use super::JobRunner;
 use super::cancel::JobCancel;
-use super::duration::parse_go_duration;
 use super::guard::{Limits, Stop, guarded};
 use super::result::{FailureReason, JobResult, Outcome, StageReport};
+use crate::duration::parse_go_duration;
 use crate::env::{EnvError, EnvPaths, ExecCommand, ExecSpec, ExitStatus, Place};
 use crate::model::{JobPayload, STEP_AFTER_SCRIPT, STEP_SCRIPT, Step, Variable};
 use crate::script::{
@@ -491,7 +491,7 @@ impl Run<'_, '_> {
         let var = self
             .vars
             .value("RUNNER_SCRIPT_TIMEOUT")
-            .and_then(parse_go_duration)
+            .and_then(|v| parse_go_duration(v.trim()).ok())
             .filter(|d| !d.is_zero());
         match (own, var) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -547,10 +547,13 @@ impl Run<'_, '_> {
                     ))
                     .await;
                 } else {
+                    // A shell's view: a signal is `128 + n`; a signal with no known number has
+                    // no exit code, and the message names it instead.
+                    let code = status.shell_code();
                     self.fail(
                         FailureReason::ScriptFailure,
-                        Some(status.code()),
-                        format!("exit code {}", status.code()),
+                        code,
+                        code.map_or_else(|| status.to_string(), |c| format!("exit code {c}")),
                     );
                 }
                 false
@@ -588,7 +591,7 @@ impl Run<'_, '_> {
         let since = self.begin("after_script", "Running after_script").await;
         let timeout = vars
             .value("RUNNER_AFTER_SCRIPT_TIMEOUT")
-            .and_then(parse_go_duration)
+            .and_then(|v| parse_go_duration(v.trim()).ok())
             .filter(|d| !d.is_zero())
             .unwrap_or(self.runner.options.after_script_timeout);
         let script = self.script_context(&vars).user_script(&step.script);

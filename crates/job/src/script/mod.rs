@@ -5,11 +5,10 @@
 //! `trap 'exit 1' TERM`, then every job variable exported with single-quote quoting, and file
 //! variables written to private files under the per-job temporary directory.
 
-mod quote;
 mod sources;
 mod writer;
 
-pub use quote::quote;
+pub use flotilla_shell::quote;
 pub(crate) use sources::url_password;
 pub use sources::{GitStrategy, SourcesPlan, SubmoduleStrategy};
 pub use writer::{ANSI_BOLD_GREEN, ANSI_BOLD_RED, ANSI_RESET, ANSI_YELLOW, ScriptWriter};

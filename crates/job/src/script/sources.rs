@@ -1,11 +1,11 @@
 //! The `get_sources` stage: clone or fetch the repository and check out the exact commit.
 
 use super::ScriptError;
-use super::quote::quote;
 use super::writer::ScriptWriter;
 use crate::model::{HOOK_POST_GET_SOURCES, HOOK_PRE_GET_SOURCES, JobPayload};
 use crate::vars::JobVariables;
 use flotilla_fleet::Secret;
+use flotilla_shell::quote;
 
 /// `GIT_STRATEGY`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

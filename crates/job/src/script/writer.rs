@@ -1,7 +1,7 @@
 //! Building one stage script: a POSIX `sh` program (also valid bash and busybox ash) that is
 //! piped to the environment's shell on stdin.
 
-use super::quote::quote;
+use flotilla_shell::quote;
 
 /// ANSI sequence GitLab uses for command echoes and notices (bold green).
 pub const ANSI_BOLD_GREEN: &str = "\x1b[32;1m";

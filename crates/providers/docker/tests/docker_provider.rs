@@ -2,6 +2,7 @@
 
 use flotilla_fleet::{ConnectorConfig, FleetError, InstanceGroup, InstanceStatus, Settings, State};
 use flotilla_provider_docker::{DockerGroup, DockerSettings, GROUP_LABEL, GroupKey};
+use flotilla_testkit::containers::LabelGuard;
 use flotilla_testkit::images::instance_image;
 use flotilla_testkit::infra::{Infra, require};
 use std::collections::HashSet;
@@ -9,39 +10,20 @@ use std::process::Command;
 use std::time::Duration;
 
 /// Removes every container of a group when dropped, even when the test failed.
-struct Cleanup(String);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let out = Command::new("docker")
-            .args(["ps", "-aq", "--filter"])
-            .arg(format!("label={GROUP_LABEL}={}", self.0))
-            .output();
-        if let Ok(out) = out {
-            let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
-                .split_whitespace()
-                .map(String::from)
-                .collect();
-            if !ids.is_empty() {
-                let _ = Command::new("docker")
-                    .args(["rm", "-f", "-v"])
-                    .args(&ids)
-                    .output();
-            }
-        }
-    }
+fn cleanup(group: &str) -> LabelGuard {
+    LabelGuard::new(format!("{GROUP_LABEL}={group}"))
 }
 
 fn unique(name: &str) -> String {
     format!("t{}-{name}", std::process::id())
 }
 
-async fn group(name: &str, settings: Settings) -> (DockerGroup, Cleanup) {
+async fn group(name: &str, settings: Settings) -> (DockerGroup, LabelGuard) {
     let group = DockerGroup::new(DockerSettings::new(name, instance_image())).unwrap();
     let info = group.init(&settings).await.unwrap();
     assert_eq!(info.id, format!("docker/{name}"));
     assert!(info.build_info.contains("API"), "{}", info.build_info);
-    (group, Cleanup(name.to_string()))
+    (group, cleanup(name))
 }
 
 /// Polls `update` until `done` holds (failing the test after two minutes).
@@ -145,7 +127,7 @@ async fn infra_max_size_clips_increase() {
     let mut settings = DockerSettings::new(&name, instance_image());
     settings.max_size = 2;
     let g = DockerGroup::new(settings).unwrap();
-    let _cleanup = Cleanup(name.clone());
+    let _cleanup = cleanup(&name);
     g.init(&Settings::default()).await.unwrap();
     assert_eq!(g.increase(3).await.unwrap(), 2);
     assert_eq!(g.increase(1).await.unwrap(), 0, "full");

@@ -1,0 +1,120 @@
+//! Shell isolation: a build directory per slot on the instance, every stage run by the
+//! instance's shell over the connector.
+//!
+//! Both places ([`flotilla_job::Place::Build`] and [`flotilla_job::Place::Helper`]) are the
+//! instance's shell. The project is checked out at `<builds_dir>/<slot>/<project path>`
+//! ([`crate::layout`]), so concurrent jobs on one instance never share a directory. Cleaning up
+//! removes the job's temporary directory (file variables) and, when the job asked with
+//! `FF_ENABLE_JOB_CLEANUP`, its project directory; otherwise the checkout stays for the next
+//! job's `fetch`.
+//!
+//! A slot is never shared, not even with what a dead manager's job left running: every stage
+//! records its process group in the slot's stage record, and cleaning up after a job kills
+//! every group recorded there ([`crate::stage_record::stomp_slot_command`]) in the same round trip
+//! that removes its directories, as GitLab Runner's shell executor kills a job's process
+//! group when it ends. Preparing a job repeats the stomp (one more round trip) unless this
+//! process cleaned the slot up itself after its last job: a slot is only ever dirty after a
+//! manager died or a cleanup failed. With
+//! [`ShellIsolation::with_builds_dir`], [`Isolation::cleanup_instance`] also stops, on an
+//! instance met for the first time, the stages of every slot that another manager process
+//! recorded.
+
+mod cleanup;
+mod environment;
+
+pub use environment::ShellEnvironment;
+
+use crate::layout::{BuildLayout, cleanup_requested, stage_records_dir};
+use crate::{IsolateError, IsolatedEnvironment, Isolation, PrepareRequest};
+use async_trait::async_trait;
+use flotilla_connect::Connector;
+use std::collections::HashSet;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+
+/// Slots (`(instance, stage record)`) a process cleaned up after their last job.
+pub(crate) type CleanSlots = Arc<Mutex<HashSet<(String, String)>>>;
+
+/// The `shell` isolation level.
+#[derive(Debug, Clone, Default)]
+pub struct ShellIsolation {
+    /// Where the stage records of every slot are, for [`Isolation::cleanup_instance`].
+    records_dir: Option<String>,
+    /// Slots (`(instance, stage record)`) this process cleaned up after their last job,
+    /// stomp included: their next job needs no stomp. Shared by clones.
+    clean: CleanSlots,
+}
+
+impl ShellIsolation {
+    /// The shell level.
+    pub fn new() -> ShellIsolation {
+        ShellIsolation::default()
+    }
+
+    /// Lets [`Isolation::cleanup_instance`] stop, in every slot of an instance under
+    /// `builds_dir` (the dispatcher's base builds directory), the stages that another manager
+    /// process recorded: what jobs of a manager killed with `kill -9` left running. Without
+    /// it only each slot's next job stops them. Fails for a builds directory that is not
+    /// absolute.
+    pub fn with_builds_dir(mut self, builds_dir: &str) -> Result<ShellIsolation, IsolateError> {
+        self.records_dir =
+            Some(stage_records_dir(builds_dir).map_err(IsolateError::Configuration)?);
+        Ok(self)
+    }
+}
+
+/// What a job asks for that shell isolation does not provide (warned about, as GitLab's
+/// shell executor ignores them).
+fn ignored(req: &PrepareRequest<'_>) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(image) = req.job.image.as_ref().filter(|i| !i.name.is_empty()) {
+        out.push(format!(
+            "the job's image {:?} is ignored: shell isolation runs the job on the instance itself",
+            image.name
+        ));
+    }
+    if !req.job.services.is_empty() {
+        let names: Vec<&str> = req.job.services.iter().map(|s| s.name.as_str()).collect();
+        out.push(format!(
+            "services are not started by shell isolation: {}",
+            names.join(", ")
+        ));
+    }
+    out
+}
+
+#[async_trait]
+impl Isolation for ShellIsolation {
+    fn name(&self) -> &'static str {
+        "shell"
+    }
+
+    async fn prepare(
+        &self,
+        req: PrepareRequest<'_>,
+    ) -> Result<Box<dyn IsolatedEnvironment>, IsolateError> {
+        let layout = BuildLayout::new(&req.builds_dir, req.slot, req.job)
+            .map_err(IsolateError::Configuration)?;
+        Ok(Box::new(ShellEnvironment {
+            connector: req.connector.clone(),
+            instance: req.instance_id.to_string(),
+            slot: req.slot,
+            remove_project: cleanup_requested(req.job),
+            warnings: ignored(&req),
+            layout,
+            clean: self.clean.clone(),
+            interrupted: AtomicBool::new(false),
+        }))
+    }
+
+    async fn cleanup_instance(
+        &self,
+        connector: Arc<dyn Connector>,
+        instance_id: &str,
+    ) -> Result<usize, IsolateError> {
+        match &self.records_dir {
+            Some(dir) => cleanup::sweep(&*connector, instance_id, dir).await,
+            None => Ok(0),
+        }
+    }
+}
