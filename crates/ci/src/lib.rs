@@ -42,6 +42,7 @@ mod parallel;
 mod pipeline;
 mod predefined;
 mod project;
+mod re2;
 mod reader;
 mod reference;
 mod rules;
