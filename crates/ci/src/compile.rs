@@ -5,9 +5,9 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use super::error::{CiError, Diagnostics, Location};
+use super::error::{CiError, CompileError, Diagnostics, Location};
 use super::extends::resolve_extends;
-use super::include::Loader;
+use super::include::{Loader, SkippedInclude};
 use super::job::{AllowFailure, CompiledJob, Need, ParallelInstance, When};
 use super::needs::NeedSpec;
 use super::parallel::instances;
@@ -53,10 +53,24 @@ impl CompileOptions {
     }
 }
 
-/// Compile the project's pipeline.
-pub fn compile(options: &CompileOptions) -> Result<Pipeline, CiError> {
-    let project = Project::new(&options.project_dir);
+/// Compile the project's pipeline. On failure, the warnings found before the errors come with
+/// them (GitLab's linter returns both), and an error that may come from a file a local run
+/// cannot read (a remote, project, template or component include) says so.
+pub fn compile(options: &CompileOptions) -> Result<Pipeline, CompileError> {
     let mut diag = Diagnostics::default();
+    let mut skipped = Vec::new();
+    compile_into(options, &mut diag, &mut skipped).map_err(|error| CompileError {
+        error: Box::new(explain_skipped(error, &skipped)),
+        warnings: diag.sorted_warnings(),
+    })
+}
+
+fn compile_into(
+    options: &CompileOptions,
+    diag: &mut Diagnostics,
+    skipped: &mut Vec<SkippedInclude>,
+) -> Result<Pipeline, CiError> {
+    let project = Project::new(&options.project_dir);
 
     let mut pipeline_variables: Vec<Variable> = Vec::new();
     for (k, v) in &options.variables {
@@ -78,17 +92,18 @@ pub fn compile(options: &CompileOptions) -> Result<Pipeline, CiError> {
             project: &project,
             variables: &pipeline_expanded,
             changed_files: options.changed_files.as_deref(),
-            diag: &mut diag,
+            diag: &mut *diag,
             included: 0,
+            skipped,
         };
         loader.load_file(&options.ci_file, &mut Vec::new(), None)?
     };
-    resolve_extends(&mut config, RESERVED, &mut diag);
+    resolve_extends(&mut config, RESERVED, diag);
     diag.check()?;
-    resolve_references(&mut config, &mut diag);
+    resolve_references(&mut config, diag);
     diag.check()?;
 
-    let globals = read_globals(&config, &mut diag);
+    let globals = read_globals(&config, diag);
     let mut specs: Vec<JobSpec> = Vec::new();
     let mut visible: HashSet<String> = HashSet::new();
     for (key, node) in config.iter() {
@@ -102,7 +117,7 @@ pub fn compile(options: &CompileOptions) -> Result<Pipeline, CiError> {
             continue;
         }
         visible.insert(key.name.clone());
-        if let Some(spec) = read_job(&key.name, &key.at, node, &globals.stages, &mut diag) {
+        if let Some(spec) = read_job(&key.name, &key.at, node, &globals.stages, diag) {
             specs.push(spec);
         }
     }
@@ -112,7 +127,7 @@ pub fn compile(options: &CompileOptions) -> Result<Pipeline, CiError> {
             "jobs config should contain at least one visible job",
         ));
     }
-    check_references(&specs, &visible, &globals, &mut diag);
+    check_references(&specs, &visible, &globals, diag);
     diag.check()?;
 
     let mut compiler = Compiler {
@@ -143,7 +158,7 @@ struct Compiler<'a> {
     project: &'a Project,
     globals: Globals,
     pipeline_variables: Vec<Variable>,
-    diag: Diagnostics,
+    diag: &'a mut Diagnostics,
 }
 
 /// Why an instance is left out.
@@ -172,7 +187,7 @@ impl Compiler<'_> {
                 project: self.project,
                 changed_files: self.options.changed_files.as_deref(),
             };
-            match context.first_match(&rules, &mut self.diag) {
+            match context.first_match(&rules, self.diag) {
                 None => {
                     workflow_excluded = Some(
                         "no workflow:rules rule matched, so GitLab would not create this pipeline"
@@ -213,7 +228,7 @@ impl Compiler<'_> {
                 jobs: Vec::new(),
                 excluded: Vec::new(),
                 workflow_excluded: Some(reason),
-                warnings: self.sorted_warnings(),
+                warnings: self.diag.sorted_warnings(),
             });
         }
 
@@ -406,20 +421,8 @@ impl Compiler<'_> {
             jobs,
             excluded,
             workflow_excluded: None,
-            warnings: self.sorted_warnings(),
+            warnings: self.diag.sorted_warnings(),
         })
-    }
-
-    /// The warnings in file order (those without a position last).
-    fn sorted_warnings(&mut self) -> Vec<super::error::Warning> {
-        let mut warnings = std::mem::take(&mut self.diag.warnings);
-        warnings.sort_by(|a, b| match (&a.location, &b.location) {
-            (Some(x), Some(y)) => x.cmp(y),
-            (Some(_), None) => std::cmp::Ordering::Less,
-            (None, Some(_)) => std::cmp::Ordering::Greater,
-            (None, None) => std::cmp::Ordering::Equal,
-        });
-        warnings
     }
 
     /// Put the user's variables back on top (they override everything from the file).
@@ -497,7 +500,7 @@ impl Compiler<'_> {
         let mut needs = spec.needs.clone();
         let mut interruptible = spec.keywords.interruptible;
         let (when, allow_failure) = if let Some(rules) = &spec.rules {
-            let Some(rule) = context.first_match(rules, &mut self.diag) else {
+            let Some(rule) = context.first_match(rules, self.diag) else {
                 return Outcome::Out("no rule matched".into());
             };
             let when = rule.when.or(spec.when).unwrap_or(When::OnSuccess);
@@ -520,15 +523,20 @@ impl Compiler<'_> {
                 .unwrap_or(AllowFailure::No);
             (when, allow_failure)
         } else {
-            let only = spec
-                .only
-                .clone()
-                .unwrap_or_else(|| super::rules::Policy::default_only(&spec.at));
-            if !context.only_allows(&only, &mut self.diag) {
+            // The default `only: [branches, tags]` does not apply when the pipeline has
+            // `workflow:rules` (`Processable#compose!`, `lib/gitlab/ci/config/entry/processable.rb`).
+            let only = match &spec.only {
+                Some(only) => Some(only.clone()),
+                None if self.globals.workflow.rules.is_some() => None,
+                None => Some(super::rules::Policy::default_only(&spec.at)),
+            };
+            if let Some(only) = &only
+                && !context.only_allows(only, self.diag)
+            {
                 return Outcome::Out(format!("only at {} does not match this pipeline", only.at));
             }
             if let Some(except) = &spec.except
-                && context.except_excludes(except, &mut self.diag)
+                && context.except_excludes(except, self.diag)
             {
                 return Outcome::Out(format!("except at {} matches this pipeline", except.at));
             }
@@ -681,7 +689,7 @@ impl Compiler<'_> {
         let mut keywords = spec.keywords.clone();
         keywords.inherit(&self.globals.defaults, &spec.inherit_default);
         let lookup = |k: &str| candidate.expanded.get(k).cloned();
-        let mut reader = Reader::new(&mut self.diag, format!("jobs:{}", candidate.name));
+        let mut reader = Reader::new(self.diag, format!("jobs:{}", candidate.name));
         let mut cache = Vec::new();
         for c in keywords.cache.iter().flatten() {
             cache.push(c.finish(self.project, &lookup, &mut reader)?);
@@ -831,16 +839,60 @@ fn check_references(
                                 reason: "should be part of needs".into(),
                             });
                         }
-                    } else if target.stage_index >= spec.stage_index {
+                    } else if target.stage_index > spec.stage_index {
+                        // Current GitLab allows a dependency in the same stage, as for needs:
+                        // `dependency_stage_index <= job_stage_index` in
+                        // `YamlProcessor#validate_job_dependency!`
+                        // (`lib/gitlab/ci/yaml_processor.rb`).
                         diag.error(CiError::MissingDependency {
                             location: at.clone(),
                             job: spec.name.clone(),
                             dependency: name.clone(),
-                            reason: "is not defined in prior stages".into(),
+                            reason: "is not defined in current or prior stages".into(),
                         });
                     }
                 }
             }
         }
+    }
+}
+
+/// Wrap the errors that may come from a file a local run could not read (a job overriding one
+/// from a template, a `needs` on a job defined remotely, ...) so that they say so.
+fn explain_skipped(error: CiError, skipped: &[SkippedInclude]) -> CiError {
+    if skipped.is_empty() {
+        return error;
+    }
+    let may_come_from_skipped = |e: &CiError| match e {
+        CiError::MissingScript { .. }
+        | CiError::MissingExtends { .. }
+        | CiError::MissingReference { .. }
+        | CiError::UnknownStage { .. } => true,
+        CiError::MissingNeed { reason, .. } | CiError::MissingDependency { reason, .. } => {
+            reason.contains("not defined")
+        }
+        CiError::Invalid { message, .. } => message.contains("at least one visible job"),
+        _ => false,
+    };
+    let mut shown: Vec<String> = skipped.iter().take(3).map(ToString::to_string).collect();
+    if skipped.len() > 3 {
+        shown.push(format!("{} more", skipped.len() - 3));
+    }
+    let includes = shown.join("; ");
+    let wrap = |e: CiError| {
+        if may_come_from_skipped(&e) {
+            CiError::FromSkippedInclude {
+                error: Box::new(e),
+                includes: includes.clone(),
+            }
+        } else {
+            e
+        }
+    };
+    match error {
+        CiError::Many { errors } => CiError::Many {
+            errors: errors.into_iter().map(wrap).collect(),
+        },
+        other => wrap(other),
     }
 }

@@ -258,6 +258,15 @@ pub enum CiError {
         /// What was asked for and what exists.
         message: String,
     },
+    /// An error that may be caused by an include a local run skips (remote, project, template,
+    /// component): the job or template it misses may be defined there.
+    #[error("{error} (this may come from an include that local runs skip: {includes})")]
+    FromSkippedInclude {
+        /// The error as found.
+        error: Box<CiError>,
+        /// The skipped includes, with their positions.
+        includes: String,
+    },
     /// Several of the above, in file order.
     #[error("{} errors in the pipeline:\n{}", errors.len(), errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
     Many {
@@ -271,6 +280,7 @@ impl CiError {
     pub fn location(&self) -> Option<&Location> {
         match self {
             CiError::Read { .. } | CiError::Selection { .. } | CiError::Many { .. } => None,
+            CiError::FromSkippedInclude { error, .. } => error.location(),
             CiError::Syntax { location, .. }
             | CiError::Include { location, .. }
             | CiError::UnknownStage { location, .. }
@@ -320,6 +330,24 @@ impl CiError {
     }
 }
 
+/// A pipeline that cannot be compiled: the errors, and the warnings found before them (which
+/// often explain them, like an include that was skipped).
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct CompileError {
+    /// What is wrong (one error, or [`CiError::Many`]).
+    pub error: Box<CiError>,
+    /// The warnings collected until the compilation stopped, in file order.
+    pub warnings: Vec<Warning>,
+}
+
+impl CompileError {
+    /// The single errors (see [`CiError::errors`]).
+    pub fn errors(&self) -> Vec<&CiError> {
+        self.error.errors()
+    }
+}
+
 /// Errors collected while compiling, so that one run reports as many problems as it can.
 #[derive(Debug, Default)]
 pub(crate) struct Diagnostics {
@@ -352,6 +380,18 @@ impl Diagnostics {
         if !self.warnings.contains(&warning) {
             self.warnings.push(warning);
         }
+    }
+
+    /// The warnings in file order (those without a position last), taken out.
+    pub fn sorted_warnings(&mut self) -> Vec<Warning> {
+        let mut warnings = std::mem::take(&mut self.warnings);
+        warnings.sort_by(|a, b| match (&a.location, &b.location) {
+            (Some(x), Some(y)) => x.cmp(y),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (None, None) => std::cmp::Ordering::Equal,
+        });
+        warnings
     }
 
     /// Turn the errors collected so far into a result (the same error reported twice, through

@@ -17,7 +17,8 @@ pub(crate) fn resolve_extends(config: &mut Mapping, reserved: &[&str], diag: &mu
         .iter()
         .filter(|(k, v)| {
             !reserved.contains(&k.name.as_str())
-                && v.as_map().is_some_and(|m| m.get("extends").is_some())
+                && v.as_map()
+                    .is_some_and(|m| m.get("extends").is_some_and(|e| !e.is_null()))
         })
         .map(|(k, _)| k.name.clone())
         .collect();
@@ -78,7 +79,8 @@ impl Resolver<'_> {
         let Some(map) = node.as_map() else {
             return Ok(node);
         };
-        let Some(extends) = map.get("extends") else {
+        // `extends:` without a value extends nothing.
+        let Some(extends) = map.get("extends").filter(|e| !e.is_null()) else {
             return Ok(node);
         };
         let parents: Vec<(String, Location)> = match &extends.value {

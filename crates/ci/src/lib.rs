@@ -55,7 +55,7 @@ pub use artifacts::{Artifacts, ArtifactsWhen, Report};
 pub use cache::{Cache, CachePolicy, CacheWhen};
 pub use compile::{CompileOptions, compile};
 pub use duration::parse_duration;
-pub use error::{CiError, Location, Warning};
+pub use error::{CiError, CompileError, Location, Warning};
 pub use expr::{Expression, ExpressionError};
 pub use image::{Image, Service};
 pub use job::{AllowFailure, CompiledJob, Environment, Need, ParallelInstance, Retry, When};

@@ -34,6 +34,9 @@ pub(crate) struct PathClause {
     pub paths: Vec<String>,
     /// Where the clause is.
     pub at: Location,
+    /// `changes:compare_to`, unexpanded: the ref whose merge base with the pipeline's commit
+    /// the changes are counted from.
+    pub compare_to: Option<(String, Location)>,
 }
 
 /// One rule.
@@ -101,6 +104,7 @@ fn read_paths(
     key: &str,
     extra: &[&str],
 ) -> Option<PathClause> {
+    let mut compare_to = None;
     let paths = match &node.value {
         Value::Map(map) => {
             let mut allowed = vec!["paths"];
@@ -110,7 +114,12 @@ fn read_paths(
                 return None;
             }
             for extra_key in extra {
-                if let Some((k, _)) = map.entry(extra_key) {
+                let Some((k, v)) = map.entry(extra_key) else {
+                    continue;
+                };
+                if *extra_key == "compare_to" {
+                    compare_to = Some((r.string(v, "compare_to")?, v.at.clone()));
+                } else {
                     r.warn(
                         &k.at,
                         format!("{extra_key} is not supported by local runs; ignored"),
@@ -130,7 +139,26 @@ fn read_paths(
     Some(PathClause {
         paths,
         at: node.at.clone(),
+        compare_to,
     })
+}
+
+/// GitLab's limit on nested rule arrays (`Processable::MAX_NESTING_LEVEL`).
+const MAX_RULES_NESTING: usize = 10;
+
+/// Flatten nested arrays into `out`; false when they nest deeper than the limit.
+fn flatten_nested<'n>(items: &'n [Node], level: usize, out: &mut Vec<&'n Node>) -> bool {
+    for item in items {
+        match &item.value {
+            Value::Seq(nested) => {
+                if level >= MAX_RULES_NESTING || !flatten_nested(nested, level + 1, out) {
+                    return false;
+                }
+            }
+            _ => out.push(item),
+        }
+    }
+    true
 }
 
 /// Read a `rules:` list.
@@ -143,12 +171,16 @@ pub(crate) fn read_rules(
         reader.wrong(node, "rules", "an array of hashes");
         return None;
     };
+    // Rules may nest in arrays up to ten levels (`!reference` of rules that are themselves
+    // references): `validates :rules, nested_array_of_hashes_or_arrays: { max_level: 10 }` in
+    // `lib/gitlab/ci/config/entry/processable.rb`.
     let mut flat: Vec<&Node> = Vec::new();
-    for item in items {
-        match &item.value {
-            Value::Seq(nested) => flat.extend(nested.iter()),
-            _ => flat.push(item),
-        }
+    if !flatten_nested(items, 1, &mut flat) {
+        reader.fail(
+            &node.at,
+            format!("rules config should be an array containing hashes and arrays of hashes, nested at most {MAX_RULES_NESTING} levels deep"),
+        );
+        return None;
     }
     let allowed: &[&str] = match kind {
         RulesKind::Job => &[
@@ -289,12 +321,35 @@ impl Context<'_> {
 
     /// Whether any changed file matches the clause.
     fn changed(&self, clause: &PathClause, diag: &mut Diagnostics) -> bool {
-        let Some(changed) = self.changed_files else {
-            diag.warn(
-                &clause.at,
-                "changes cannot be known for a local run and is treated as true (as GitLab does for a new branch)",
-            );
-            return true;
+        // With `compare_to`, GitLab counts the files changed since the merge base of that ref
+        // and the pipeline's commit (`Ci::Pipeline#modified_paths_since`,
+        // app/models/ci/pipeline.rb; the ref's variables expanded, as in
+        // lib/gitlab/ci/build/rules/rule/clause/changes.rb). Locally, when git knows the ref,
+        // the same is asked of git, the working tree's changes included.
+        let since = clause.compare_to.as_ref().map(|(written, at)| {
+            let reference = expand(written, &self.lookup(), false);
+            match self.project.changed_since(&reference) {
+                Some(files) => Some(files),
+                None => {
+                    diag.warn(
+                        at,
+                        format!("compare_to `{reference}` is not a commit of the local repository; changes is treated as true"),
+                    );
+                    None
+                }
+            }
+        });
+        let changed: &[String] = match (&since, self.changed_files) {
+            (Some(Some(files)), _) => files,
+            (Some(None), _) => return true,
+            (None, Some(files)) => files,
+            (None, None) => {
+                diag.warn(
+                    &clause.at,
+                    "changes cannot be known for a local run and is treated as true (as GitLab does for a new branch)",
+                );
+                return true;
+            }
         };
         clause.paths.iter().any(|pattern| {
             let pattern = expand(pattern, &self.lookup(), false);
@@ -323,10 +378,13 @@ impl Context<'_> {
         match expression.evaluate(self.variables) {
             Ok(holds) => holds,
             Err(why) => {
-                diag.warn(
-                    at,
-                    format!("`{expression}` cannot be evaluated ({why}); it is false here"),
-                );
+                // A literal pattern flotilla cannot run was named when the file was read.
+                if expression.unsupported_patterns().is_empty() {
+                    diag.warn(
+                        at,
+                        format!("`{expression}` cannot be evaluated ({why}); it is false here"),
+                    );
+                }
                 false
             }
         }

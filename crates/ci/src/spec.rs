@@ -299,6 +299,8 @@ pub(crate) struct Globals {
 
 /// Read the top level.
 pub(crate) fn read_globals(config: &Mapping, diag: &mut Diagnostics) -> Globals {
+    let present = config.without_nulls();
+    let config = &present;
     let mut stages: Vec<String> = vec!["build".into(), "test".into(), "deploy".into()];
     let stages_entry = config.entry("stages").or_else(|| config.entry("types"));
     if let Some((key, node)) = stages_entry {
@@ -330,6 +332,8 @@ pub(crate) fn read_globals(config: &Mapping, diag: &mut Diagnostics) -> Globals 
         let mut reader = Reader::new(diag, "default");
         if let Some(map) = reader.map(node, "default") {
             reader.check_keys(map, DEFAULT_KEYS);
+            let present = map.without_nulls();
+            let map = &present;
             for key in ["hooks", "id_tokens"] {
                 if let Some((k, _)) = map.entry(key) {
                     reader.warn(
@@ -369,6 +373,8 @@ pub(crate) fn read_globals(config: &Mapping, diag: &mut Diagnostics) -> Globals 
         let mut reader = Reader::new(diag, "workflow");
         if let Some(map) = reader.map(node, "workflow") {
             reader.check_keys(map, &["rules", "name", "auto_cancel"]);
+            let present = map.without_nulls();
+            let map = &present;
             if let Some(n) = map.get("rules") {
                 workflow.rules = read_rules(&mut reader, n, RulesKind::Workflow);
             }
@@ -445,6 +451,9 @@ pub(crate) fn read_job(
     };
     let errors_before = reader.diag.errors.len();
     reader.check_keys(map, JOB_KEYS);
+    // `after_script:`, `dependencies:`, `rules: null`...: a keyword without a value is unspecified.
+    let present = map.without_nulls();
+    let map = &present;
     for (key, message) in UNSUPPORTED {
         if let Some((k, _)) = map.entry(key) {
             reader.diag.warn(&k.at, format!("jobs:{name} {message}"));

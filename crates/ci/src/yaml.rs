@@ -85,6 +85,15 @@ impl Mapping {
         }
     }
 
+    /// Set `key` to `value` in the key's place if it is there (the key's position becomes
+    /// `key`'s), at the end otherwise.
+    pub fn replace(&mut self, key: Key, value: Node) {
+        match self.entries.iter_mut().find(|(k, _)| k.name == key.name) {
+            Some(slot) => *slot = (key, value),
+            None => self.entries.push((key, value)),
+        }
+    }
+
     /// Take the value under `key` out, leaving null in its place (so that a following
     /// [`Mapping::insert`] keeps the key's position).
     pub fn take(&mut self, key: &str) -> Option<Node> {
@@ -107,6 +116,20 @@ impl Mapping {
     /// The entries in order, values mutable.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (&Key, &mut Node)> {
         self.entries.iter_mut().map(|(k, v)| (&*k, v))
+    }
+
+    /// The entries whose values are not null: GitLab's entry factory treats a null value as
+    /// an unspecified keyword (`Gitlab::Config::Entry::Factory#create!`), and attributes are
+    /// validated with `allow_nil`.
+    pub fn without_nulls(&self) -> Mapping {
+        Mapping {
+            entries: self
+                .entries
+                .iter()
+                .filter(|(_, v)| !v.is_null())
+                .cloned()
+                .collect(),
+        }
     }
 
     /// Whether there are no entries.

@@ -5,7 +5,7 @@
 //! `options.json` may set `variables` (merged over the fixed predefined set below; `null`
 //! removes one), `user_variables`, `include_manual` and `changed_files`.
 //!
-//! To regenerate after a deliberate change: `UPDATE_EXPECT=1 cargo test -p flotilla-gitlab
+//! To regenerate after a deliberate change: `UPDATE_EXPECT=1 cargo test -p flotilla-ci
 //! --test ci_corpus`, then review the diff.
 
 use std::path::{Path, PathBuf};
@@ -110,6 +110,7 @@ fn summary(dir: &Path) -> Value {
         }
         Err(error) => json!({
             "errors": error.errors().iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "warnings": error.warnings.iter().map(ToString::to_string).collect::<Vec<_>>(),
         }),
     }
 }

@@ -1,4 +1,4 @@
-//! The compiler's corpus (`crates/gitlab/tests/pipelines/`), run: every pipeline with an
+//! The compiler's corpus (`crates/ci/tests/pipelines/`), run: every pipeline with an
 //! `outcome.txt` is copied into a temporary git repository and run by the real
 //! `flotilla exec` on the embedded default, and the summary must hold exactly the statuses
 //! listed there.
@@ -63,7 +63,7 @@ fn parse(text: &str) -> Outcome {
 }
 
 fn corpus() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../gitlab/tests/pipelines");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../ci/tests/pipelines");
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
         .unwrap()
         .map(|e| e.unwrap().path())
