@@ -98,9 +98,10 @@ fn compile_into(
         };
         loader.load_file(&options.ci_file, &mut Vec::new(), None)?
     };
-    resolve_extends(&mut config, RESERVED, diag);
+    let skipped_text = (!skipped.is_empty()).then(|| skipped_list(skipped));
+    resolve_extends(&mut config, RESERVED, skipped_text.as_deref(), diag);
     diag.check()?;
-    resolve_references(&mut config, diag);
+    resolve_references(&mut config, skipped_text.as_deref(), diag);
     diag.check()?;
 
     let globals = read_globals(&config, diag);
@@ -117,7 +118,14 @@ fn compile_into(
             continue;
         }
         visible.insert(key.name.clone());
-        if let Some(spec) = read_job(&key.name, &key.at, node, &globals.stages, diag) {
+        if let Some(spec) = read_job(
+            &key.name,
+            &key.at,
+            node,
+            &globals.stages,
+            skipped_text.as_deref(),
+            diag,
+        ) {
             specs.push(spec);
         }
     }
@@ -127,7 +135,7 @@ fn compile_into(
             "jobs config should contain at least one visible job",
         ));
     }
-    check_references(&specs, &visible, &globals, diag);
+    check_references(&specs, &visible, &globals, skipped_text.as_deref(), diag);
     diag.check()?;
 
     let mut compiler = Compiler {
@@ -136,6 +144,7 @@ fn compile_into(
         globals,
         pipeline_variables,
         diag,
+        skipped: skipped_text,
     };
     compiler.run(specs)
 }
@@ -159,6 +168,8 @@ struct Compiler<'a> {
     globals: Globals,
     pipeline_variables: Vec<Variable>,
     diag: &'a mut Diagnostics,
+    /// The includes local runs skipped, named for messages, when there are any.
+    skipped: Option<String>,
 }
 
 /// Why an instance is left out.
@@ -166,7 +177,8 @@ enum Outcome {
     In(Box<Candidate>),
     Out(String),
     Manual,
-    Trigger,
+    /// Not run by local runs: a trigger job, or a job of a skipped include.
+    Skipped(&'static str),
 }
 
 impl Compiler<'_> {
@@ -259,10 +271,10 @@ impl Compiler<'_> {
                         });
                         manual_out.insert(name);
                     }
-                    Outcome::Trigger => {
+                    Outcome::Skipped(reason) => {
                         excluded.push(ExcludedJob {
                             name: name.clone(),
-                            reason: "trigger job (downstream pipelines are not run locally)".into(),
+                            reason: reason.into(),
                         });
                         trigger_out.insert(name);
                     }
@@ -330,7 +342,7 @@ impl Compiler<'_> {
                 let mut out: Vec<(Need, Location)> = Vec::new();
                 for need in needs {
                     let targets = need_targets(need, &specs, &defined);
-                    if targets.is_empty() && !need.optional {
+                    if targets.is_empty() && !need.optional && self.skipped.is_none() {
                         self.diag.error(CiError::MissingNeed {
                             location: need.at.clone(),
                             job: candidate.name.clone(),
@@ -361,7 +373,7 @@ impl Compiler<'_> {
                             None if need.optional => {}
                             None if trigger_out.contains(&target) => self.diag.warn(
                                 &need.at,
-                                format!("jobs:{} needs trigger job `{target}`, which local runs skip; the need is dropped", candidate.name),
+                                format!("jobs:{} needs `{target}`, a trigger job or a job of a skipped include, which local runs leave out; the need is dropped", candidate.name),
                             ),
                             None => {
                                 let reason = match excluded.iter().find(|e| e.name == target) {
@@ -444,7 +456,12 @@ impl Compiler<'_> {
         globals: &[Variable],
     ) -> Outcome {
         if spec.trigger {
-            return Outcome::Trigger;
+            return Outcome::Skipped("trigger job (downstream pipelines are not run locally)");
+        }
+        if spec.incomplete {
+            return Outcome::Skipped(
+                "no script: it may override a job of an include that local runs skip",
+            );
         }
         let mut variables = self.pipeline_variables.clone();
         variables.retain(|v| v.source == VariableSource::Predefined);
@@ -789,9 +806,19 @@ fn check_references(
     specs: &[JobSpec],
     visible: &HashSet<String>,
     globals: &Globals,
+    skipped: Option<&str>,
     diag: &mut Diagnostics,
 ) {
-    let by_name: HashMap<&str, &JobSpec> = specs.iter().map(|s| (s.name.as_str(), s)).collect();
+    let mut by_name: HashMap<String, &JobSpec> =
+        specs.iter().map(|s| (s.name.clone(), s)).collect();
+    // A need may name one instance of a parallel job (`build: [aws, x]`, `test 1/3`).
+    for spec in specs {
+        if let Some(parallel) = &spec.parallel {
+            for (name, _) in instances(&spec.name, parallel) {
+                by_name.entry(name).or_insert(spec);
+            }
+        }
+    }
     for spec in specs {
         let mut all_needs: Vec<&NeedSpec> = spec.needs.iter().flatten().collect();
         for rule in spec.rules.iter().flatten() {
@@ -800,6 +827,16 @@ fn check_references(
         for need in all_needs {
             match by_name.get(need.job.as_str()) {
                 None if need.optional || visible.contains(&need.job) => {}
+                // A job of an include that local runs skip may be meant: the need is dropped.
+                None if skipped.is_some() => diag.warn(
+                    &need.at,
+                    format!(
+                        "jobs:{} needs `{}`, which is not defined here and may be in an include that local runs skip ({}); the need is dropped",
+                        spec.name,
+                        need.job,
+                        skipped.unwrap_or_default()
+                    ),
+                ),
                 None => diag.error(CiError::MissingNeed {
                     location: need.at.clone(),
                     job: spec.name.clone(),
@@ -823,6 +860,14 @@ fn check_references(
         for (name, at) in spec.dependencies.iter().flatten() {
             match by_name.get(name.as_str()) {
                 None if visible.contains(name) => {}
+                None if skipped.is_some() => diag.warn(
+                    at,
+                    format!(
+                        "jobs:{} dependency `{name}` is not defined here and may be in an include that local runs skip ({}); it is dropped",
+                        spec.name,
+                        skipped.unwrap_or_default()
+                    ),
+                ),
                 None => diag.error(CiError::MissingDependency {
                     location: at.clone(),
                     job: spec.name.clone(),
@@ -857,6 +902,15 @@ fn check_references(
     }
 }
 
+/// The skipped includes, for messages: the first three and how many more.
+fn skipped_list(skipped: &[SkippedInclude]) -> String {
+    let mut shown: Vec<String> = skipped.iter().take(3).map(ToString::to_string).collect();
+    if skipped.len() > 3 {
+        shown.push(format!("{} more", skipped.len() - 3));
+    }
+    shown.join("; ")
+}
+
 /// Wrap the errors that may come from a file a local run could not read (a job overriding one
 /// from a template, a `needs` on a job defined remotely, ...) so that they say so.
 fn explain_skipped(error: CiError, skipped: &[SkippedInclude]) -> CiError {
@@ -874,11 +928,7 @@ fn explain_skipped(error: CiError, skipped: &[SkippedInclude]) -> CiError {
         CiError::Invalid { message, .. } => message.contains("at least one visible job"),
         _ => false,
     };
-    let mut shown: Vec<String> = skipped.iter().take(3).map(ToString::to_string).collect();
-    if skipped.len() > 3 {
-        shown.push(format!("{} more", skipped.len() - 3));
-    }
-    let includes = shown.join("; ");
+    let includes = skipped_list(skipped);
     let wrap = |e: CiError| {
         if may_come_from_skipped(&e) {
             CiError::FromSkippedInclude {

@@ -11,8 +11,15 @@ use super::yaml::{Mapping, Node, Value};
 /// GitLab's limit on `extends` nesting.
 const MAX_NESTING: usize = 10;
 
-/// Resolve `extends` for every top-level entry except `reserved` ones.
-pub(crate) fn resolve_extends(config: &mut Mapping, reserved: &[&str], diag: &mut Diagnostics) {
+/// Resolve `extends` for every top-level entry except `reserved` ones. When includes were
+/// skipped (`skipped` names them), a template that is not defined may be in one of them: the
+/// job is compiled without it, with a warning, instead of failing the pipeline.
+pub(crate) fn resolve_extends(
+    config: &mut Mapping,
+    reserved: &[&str],
+    skipped: Option<&str>,
+    diag: &mut Diagnostics,
+) {
     let names: Vec<String> = config
         .iter()
         .filter(|(k, v)| {
@@ -28,6 +35,8 @@ pub(crate) fn resolve_extends(config: &mut Mapping, reserved: &[&str], diag: &mu
     let mut resolver = Resolver {
         config,
         reserved,
+        skipped,
+        warnings: Vec::new(),
         resolved: HashMap::new(),
         depth: HashMap::new(),
         failed: HashSet::new(),
@@ -41,6 +50,9 @@ pub(crate) fn resolve_extends(config: &mut Mapping, reserved: &[&str], diag: &mu
             Err(Some(error)) => diag.error(error),
             Err(None) => {}
         }
+    }
+    for (at, message) in std::mem::take(&mut resolver.warnings) {
+        diag.warn(&at, message);
     }
     for (name, node) in results {
         if let Some(slot) = config
@@ -56,6 +68,10 @@ pub(crate) fn resolve_extends(config: &mut Mapping, reserved: &[&str], diag: &mu
 struct Resolver<'a> {
     config: &'a Mapping,
     reserved: &'a [&'a str],
+    /// The includes local runs skipped, when there are any.
+    skipped: Option<&'a str>,
+    /// Templates left out because they may be in a skipped include.
+    warnings: Vec<(Location, String)>,
     resolved: HashMap<String, Node>,
     /// How many `extends` hops lie below each resolved entry.
     depth: HashMap<String, usize>,
@@ -137,6 +153,13 @@ impl Resolver<'_> {
                     .config
                     .get(&parent)
                     .is_some_and(|n| n.as_map().is_some());
+            if !exists && let Some(skipped) = self.skipped {
+                self.warnings.push((
+                    at,
+                    format!("jobs:{name} extends `{parent}`, which is not defined here and may be in an include that local runs skip ({skipped}); the job is compiled without it"),
+                ));
+                continue;
+            }
             if !exists {
                 return Err(Some(CiError::MissingExtends {
                     location: at,

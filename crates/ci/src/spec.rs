@@ -418,6 +418,8 @@ pub(crate) struct JobSpec {
     pub environment: Option<Environment>,
     pub resource_group: Option<String>,
     pub trigger: bool,
+    /// A job without a script in a pipeline whose includes were skipped: left out.
+    pub incomplete: bool,
 }
 
 fn read_inherit(reader: &mut Reader<'_>, node: &Node, key: &str) -> Option<Inherit> {
@@ -433,11 +435,14 @@ fn read_inherit(reader: &mut Reader<'_>, node: &Node, key: &str) -> Option<Inher
 }
 
 /// Read one visible job. `None` when it has errors (they are in `diag`).
+/// When includes were skipped (`skipped` names them), a job without a script is left out with
+/// a warning instead of failing the pipeline.
 pub(crate) fn read_job(
     name: &str,
     key_at: &Location,
     node: &Node,
     stages: &[String],
+    skipped: Option<&str>,
     diag: &mut Diagnostics,
 ) -> Option<JobSpec> {
     let context = format!("jobs:{name}");
@@ -466,6 +471,7 @@ pub(crate) fn read_job(
         );
     }
     let trigger = map.get("trigger").is_some();
+    let mut incomplete = false;
 
     let script = match map.get("script") {
         Some(n) => match flatten(n, name, "script") {
@@ -476,11 +482,21 @@ pub(crate) fn read_job(
             }
         },
         None => {
-            if !trigger {
-                reader.diag.error(CiError::MissingScript {
+            match skipped {
+                _ if trigger => {}
+                // Most likely the job overrides one defined in the skipped include (`sast:`
+                // with its own rules): GitLab would merge them; locally the job cannot run.
+                Some(skipped) => {
+                    reader.diag.warn(
+                        key_at,
+                        format!("jobs:{name} has no script: it may override a job of an include that local runs skip ({skipped}); the job is left out"),
+                    );
+                    incomplete = true;
+                }
+                None => reader.diag.error(CiError::MissingScript {
                     location: key_at.clone(),
                     job: name.to_string(),
-                });
+                }),
             }
             Vec::new()
         }
@@ -612,5 +628,6 @@ pub(crate) fn read_job(
         environment,
         resource_group,
         trigger,
+        incomplete,
     })
 }

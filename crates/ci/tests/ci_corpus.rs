@@ -5,6 +5,11 @@
 //! `options.json` may set `variables` (merged over the fixed predefined set below; `null`
 //! removes one), `user_variables`, `include_manual` and `changed_files`.
 //!
+//! The `real_*` (and `error_real_*`) pipelines are public projects' own, unchanged: their
+//! `SOURCE` file names the repository, the pipeline file's path and the commit, and each local
+//! include copied beside it. Their `options.json` sets the variables of the pipeline being
+//! reproduced (the project path their rules test, a merge request, a schedule).
+//!
 //! To regenerate after a deliberate change: `UPDATE_EXPECT=1 cargo test -p flotilla-ci
 //! --test ci_corpus`, then review the diff.
 
