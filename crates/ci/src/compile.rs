@@ -99,7 +99,7 @@ fn compile_into(
         loader.load_file(&options.ci_file, &mut Vec::new(), None)?
     };
     let skipped_text = (!skipped.is_empty()).then(|| skipped_list(skipped));
-    resolve_extends(&mut config, RESERVED, skipped_text.as_deref(), diag);
+    let partial = resolve_extends(&mut config, RESERVED, skipped_text.as_deref(), diag);
     diag.check()?;
     resolve_references(&mut config, skipped_text.as_deref(), diag);
     diag.check()?;
@@ -124,12 +124,20 @@ fn compile_into(
             node,
             &globals.stages,
             skipped_text.as_deref(),
+            partial.contains(&key.name),
             diag,
         ) {
             specs.push(spec);
         }
     }
-    if visible.is_empty() {
+    if visible.is_empty()
+        && let Some(skipped) = &skipped_text
+    {
+        diag.warn(
+            &Location::new(options.ci_file.as_str(), 1, 1),
+            format!("the pipeline defines no visible job here; its jobs may be in includes that local runs skip ({skipped})"),
+        );
+    } else if visible.is_empty() {
         diag.error(CiError::invalid(
             &Location::new(options.ci_file.as_str(), 1, 1),
             "jobs config should contain at least one visible job",
@@ -819,7 +827,7 @@ fn check_references(
             }
         }
     }
-    for spec in specs {
+    for spec in specs.iter().filter(|s| !s.incomplete) {
         let mut all_needs: Vec<&NeedSpec> = spec.needs.iter().flatten().collect();
         for rule in spec.rules.iter().flatten() {
             all_needs.extend(rule.needs.iter().flatten());

@@ -13,13 +13,14 @@ const MAX_NESTING: usize = 10;
 
 /// Resolve `extends` for every top-level entry except `reserved` ones. When includes were
 /// skipped (`skipped` names them), a template that is not defined may be in one of them: the
-/// job is compiled without it, with a warning, instead of failing the pipeline.
+/// job is compiled without it, with a warning, instead of failing the pipeline. Returns the
+/// entries compiled without a template (directly or through their parents).
 pub(crate) fn resolve_extends(
     config: &mut Mapping,
     reserved: &[&str],
     skipped: Option<&str>,
     diag: &mut Diagnostics,
-) {
+) -> HashSet<String> {
     let names: Vec<String> = config
         .iter()
         .filter(|(k, v)| {
@@ -30,13 +31,14 @@ pub(crate) fn resolve_extends(
         .map(|(k, _)| k.name.clone())
         .collect();
     if names.is_empty() {
-        return;
+        return HashSet::new();
     }
     let mut resolver = Resolver {
         config,
         reserved,
         skipped,
         warnings: Vec::new(),
+        partial: HashSet::new(),
         resolved: HashMap::new(),
         depth: HashMap::new(),
         failed: HashSet::new(),
@@ -54,6 +56,7 @@ pub(crate) fn resolve_extends(
     for (at, message) in std::mem::take(&mut resolver.warnings) {
         diag.warn(&at, message);
     }
+    let partial = std::mem::take(&mut resolver.partial);
     for (name, node) in results {
         if let Some(slot) = config
             .iter_mut()
@@ -63,6 +66,7 @@ pub(crate) fn resolve_extends(
             *slot = node;
         }
     }
+    partial
 }
 
 struct Resolver<'a> {
@@ -72,6 +76,8 @@ struct Resolver<'a> {
     skipped: Option<&'a str>,
     /// Templates left out because they may be in a skipped include.
     warnings: Vec<(Location, String)>,
+    /// The entries resolved without a template (theirs or a parent's).
+    partial: HashSet<String>,
     resolved: HashMap<String, Node>,
     /// How many `extends` hops lie below each resolved entry.
     depth: HashMap<String, usize>,
@@ -158,6 +164,7 @@ impl Resolver<'_> {
                     at,
                     format!("jobs:{name} extends `{parent}`, which is not defined here and may be in an include that local runs skip ({skipped}); the job is compiled without it"),
                 ));
+                self.partial.insert(name.to_string());
                 continue;
             }
             if !exists {
@@ -177,6 +184,9 @@ impl Resolver<'_> {
                     return Err(error);
                 }
             };
+            if self.partial.contains(&parent) {
+                self.partial.insert(name.to_string());
+            }
             depth = depth.max(self.depth.get(&parent).copied().unwrap_or(0) + 1);
             base = Some(match base {
                 Some(b) => deep_merge(b, resolved_parent),

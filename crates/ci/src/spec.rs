@@ -436,13 +436,16 @@ fn read_inherit(reader: &mut Reader<'_>, node: &Node, key: &str) -> Option<Inher
 
 /// Read one visible job. `None` when it has errors (they are in `diag`).
 /// When includes were skipped (`skipped` names them), a job without a script is left out with
-/// a warning instead of failing the pipeline.
+/// a warning instead of failing the pipeline, and so is a job compiled without a template
+/// (`partial`) whose stage does not exist (the template would have set it).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn read_job(
     name: &str,
     key_at: &Location,
     node: &Node,
     stages: &[String],
     skipped: Option<&str>,
+    partial: bool,
     diag: &mut Diagnostics,
 ) -> Option<JobSpec> {
     let context = format!("jobs:{name}");
@@ -512,7 +515,18 @@ pub(crate) fn read_job(
         None => ("test".to_string(), key_at.clone()),
     };
     let stage_index = stages.iter().position(|s| *s == stage);
-    if stage_index.is_none() {
+    if stage_index.is_none() && incomplete {
+        // Left out already (no script); its stage does not matter.
+    } else if stage_index.is_none()
+        && partial
+        && let Some(skipped) = skipped
+    {
+        reader.diag.warn(
+            &stage_at,
+            format!("jobs:{name} stage `{stage}` does not exist; the job extends a template that may be in an include that local runs skip ({skipped}), which may set it; the job is left out"),
+        );
+        incomplete = true;
+    } else if stage_index.is_none() {
         reader.diag.error(CiError::UnknownStage {
             location: stage_at,
             job: name.to_string(),
