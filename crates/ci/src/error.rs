@@ -43,7 +43,7 @@ impl Serialize for Location {
 
 /// Something in the pipeline definition that flotilla accepted but does not honour (an
 /// unsupported keyword, a deprecated form, a GitLab-server feature a local run cannot have).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Warning {
     /// Where the keyword is, when it comes from a file.
     pub location: Option<Location>,
@@ -355,6 +355,11 @@ pub(crate) struct Diagnostics {
     pub errors: Vec<CiError>,
     /// Warnings found so far.
     pub warnings: Vec<Warning>,
+    /// Warnings about a job's keyword, by position and text, with the jobs they were found in:
+    /// jobs sharing a template share its warnings, which are reported once.
+    pub by_jobs: std::collections::BTreeMap<(Location, String), Vec<String>>,
+    /// The warnings recorded so far, to keep each once.
+    seen: std::collections::HashSet<Warning>,
 }
 
 impl Diagnostics {
@@ -366,8 +371,20 @@ impl Diagnostics {
     /// Record a warning at `location`.
     pub fn warn(&mut self, location: &Location, message: impl Into<String>) {
         let warning = Warning::at(location, message);
-        if !self.warnings.contains(&warning) {
+        if self.seen.insert(warning.clone()) {
             self.warnings.push(warning);
+        }
+    }
+
+    /// Record a warning about what `context` (`jobs:build`, `jobs:build:artifacts`) holds at
+    /// `location`; the same warning at the same place for several jobs is reported once.
+    pub fn warn_in(&mut self, context: &str, location: &Location, message: impl Into<String>) {
+        let contexts = self
+            .by_jobs
+            .entry((location.clone(), message.into()))
+            .or_default();
+        if !contexts.iter().any(|c| c == context) {
+            contexts.push(context.to_string());
         }
     }
 
@@ -385,6 +402,17 @@ impl Diagnostics {
     /// The warnings in file order (those without a position last), taken out.
     pub fn sorted_warnings(&mut self) -> Vec<Warning> {
         let mut warnings = std::mem::take(&mut self.warnings);
+        for ((location, message), contexts) in std::mem::take(&mut self.by_jobs) {
+            let who = match contexts.len() {
+                1 => contexts[0].clone(),
+                n if n <= 3 => contexts.join(", "),
+                n => format!("{} and {} more", contexts[..2].join(", "), n - 2),
+            };
+            let warning = Warning::at(&location, format!("{who} {message}"));
+            if !warnings.contains(&warning) {
+                warnings.push(warning);
+            }
+        }
         warnings.sort_by(|a, b| match (&a.location, &b.location) {
             (Some(x), Some(y)) => x.cmp(y),
             (Some(_), None) => std::cmp::Ordering::Less,

@@ -464,7 +464,9 @@ pub(crate) fn read_job(
     let map = &present;
     for (key, message) in UNSUPPORTED {
         if let Some((k, _)) = map.entry(key) {
-            reader.diag.warn(&k.at, format!("jobs:{name} {message}"));
+            reader
+                .diag
+                .warn_in(&format!("jobs:{name}"), &k.at, *message);
         }
     }
     if name == "pages" && map.get("pages").is_none() {
