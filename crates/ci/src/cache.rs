@@ -84,9 +84,20 @@ pub(crate) fn read_cache(reader: &mut Reader<'_>, node: &Node) -> Option<Vec<Cac
                 reader.fail(&node.at, "cache config can have at most 4 caches");
                 return None;
             }
+            // Caches are a composable array: `[@config].flatten` in gitlabhq/gitlabhq
+            // lib/gitlab/config/entry/composable_array.rb, so an anchor of a list of caches
+            // may be listed as one item.
+            let mut flat: Vec<&Node> = Vec::new();
+            let mut pending: Vec<&Node> = items.iter().rev().collect();
+            while let Some(item) = pending.pop() {
+                match &item.value {
+                    Value::Seq(nested) => pending.extend(nested.iter().rev()),
+                    _ => flat.push(item),
+                }
+            }
             let mut out = Vec::new();
             let mut ok = true;
-            for item in items {
+            for item in flat {
                 match read_one(reader, item) {
                     Some(c) => out.push(c),
                     None => ok = false,

@@ -5,9 +5,9 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use super::error::{CiError, Diagnostics, Location};
+use super::error::{CiError, CompileError, Diagnostics, Location};
 use super::extends::resolve_extends;
-use super::include::Loader;
+use super::include::{Loader, SkippedInclude};
 use super::job::{AllowFailure, CompiledJob, Need, ParallelInstance, When};
 use super::needs::NeedSpec;
 use super::parallel::instances;
@@ -53,10 +53,24 @@ impl CompileOptions {
     }
 }
 
-/// Compile the project's pipeline.
-pub fn compile(options: &CompileOptions) -> Result<Pipeline, CiError> {
-    let project = Project::new(&options.project_dir);
+/// Compile the project's pipeline. On failure, the warnings found before the errors come with
+/// them (GitLab's linter returns both), and an error that may come from a file a local run
+/// cannot read (a remote, project, template or component include) says so.
+pub fn compile(options: &CompileOptions) -> Result<Pipeline, CompileError> {
     let mut diag = Diagnostics::default();
+    let mut skipped = Vec::new();
+    compile_into(options, &mut diag, &mut skipped).map_err(|error| CompileError {
+        error: Box::new(explain_skipped(error, &skipped)),
+        warnings: diag.sorted_warnings(),
+    })
+}
+
+fn compile_into(
+    options: &CompileOptions,
+    diag: &mut Diagnostics,
+    skipped: &mut Vec<SkippedInclude>,
+) -> Result<Pipeline, CiError> {
+    let project = Project::new(&options.project_dir);
 
     let mut pipeline_variables: Vec<Variable> = Vec::new();
     for (k, v) in &options.variables {
@@ -78,17 +92,19 @@ pub fn compile(options: &CompileOptions) -> Result<Pipeline, CiError> {
             project: &project,
             variables: &pipeline_expanded,
             changed_files: options.changed_files.as_deref(),
-            diag: &mut diag,
+            diag: &mut *diag,
             included: 0,
+            skipped,
         };
         loader.load_file(&options.ci_file, &mut Vec::new(), None)?
     };
-    resolve_extends(&mut config, RESERVED, &mut diag);
+    let skipped_text = (!skipped.is_empty()).then(|| skipped_list(skipped));
+    let partial = resolve_extends(&mut config, RESERVED, skipped_text.as_deref(), diag);
     diag.check()?;
-    resolve_references(&mut config, &mut diag);
+    resolve_references(&mut config, skipped_text.as_deref(), diag);
     diag.check()?;
 
-    let globals = read_globals(&config, &mut diag);
+    let globals = read_globals(&config, diag);
     let mut specs: Vec<JobSpec> = Vec::new();
     let mut visible: HashSet<String> = HashSet::new();
     for (key, node) in config.iter() {
@@ -102,17 +118,32 @@ pub fn compile(options: &CompileOptions) -> Result<Pipeline, CiError> {
             continue;
         }
         visible.insert(key.name.clone());
-        if let Some(spec) = read_job(&key.name, &key.at, node, &globals.stages, &mut diag) {
+        if let Some(spec) = read_job(
+            &key.name,
+            &key.at,
+            node,
+            &globals.stages,
+            skipped_text.as_deref(),
+            partial.contains(&key.name),
+            diag,
+        ) {
             specs.push(spec);
         }
     }
-    if visible.is_empty() {
+    if visible.is_empty()
+        && let Some(skipped) = &skipped_text
+    {
+        diag.warn(
+            &Location::new(options.ci_file.as_str(), 1, 1),
+            format!("the pipeline defines no visible job here; its jobs may be in includes that local runs skip ({skipped})"),
+        );
+    } else if visible.is_empty() {
         diag.error(CiError::invalid(
             &Location::new(options.ci_file.as_str(), 1, 1),
             "jobs config should contain at least one visible job",
         ));
     }
-    check_references(&specs, &visible, &globals, &mut diag);
+    check_references(&specs, &visible, &globals, skipped_text.as_deref(), diag);
     diag.check()?;
 
     let mut compiler = Compiler {
@@ -121,6 +152,7 @@ pub fn compile(options: &CompileOptions) -> Result<Pipeline, CiError> {
         globals,
         pipeline_variables,
         diag,
+        skipped: skipped_text,
     };
     compiler.run(specs)
 }
@@ -143,7 +175,9 @@ struct Compiler<'a> {
     project: &'a Project,
     globals: Globals,
     pipeline_variables: Vec<Variable>,
-    diag: Diagnostics,
+    diag: &'a mut Diagnostics,
+    /// The includes local runs skipped, named for messages, when there are any.
+    skipped: Option<String>,
 }
 
 /// Why an instance is left out.
@@ -151,7 +185,8 @@ enum Outcome {
     In(Box<Candidate>),
     Out(String),
     Manual,
-    Trigger,
+    /// Not run by local runs: a trigger job, or a job of a skipped include.
+    Skipped(&'static str),
 }
 
 impl Compiler<'_> {
@@ -172,7 +207,7 @@ impl Compiler<'_> {
                 project: self.project,
                 changed_files: self.options.changed_files.as_deref(),
             };
-            match context.first_match(&rules, &mut self.diag) {
+            match context.first_match(&rules, self.diag) {
                 None => {
                     workflow_excluded = Some(
                         "no workflow:rules rule matched, so GitLab would not create this pipeline"
@@ -213,7 +248,7 @@ impl Compiler<'_> {
                 jobs: Vec::new(),
                 excluded: Vec::new(),
                 workflow_excluded: Some(reason),
-                warnings: self.sorted_warnings(),
+                warnings: self.diag.sorted_warnings(),
             });
         }
 
@@ -244,10 +279,10 @@ impl Compiler<'_> {
                         });
                         manual_out.insert(name);
                     }
-                    Outcome::Trigger => {
+                    Outcome::Skipped(reason) => {
                         excluded.push(ExcludedJob {
                             name: name.clone(),
-                            reason: "trigger job (downstream pipelines are not run locally)".into(),
+                            reason: reason.into(),
                         });
                         trigger_out.insert(name);
                     }
@@ -315,7 +350,7 @@ impl Compiler<'_> {
                 let mut out: Vec<(Need, Location)> = Vec::new();
                 for need in needs {
                     let targets = need_targets(need, &specs, &defined);
-                    if targets.is_empty() && !need.optional {
+                    if targets.is_empty() && !need.optional && self.skipped.is_none() {
                         self.diag.error(CiError::MissingNeed {
                             location: need.at.clone(),
                             job: candidate.name.clone(),
@@ -346,7 +381,7 @@ impl Compiler<'_> {
                             None if need.optional => {}
                             None if trigger_out.contains(&target) => self.diag.warn(
                                 &need.at,
-                                format!("jobs:{} needs trigger job `{target}`, which local runs skip; the need is dropped", candidate.name),
+                                format!("jobs:{} needs `{target}`, a trigger job or a job of a skipped include, which local runs leave out; the need is dropped", candidate.name),
                             ),
                             None => {
                                 let reason = match excluded.iter().find(|e| e.name == target) {
@@ -406,20 +441,8 @@ impl Compiler<'_> {
             jobs,
             excluded,
             workflow_excluded: None,
-            warnings: self.sorted_warnings(),
+            warnings: self.diag.sorted_warnings(),
         })
-    }
-
-    /// The warnings in file order (those without a position last).
-    fn sorted_warnings(&mut self) -> Vec<super::error::Warning> {
-        let mut warnings = std::mem::take(&mut self.diag.warnings);
-        warnings.sort_by(|a, b| match (&a.location, &b.location) {
-            (Some(x), Some(y)) => x.cmp(y),
-            (Some(_), None) => std::cmp::Ordering::Less,
-            (None, Some(_)) => std::cmp::Ordering::Greater,
-            (None, None) => std::cmp::Ordering::Equal,
-        });
-        warnings
     }
 
     /// Put the user's variables back on top (they override everything from the file).
@@ -441,7 +464,12 @@ impl Compiler<'_> {
         globals: &[Variable],
     ) -> Outcome {
         if spec.trigger {
-            return Outcome::Trigger;
+            return Outcome::Skipped("trigger job (downstream pipelines are not run locally)");
+        }
+        if spec.incomplete {
+            return Outcome::Skipped(
+                "no script: it may override a job of an include that local runs skip",
+            );
         }
         let mut variables = self.pipeline_variables.clone();
         variables.retain(|v| v.source == VariableSource::Predefined);
@@ -497,7 +525,7 @@ impl Compiler<'_> {
         let mut needs = spec.needs.clone();
         let mut interruptible = spec.keywords.interruptible;
         let (when, allow_failure) = if let Some(rules) = &spec.rules {
-            let Some(rule) = context.first_match(rules, &mut self.diag) else {
+            let Some(rule) = context.first_match(rules, self.diag) else {
                 return Outcome::Out("no rule matched".into());
             };
             let when = rule.when.or(spec.when).unwrap_or(When::OnSuccess);
@@ -520,15 +548,20 @@ impl Compiler<'_> {
                 .unwrap_or(AllowFailure::No);
             (when, allow_failure)
         } else {
-            let only = spec
-                .only
-                .clone()
-                .unwrap_or_else(|| super::rules::Policy::default_only(&spec.at));
-            if !context.only_allows(&only, &mut self.diag) {
+            // The default `only: [branches, tags]` does not apply when the pipeline has
+            // `workflow:rules` (`Processable#compose!`, `lib/gitlab/ci/config/entry/processable.rb`).
+            let only = match &spec.only {
+                Some(only) => Some(only.clone()),
+                None if self.globals.workflow.rules.is_some() => None,
+                None => Some(super::rules::Policy::default_only(&spec.at)),
+            };
+            if let Some(only) = &only
+                && !context.only_allows(only, self.diag)
+            {
                 return Outcome::Out(format!("only at {} does not match this pipeline", only.at));
             }
             if let Some(except) = &spec.except
-                && context.except_excludes(except, &mut self.diag)
+                && context.except_excludes(except, self.diag)
             {
                 return Outcome::Out(format!("except at {} matches this pipeline", except.at));
             }
@@ -681,7 +714,7 @@ impl Compiler<'_> {
         let mut keywords = spec.keywords.clone();
         keywords.inherit(&self.globals.defaults, &spec.inherit_default);
         let lookup = |k: &str| candidate.expanded.get(k).cloned();
-        let mut reader = Reader::new(&mut self.diag, format!("jobs:{}", candidate.name));
+        let mut reader = Reader::new(self.diag, format!("jobs:{}", candidate.name));
         let mut cache = Vec::new();
         for c in keywords.cache.iter().flatten() {
             cache.push(c.finish(self.project, &lookup, &mut reader)?);
@@ -781,10 +814,20 @@ fn check_references(
     specs: &[JobSpec],
     visible: &HashSet<String>,
     globals: &Globals,
+    skipped: Option<&str>,
     diag: &mut Diagnostics,
 ) {
-    let by_name: HashMap<&str, &JobSpec> = specs.iter().map(|s| (s.name.as_str(), s)).collect();
+    let mut by_name: HashMap<String, &JobSpec> =
+        specs.iter().map(|s| (s.name.clone(), s)).collect();
+    // A need may name one instance of a parallel job (`build: [aws, x]`, `test 1/3`).
     for spec in specs {
+        if let Some(parallel) = &spec.parallel {
+            for (name, _) in instances(&spec.name, parallel) {
+                by_name.entry(name).or_insert(spec);
+            }
+        }
+    }
+    for spec in specs.iter().filter(|s| !s.incomplete) {
         let mut all_needs: Vec<&NeedSpec> = spec.needs.iter().flatten().collect();
         for rule in spec.rules.iter().flatten() {
             all_needs.extend(rule.needs.iter().flatten());
@@ -792,6 +835,16 @@ fn check_references(
         for need in all_needs {
             match by_name.get(need.job.as_str()) {
                 None if need.optional || visible.contains(&need.job) => {}
+                // A job of an include that local runs skip may be meant: the need is dropped.
+                None if skipped.is_some() => diag.warn(
+                    &need.at,
+                    format!(
+                        "jobs:{} needs `{}`, which is not defined here and may be in an include that local runs skip ({}); the need is dropped",
+                        spec.name,
+                        need.job,
+                        skipped.unwrap_or_default()
+                    ),
+                ),
                 None => diag.error(CiError::MissingNeed {
                     location: need.at.clone(),
                     job: spec.name.clone(),
@@ -815,6 +868,14 @@ fn check_references(
         for (name, at) in spec.dependencies.iter().flatten() {
             match by_name.get(name.as_str()) {
                 None if visible.contains(name) => {}
+                None if skipped.is_some() => diag.warn(
+                    at,
+                    format!(
+                        "jobs:{} dependency `{name}` is not defined here and may be in an include that local runs skip ({}); it is dropped",
+                        spec.name,
+                        skipped.unwrap_or_default()
+                    ),
+                ),
                 None => diag.error(CiError::MissingDependency {
                     location: at.clone(),
                     job: spec.name.clone(),
@@ -831,16 +892,65 @@ fn check_references(
                                 reason: "should be part of needs".into(),
                             });
                         }
-                    } else if target.stage_index >= spec.stage_index {
+                    } else if target.stage_index > spec.stage_index {
+                        // Current GitLab allows a dependency in the same stage, as for needs:
+                        // `dependency_stage_index <= job_stage_index` in
+                        // `YamlProcessor#validate_job_dependency!`
+                        // (`lib/gitlab/ci/yaml_processor.rb`).
                         diag.error(CiError::MissingDependency {
                             location: at.clone(),
                             job: spec.name.clone(),
                             dependency: name.clone(),
-                            reason: "is not defined in prior stages".into(),
+                            reason: "is not defined in current or prior stages".into(),
                         });
                     }
                 }
             }
         }
+    }
+}
+
+/// The skipped includes, for messages: the first three and how many more.
+fn skipped_list(skipped: &[SkippedInclude]) -> String {
+    let mut shown: Vec<String> = skipped.iter().take(3).map(ToString::to_string).collect();
+    if skipped.len() > 3 {
+        shown.push(format!("{} more", skipped.len() - 3));
+    }
+    shown.join("; ")
+}
+
+/// Wrap the errors that may come from a file a local run could not read (a job overriding one
+/// from a template, a `needs` on a job defined remotely, ...) so that they say so.
+fn explain_skipped(error: CiError, skipped: &[SkippedInclude]) -> CiError {
+    if skipped.is_empty() {
+        return error;
+    }
+    let may_come_from_skipped = |e: &CiError| match e {
+        CiError::MissingScript { .. }
+        | CiError::MissingExtends { .. }
+        | CiError::MissingReference { .. }
+        | CiError::UnknownStage { .. } => true,
+        CiError::MissingNeed { reason, .. } | CiError::MissingDependency { reason, .. } => {
+            reason.contains("not defined")
+        }
+        CiError::Invalid { message, .. } => message.contains("at least one visible job"),
+        _ => false,
+    };
+    let includes = skipped_list(skipped);
+    let wrap = |e: CiError| {
+        if may_come_from_skipped(&e) {
+            CiError::FromSkippedInclude {
+                error: Box::new(e),
+                includes: includes.clone(),
+            }
+        } else {
+            e
+        }
+    };
+    match error {
+        CiError::Many { errors } => CiError::Many {
+            errors: errors.into_iter().map(wrap).collect(),
+        },
+        other => wrap(other),
     }
 }

@@ -43,7 +43,7 @@ impl Serialize for Location {
 
 /// Something in the pipeline definition that flotilla accepted but does not honour (an
 /// unsupported keyword, a deprecated form, a GitLab-server feature a local run cannot have).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Warning {
     /// Where the keyword is, when it comes from a file.
     pub location: Option<Location>,
@@ -258,6 +258,15 @@ pub enum CiError {
         /// What was asked for and what exists.
         message: String,
     },
+    /// An error that may be caused by an include a local run skips (remote, project, template,
+    /// component): the job or template it misses may be defined there.
+    #[error("{error} (this may come from an include that local runs skip: {includes})")]
+    FromSkippedInclude {
+        /// The error as found.
+        error: Box<CiError>,
+        /// The skipped includes, with their positions.
+        includes: String,
+    },
     /// Several of the above, in file order.
     #[error("{} errors in the pipeline:\n{}", errors.len(), errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
     Many {
@@ -271,6 +280,7 @@ impl CiError {
     pub fn location(&self) -> Option<&Location> {
         match self {
             CiError::Read { .. } | CiError::Selection { .. } | CiError::Many { .. } => None,
+            CiError::FromSkippedInclude { error, .. } => error.location(),
             CiError::Syntax { location, .. }
             | CiError::Include { location, .. }
             | CiError::UnknownStage { location, .. }
@@ -320,6 +330,24 @@ impl CiError {
     }
 }
 
+/// A pipeline that cannot be compiled: the errors, and the warnings found before them (which
+/// often explain them, like an include that was skipped).
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct CompileError {
+    /// What is wrong (one error, or [`CiError::Many`]).
+    pub error: Box<CiError>,
+    /// The warnings collected until the compilation stopped, in file order.
+    pub warnings: Vec<Warning>,
+}
+
+impl CompileError {
+    /// The single errors (see [`CiError::errors`]).
+    pub fn errors(&self) -> Vec<&CiError> {
+        self.error.errors()
+    }
+}
+
 /// Errors collected while compiling, so that one run reports as many problems as it can.
 #[derive(Debug, Default)]
 pub(crate) struct Diagnostics {
@@ -327,6 +355,11 @@ pub(crate) struct Diagnostics {
     pub errors: Vec<CiError>,
     /// Warnings found so far.
     pub warnings: Vec<Warning>,
+    /// Warnings about a job's keyword, by position and text, with the jobs they were found in:
+    /// jobs sharing a template share its warnings, which are reported once.
+    pub by_jobs: std::collections::BTreeMap<(Location, String), Vec<String>>,
+    /// The warnings recorded so far, to keep each once.
+    seen: std::collections::HashSet<Warning>,
 }
 
 impl Diagnostics {
@@ -338,8 +371,20 @@ impl Diagnostics {
     /// Record a warning at `location`.
     pub fn warn(&mut self, location: &Location, message: impl Into<String>) {
         let warning = Warning::at(location, message);
-        if !self.warnings.contains(&warning) {
+        if self.seen.insert(warning.clone()) {
             self.warnings.push(warning);
+        }
+    }
+
+    /// Record a warning about what `context` (`jobs:build`, `jobs:build:artifacts`) holds at
+    /// `location`; the same warning at the same place for several jobs is reported once.
+    pub fn warn_in(&mut self, context: &str, location: &Location, message: impl Into<String>) {
+        let contexts = self
+            .by_jobs
+            .entry((location.clone(), message.into()))
+            .or_default();
+        if !contexts.iter().any(|c| c == context) {
+            contexts.push(context.to_string());
         }
     }
 
@@ -352,6 +397,29 @@ impl Diagnostics {
         if !self.warnings.contains(&warning) {
             self.warnings.push(warning);
         }
+    }
+
+    /// The warnings in file order (those without a position last), taken out.
+    pub fn sorted_warnings(&mut self) -> Vec<Warning> {
+        let mut warnings = std::mem::take(&mut self.warnings);
+        for ((location, message), contexts) in std::mem::take(&mut self.by_jobs) {
+            let who = match contexts.len() {
+                1 => contexts[0].clone(),
+                n if n <= 3 => contexts.join(", "),
+                n => format!("{} and {} more", contexts[..2].join(", "), n - 2),
+            };
+            let warning = Warning::at(&location, format!("{who} {message}"));
+            if !warnings.contains(&warning) {
+                warnings.push(warning);
+            }
+        }
+        warnings.sort_by(|a, b| match (&a.location, &b.location) {
+            (Some(x), Some(y)) => x.cmp(y),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (None, None) => std::cmp::Ordering::Equal,
+        });
+        warnings
     }
 
     /// Turn the errors collected so far into a result (the same error reported twice, through

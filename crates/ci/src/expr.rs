@@ -17,6 +17,8 @@ use std::sync::Arc;
 
 use regex::Regex;
 
+use super::re2::{self, Re2Error};
+
 /// A parsed expression.
 #[derive(Clone, Debug)]
 pub struct Expression {
@@ -44,7 +46,8 @@ pub enum ExpressionError {
 enum Expr {
     Variable(String),
     String(String),
-    Pattern(Arc<Regex>),
+    /// A pattern literal: compiled, or why flotilla cannot run it (valid RE2).
+    Pattern(Result<Arc<Regex>, String>),
     Null,
     Bool(bool),
     Binary(Op, Box<Expr>, Box<Expr>),
@@ -84,7 +87,7 @@ enum Val {
     Null,
     Str(String),
     Bool(bool),
-    Regex(Arc<Regex>),
+    Regex(Result<Arc<Regex>, String>),
 }
 
 impl Val {
@@ -107,7 +110,8 @@ impl Val {
             Val::Null => String::new(),
             Val::Str(s) => s.clone(),
             Val::Bool(b) => b.to_string(),
-            Val::Regex(r) => r.as_str().to_string(),
+            Val::Regex(Ok(r)) => format!("/{}/", r.as_str()),
+            Val::Regex(Err(_)) => String::new(),
         }
     }
 
@@ -116,7 +120,7 @@ impl Val {
             (Val::Null, Val::Null) => true,
             (Val::Str(a), Val::Str(b)) => a == b,
             (Val::Bool(a), Val::Bool(b)) => a == b,
-            (Val::Regex(a), Val::Regex(b)) => a.as_str() == b.as_str(),
+            (Val::Regex(Ok(a)), Val::Regex(Ok(b))) => a.as_str() == b.as_str(),
             _ => false,
         }
     }
@@ -168,9 +172,34 @@ impl Expression {
         out
     }
 
-    /// Whether the statement holds for `variables` (GitLab's `truthful?`).
+    /// Whether the statement holds for `variables` (GitLab's `truthful?`): an evaluation error
+    /// (a pattern flotilla cannot run) makes it false, as GitLab's runtime errors do.
     pub fn truthful(&self, variables: &HashMap<String, String>) -> bool {
-        evaluate(&self.root, variables).present()
+        self.evaluate(variables).unwrap_or(false)
+    }
+
+    /// Whether the statement holds, or why it cannot be evaluated (a pattern that RE2 accepts
+    /// but flotilla cannot run). GitLab's `Statement#truthful?` rescues its runtime errors as
+    /// false (`lib/gitlab/ci/pipeline/expression/statement.rb`); the caller warns.
+    pub fn evaluate(&self, variables: &HashMap<String, String>) -> Result<bool, String> {
+        evaluate(&self.root, variables).map(|v| v.present())
+    }
+
+    /// The pattern literals RE2 accepts but flotilla cannot run, with the reason.
+    pub fn unsupported_patterns(&self) -> Vec<&str> {
+        fn walk<'a>(expr: &'a Expr, out: &mut Vec<&'a str>) {
+            match expr {
+                Expr::Pattern(Err(why)) => out.push(why),
+                Expr::Binary(_, left, right) => {
+                    walk(left, out);
+                    walk(right, out);
+                }
+                _ => {}
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.root, &mut out);
+        out
     }
 }
 
@@ -180,8 +209,8 @@ impl fmt::Display for Expression {
     }
 }
 
-fn evaluate(expr: &Expr, variables: &HashMap<String, String>) -> Val {
-    match expr {
+fn evaluate(expr: &Expr, variables: &HashMap<String, String>) -> Result<Val, String> {
+    Ok(match expr {
         Expr::Variable(name) => variables
             .get(name)
             .map_or(Val::Null, |v| Val::Str(v.clone())),
@@ -191,107 +220,87 @@ fn evaluate(expr: &Expr, variables: &HashMap<String, String>) -> Val {
         Expr::Bool(b) => Val::Bool(*b),
         Expr::Binary(op, left, right) => match op {
             Op::And => {
-                let l = evaluate(left, variables);
+                let l = evaluate(left, variables)?;
                 if l.truthy() {
-                    evaluate(right, variables)
+                    evaluate(right, variables)?
                 } else {
                     l
                 }
             }
             Op::Or => {
-                let l = evaluate(left, variables);
+                let l = evaluate(left, variables)?;
                 if l.truthy() {
                     l
                 } else {
-                    evaluate(right, variables)
+                    evaluate(right, variables)?
                 }
             }
-            Op::Equals => Val::Bool(evaluate(left, variables).equals(&evaluate(right, variables))),
+            Op::Equals => {
+                Val::Bool(evaluate(left, variables)?.equals(&evaluate(right, variables)?))
+            }
             Op::NotEquals => {
-                Val::Bool(!evaluate(left, variables).equals(&evaluate(right, variables)))
+                Val::Bool(!evaluate(left, variables)?.equals(&evaluate(right, variables)?))
             }
             Op::Matches => {
-                let text = evaluate(left, variables).text();
-                Val::Bool(matches(&text, &evaluate(right, variables)).unwrap_or(false))
+                let text = evaluate(left, variables)?.text();
+                Val::Bool(matches(&text, &evaluate(right, variables)?)?.unwrap_or(false))
             }
             Op::NotMatches => {
-                let text = evaluate(left, variables).text();
-                Val::Bool(!matches(&text, &evaluate(right, variables)).unwrap_or(false))
+                let text = evaluate(left, variables)?.text();
+                Val::Bool(!matches(&text, &evaluate(right, variables)?)?.unwrap_or(false))
             }
         },
-    }
+    })
 }
 
-/// `text =~ right`; `None` when the right side cannot match anything (null, a boolean).
-fn matches(text: &str, right: &Val) -> Option<bool> {
+/// `text =~ right` (`lib/gitlab/ci/pipeline/expression/lexeme/matches.rb`): `None` when the
+/// right side cannot match anything (null, a boolean). A string is made a pattern when it reads
+/// as one (`Pattern.build_and_evaluate`); otherwise Ruby's `String#scan` looks for the left side
+/// inside it. A pattern RE2 accepts but flotilla cannot run is an evaluation error.
+fn matches(text: &str, right: &Val) -> Result<Option<bool>, String> {
     match right {
-        Val::Regex(r) => Some(r.is_match(text)),
+        Val::Regex(Ok(r)) => Ok(Some(pattern_matches(r, text))),
+        Val::Regex(Err(why)) => Err(why.clone()),
         Val::Str(s) => match parse_pattern_literal(s) {
-            Some(Ok(r)) => Some(r.is_match(text)),
-            // Not a pattern: Ruby's String#scan looks for the left side inside the right.
-            _ => Some(s.contains(text)),
+            Some(Ok(r)) => Ok(Some(pattern_matches(&r, text))),
+            Some(Err(Re2Error::Unsupported(why))) => Err(why),
+            // Not a valid pattern: `build_and_evaluate` returns the string itself.
+            Some(Err(Re2Error::Invalid(_))) | None => Ok(Some(s.contains(text))),
         },
-        Val::Null | Val::Bool(_) => None,
+        Val::Null | Val::Bool(_) => Ok(None),
     }
 }
 
-/// Read a whole string as `/pattern/flags`; `None` if it does not have that shape.
-pub(crate) fn parse_pattern_literal(text: &str) -> Option<Result<Regex, ExpressionError>> {
-    let rest = text.strip_prefix('/')?;
-    let (body, consumed) = scan_pattern_body(rest)?;
-    let flags = &rest[consumed..];
-    if !flags.chars().all(|c| matches!(c, 'i' | 's' | 'm' | 'U')) {
+/// `UntrustedRegexp#scan(text).present?`: any match, the empty one included.
+fn pattern_matches(regex: &Regex, text: &str) -> bool {
+    regex.is_match(text)
+}
+
+/// Read a whole string as `/pattern/flags` the way `Gitlab::UntrustedRegexp::RubySyntax` does
+/// (`^/(?<regexp>.*)/(?<flags>[ismU]*)$`, after `\/` became `/`); `None` if it does not have that
+/// shape.
+pub(crate) fn parse_pattern_literal(text: &str) -> Option<Result<Regex, Re2Error>> {
+    let unescaped = text.replace("\\/", "/");
+    let rest = unescaped.strip_prefix('/')?;
+    let flags_start = rest
+        .rfind('/')
+        .filter(|&close| rest[close + 1..].chars().all(|c| "ismU".contains(c)))?;
+    let (body, flags) = (&rest[..flags_start], &rest[flags_start + 1..]);
+    if body.contains('\n') {
         return None;
     }
-    Some(build_regex(&body, flags))
+    Some(re2::compile(body, flags))
 }
 
-/// Scan a pattern body after the opening slash: returns the body (with `\/` unescaped) and the
-/// bytes consumed including the closing slash.
-fn scan_pattern_body(rest: &str) -> Option<(String, usize)> {
-    let mut body = String::new();
-    let mut chars = rest.char_indices().peekable();
-    while let Some((i, c)) = chars.next() {
-        match c {
-            '\\' => match chars.next() {
-                Some((_, '/')) => body.push('/'),
-                Some((_, other)) => {
-                    body.push('\\');
-                    body.push(other);
-                }
-                None => return None,
-            },
-            '/' => {
-                if body.is_empty() {
-                    return None;
-                }
-                return Some((body, i + 1));
-            }
-            other => body.push(other),
-        }
-    }
-    None
-}
-
-/// A regex from GitLab's Ruby-syntax pattern (evaluated with RE2 semantics there; Rust's regex
-/// crate has the same feature set: no backreferences, no lookaround).
-pub(crate) fn build_regex(body: &str, flags: &str) -> Result<Regex, ExpressionError> {
-    let source = if flags.is_empty() {
-        body.to_string()
-    } else {
-        format!("(?{flags}){body}")
-    };
-    Regex::new(&source).map_err(|e| ExpressionError::Regex {
-        pattern: body.to_string(),
-        message: e
-            .to_string()
-            .lines()
-            .last()
-            .unwrap_or_default()
-            .trim()
-            .trim_start_matches("error: ")
-            .to_string(),
-    })
+/// GitLab's lexeme for a pattern literal (`lib/gitlab/ci/pipeline/expression/lexeme/pattern.rb`):
+/// a slash, at least two characters (slashes only escaped), a last one that is not a backslash,
+/// a slash and flags. `/a/` is therefore not a pattern in GitLab.
+fn pattern_lexeme(rest: &str) -> Option<usize> {
+    static LEXEME: std::sync::OnceLock<Regex> = std::sync::OnceLock::new();
+    let lexeme = LEXEME.get_or_init(|| {
+        Regex::new(r"\A/(?:[^/]|\\/)+[^\\]/[ismU]*").expect("the lexeme pattern is valid")
+    });
+    lexeme.find(rest).map(|m| m.end())
 }
 
 fn lex(source: &str) -> Result<Vec<Token>, ExpressionError> {
@@ -353,19 +362,34 @@ fn lex(source: &str) -> Result<Vec<Token>, ExpressionError> {
                 i += end + 2;
             }
             b'/' => {
-                let Some((body, consumed)) = scan_pattern_body(&rest[1..]) else {
+                let Some(length) = pattern_lexeme(rest) else {
                     return Err(ExpressionError::Syntax(format!(
-                        "unterminated regular expression starting at offset {i}"
+                        "unknown lexeme at offset {i}: a pattern needs at least two characters between its slashes, and a last one that is not a backslash (`/pattern/flags`)"
                     )));
                 };
-                let after = &rest[1 + consumed..];
-                let flags: String = after
-                    .chars()
-                    .take_while(|c| matches!(c, 'i' | 's' | 'm' | 'U'))
-                    .collect();
-                let regex = build_regex(&body, &flags)?;
-                tokens.push(Token::Operand(Expr::Pattern(Arc::new(regex))));
-                i += 1 + consumed + flags.len();
+                let token = &rest[..length];
+                let compiled = match parse_pattern_literal(token) {
+                    Some(Ok(regex)) => Ok(Arc::new(regex)),
+                    Some(Err(Re2Error::Unsupported(why))) => Err(why),
+                    Some(Err(Re2Error::Invalid(message))) => {
+                        let unescaped = token.replace("\\/", "/");
+                        let body = unescaped
+                            .strip_prefix('/')
+                            .and_then(|r| r.rfind('/').map(|close| r[..close].to_string()))
+                            .unwrap_or_default();
+                        return Err(ExpressionError::Regex {
+                            pattern: body,
+                            message,
+                        });
+                    }
+                    None => {
+                        return Err(ExpressionError::Syntax(format!(
+                            "invalid regular expression at offset {i}"
+                        )));
+                    }
+                };
+                tokens.push(Token::Operand(Expr::Pattern(compiled)));
+                i += length;
             }
             _ => {
                 let word: String = rest
@@ -514,7 +538,7 @@ mod tests {
         assert!(!holds("$FEATURE =~ /^FEATURE/"));
         assert!(holds("$FEATURE !~ /^release/"));
         assert!(holds("$UNSET =~ /^$/"), "null matches as an empty string");
-        assert!(holds("$UNSET !~ /x/"));
+        assert!(holds("$UNSET !~ /xy/"));
         assert!(
             holds("$WORD =~ $PATTERN"),
             "a variable holding /regex/ is a pattern"
@@ -586,9 +610,108 @@ mod tests {
         }
     }
 
+    /// `lib/gitlab/ci/pipeline/expression/lexeme/pattern.rb`: the lexeme is
+    /// `^\/([^\/]|\\/)+[^\\]\/[ismU]*`, so a one-character pattern is no pattern at all
+    /// and the lexer finds an unknown lexeme (gitlab-org/gitlab#335930, still so).
+    #[test]
+    fn one_character_patterns_do_not_lex_as_in_gitlab() {
+        assert!(matches!(
+            Expression::parse("$A =~ /a/"),
+            Err(ExpressionError::Syntax(_))
+        ));
+        assert!(Expression::parse("$A =~ /ab/").is_ok());
+        assert!(Expression::parse("$A =~ /a+/").is_ok());
+    }
+
+    /// A pattern literal is RE2 (`Lexeme::Pattern` builds it with `RubySyntax.fabricate!`),
+    /// and what RE2 rejects makes the expression invalid, which GitLab reports as a
+    /// configuration error (`ExpressionValidator`, `lib/gitlab/config/entry/validators.rb`).
+    #[test]
+    fn pattern_literals_are_re2() {
+        assert!(matches!(
+            Expression::parse(r"$A =~ /^v\d+\Z/"),
+            Err(ExpressionError::Regex { .. })
+        ));
+        assert!(matches!(
+            Expression::parse("$A =~ /^(?!main)/"),
+            Err(ExpressionError::Regex { .. })
+        ));
+        let vars: HashMap<_, _> = [("A".to_string(), "v12".to_string())].into();
+        assert!(
+            Expression::parse(r"$A =~ /\Av\d+\z/")
+                .unwrap()
+                .truthful(&vars)
+        );
+        assert!(
+            Expression::parse(r"$A =~ /(?i)V12/")
+                .unwrap()
+                .truthful(&vars)
+        );
+        assert!(
+            Expression::parse(r"$A =~ /^\Qv1\E2$/")
+                .unwrap()
+                .truthful(&vars)
+        );
+    }
+
+    /// Variables are not expanded inside a pattern literal: `$PREFIX` there is the end of the
+    /// text followed by `PREFIX` (`Lexeme::Pattern#evaluate` ignores the variables).
+    #[test]
+    fn variables_are_not_expanded_in_pattern_literals() {
+        let vars: HashMap<_, _> = [
+            ("REF".to_string(), "release/1".to_string()),
+            ("PREFIX".to_string(), "release".to_string()),
+        ]
+        .into();
+        assert!(
+            !Expression::parse("$REF =~ /^$PREFIX/")
+                .unwrap()
+                .truthful(&vars)
+        );
+        assert!(
+            Expression::parse("$REF =~ /^release/")
+                .unwrap()
+                .truthful(&vars)
+        );
+    }
+
+    /// A pattern that comes from a variable at run time and is not valid RE2 is compared as a
+    /// string (`Pattern.build_and_evaluate` returns the string, and `String#scan` looks for the
+    /// left side in it); it never fails the pipeline.
+    #[test]
+    fn invalid_patterns_from_variables_are_strings() {
+        let vars: HashMap<_, _> = [
+            ("REF".to_string(), "main".to_string()),
+            ("BAD".to_string(), "/(?!x)main/".to_string()),
+            ("GOOD".to_string(), "/^ma/".to_string()),
+        ]
+        .into();
+        let e = Expression::parse("$REF =~ $BAD").unwrap();
+        assert_eq!(e.evaluate(&vars), Ok(true), "`main` is inside the string");
+        assert!(
+            !Expression::parse("'other' =~ $BAD")
+                .unwrap()
+                .truthful(&vars)
+        );
+        assert!(Expression::parse("$REF =~ $GOOD").unwrap().truthful(&vars));
+    }
+
+    /// A valid RE2 pattern the engine cannot run makes the statement false, as a runtime error
+    /// does in `Statement#truthful?`, and the caller is told why.
+    #[test]
+    fn unsupported_patterns_make_the_statement_false() {
+        // RE2's `\C` matches one byte, even inside a UTF-8 character; the regex crate cannot.
+        let pattern = r"/^\C$/";
+        let e = Expression::parse(&format!("$REF =~ {pattern} || $REF")).unwrap();
+        assert_eq!(e.unsupported_patterns().len(), 1);
+        let vars: HashMap<_, _> = [("REF".to_string(), "a".to_string())].into();
+        assert!(e.evaluate(&vars).is_err());
+        assert!(!e.truthful(&vars));
+    }
+
     #[test]
     fn lists_variables() {
-        let e = Expression::parse("$A == $B || $C =~ /x/").unwrap();
+        let e = Expression::parse("$A == $B || $C =~ /xy/").unwrap();
         assert_eq!(e.variables(), ["A", "B", "C"]);
     }
 }

@@ -11,22 +11,34 @@ use super::yaml::{Mapping, Node, Value};
 /// GitLab's limit on `extends` nesting.
 const MAX_NESTING: usize = 10;
 
-/// Resolve `extends` for every top-level entry except `reserved` ones.
-pub(crate) fn resolve_extends(config: &mut Mapping, reserved: &[&str], diag: &mut Diagnostics) {
+/// Resolve `extends` for every top-level entry except `reserved` ones. When includes were
+/// skipped (`skipped` names them), a template that is not defined may be in one of them: the
+/// job is compiled without it, with a warning, instead of failing the pipeline. Returns the
+/// entries compiled without a template (directly or through their parents).
+pub(crate) fn resolve_extends(
+    config: &mut Mapping,
+    reserved: &[&str],
+    skipped: Option<&str>,
+    diag: &mut Diagnostics,
+) -> HashSet<String> {
     let names: Vec<String> = config
         .iter()
         .filter(|(k, v)| {
             !reserved.contains(&k.name.as_str())
-                && v.as_map().is_some_and(|m| m.get("extends").is_some())
+                && v.as_map()
+                    .is_some_and(|m| m.get("extends").is_some_and(|e| !e.is_null()))
         })
         .map(|(k, _)| k.name.clone())
         .collect();
     if names.is_empty() {
-        return;
+        return HashSet::new();
     }
     let mut resolver = Resolver {
         config,
         reserved,
+        skipped,
+        warnings: Vec::new(),
+        partial: HashSet::new(),
         resolved: HashMap::new(),
         depth: HashMap::new(),
         failed: HashSet::new(),
@@ -41,6 +53,10 @@ pub(crate) fn resolve_extends(config: &mut Mapping, reserved: &[&str], diag: &mu
             Err(None) => {}
         }
     }
+    for (at, message) in std::mem::take(&mut resolver.warnings) {
+        diag.warn(&at, message);
+    }
+    let partial = std::mem::take(&mut resolver.partial);
     for (name, node) in results {
         if let Some(slot) = config
             .iter_mut()
@@ -50,11 +66,18 @@ pub(crate) fn resolve_extends(config: &mut Mapping, reserved: &[&str], diag: &mu
             *slot = node;
         }
     }
+    partial
 }
 
 struct Resolver<'a> {
     config: &'a Mapping,
     reserved: &'a [&'a str],
+    /// The includes local runs skipped, when there are any.
+    skipped: Option<&'a str>,
+    /// Templates left out because they may be in a skipped include.
+    warnings: Vec<(Location, String)>,
+    /// The entries resolved without a template (theirs or a parent's).
+    partial: HashSet<String>,
     resolved: HashMap<String, Node>,
     /// How many `extends` hops lie below each resolved entry.
     depth: HashMap<String, usize>,
@@ -78,7 +101,8 @@ impl Resolver<'_> {
         let Some(map) = node.as_map() else {
             return Ok(node);
         };
-        let Some(extends) = map.get("extends") else {
+        // `extends:` without a value extends nothing.
+        let Some(extends) = map.get("extends").filter(|e| !e.is_null()) else {
             return Ok(node);
         };
         let parents: Vec<(String, Location)> = match &extends.value {
@@ -135,6 +159,14 @@ impl Resolver<'_> {
                     .config
                     .get(&parent)
                     .is_some_and(|n| n.as_map().is_some());
+            if !exists && let Some(skipped) = self.skipped {
+                self.warnings.push((
+                    at,
+                    format!("jobs:{name} extends `{parent}`, which is not defined here and may be in an include that local runs skip ({skipped}); the job is compiled without it"),
+                ));
+                self.partial.insert(name.to_string());
+                continue;
+            }
             if !exists {
                 return Err(Some(CiError::MissingExtends {
                     location: at,
@@ -152,6 +184,9 @@ impl Resolver<'_> {
                     return Err(error);
                 }
             };
+            if self.partial.contains(&parent) {
+                self.partial.insert(name.to_string());
+            }
             depth = depth.max(self.depth.get(&parent).copied().unwrap_or(0) + 1);
             base = Some(match base {
                 Some(b) => deep_merge(b, resolved_parent),

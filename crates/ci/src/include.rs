@@ -29,6 +29,26 @@ pub(crate) struct Loader<'a> {
     pub diag: &'a mut Diagnostics,
     /// How many files were included so far.
     pub included: usize,
+    /// The includes a local run cannot read, in the order met.
+    pub skipped: &'a mut Vec<SkippedInclude>,
+}
+
+/// An include a local run skips: a remote file, another project's file, a template or a
+/// component.
+#[derive(Clone, Debug)]
+pub(crate) struct SkippedInclude {
+    /// `include:template`, `include:remote`, ...
+    pub kind: String,
+    /// What it names.
+    pub name: String,
+    /// Where the include entry is.
+    pub at: Location,
+}
+
+impl std::fmt::Display for SkippedInclude {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} `{}` at {}", self.kind, self.name, self.at)
+    }
 }
 
 impl Loader<'_> {
@@ -146,6 +166,11 @@ impl Loader<'_> {
             match &entry.value {
                 Value::Str(text) => {
                     if text.starts_with("http://") || text.starts_with("https://") {
+                        self.skipped.push(SkippedInclude {
+                            kind: "include:remote".into(),
+                            name: text.clone(),
+                            at: entry.at.clone(),
+                        });
                         self.diag.warn(
                             &entry.at,
                             format!("include of remote file `{text}` is not supported by local runs; it is not included"),
@@ -223,6 +248,30 @@ impl Loader<'_> {
                             }
                         }
                         Some(other) => {
+                            let text = |key: &str| {
+                                map.get(key)
+                                    .map(|n| match &n.value {
+                                        Value::Seq(items) => items
+                                            .iter()
+                                            .filter_map(Node::scalar_text)
+                                            .collect::<Vec<_>>()
+                                            .join(", "),
+                                        _ => n.scalar_text().unwrap_or_default(),
+                                    })
+                                    .unwrap_or_default()
+                            };
+                            let name = match other {
+                                "project" | "file" => {
+                                    format!("{}: {}", text("project"), text("file"))
+                                }
+                                _ => text(other),
+                            };
+                            let kind = if other == "file" { "project" } else { other };
+                            self.skipped.push(SkippedInclude {
+                                kind: format!("include:{kind}"),
+                                name,
+                                at: entry.at.clone(),
+                            });
                             self.diag.warn(
                                 &entry.at,
                                 format!("include:{other} is not supported by local runs; it is not included"),

@@ -278,6 +278,9 @@ impl Default for Retry {
     }
 }
 
+/// `retry:when` values: `always` and every build failure reason
+/// (`FullRetry.possible_retry_when_values` in gitlabhq/gitlabhq lib/gitlab/ci/config/entry/retry.rb,
+/// the reasons of app/models/concerns/enums/ci/commit_status.rb).
 const RETRY_WHEN: &[&str] = &[
     "always",
     "unknown_failure",
@@ -285,6 +288,7 @@ const RETRY_WHEN: &[&str] = &[
     "api_failure",
     "stuck_or_timeout_failure",
     "runner_system_failure",
+    "missing_dependency_failure",
     "runner_unsupported",
     "stale_schedule",
     "job_execution_timeout",
@@ -292,6 +296,45 @@ const RETRY_WHEN: &[&str] = &[
     "unmet_prerequisites",
     "scheduler_failure",
     "data_integrity_failure",
+    "forward_deployment_failure",
+    "user_blocked",
+    "project_deleted",
+    "ci_quota_exceeded",
+    "pipeline_loop_detected",
+    "no_matching_runner",
+    "trace_size_exceeded",
+    "builds_disabled",
+    "environment_creation_failure",
+    "deployment_rejected",
+    "failed_outdated_deployment_job",
+    "job_execution_server_timeout",
+    "stuck_pending_with_matching_runners",
+    "stuck_pending_no_matching_runners",
+    "no_updates_running",
+    "no_updates_canceling",
+    "server_timeout_running",
+    "server_timeout_canceling",
+    "runner_configuration_error",
+    "runner_external_dependency_failure",
+    "runner_interrupted",
+    "protected_environment_failure",
+    "insufficient_bridge_permissions",
+    "downstream_bridge_project_not_found",
+    "invalid_bridge_trigger",
+    "upstream_bridge_project_not_found",
+    "insufficient_upstream_permissions",
+    "bridge_pipeline_is_child_pipeline",
+    "downstream_pipeline_creation_failed",
+    "secrets_provider_not_found",
+    "reached_max_descendant_pipelines_depth",
+    "ip_restriction_failure",
+    "reached_max_pipeline_hierarchy_size",
+    "reached_downstream_pipeline_trigger_rate_limit",
+    "duo_workflow_not_allowed",
+    "job_router_failure",
+    "job_token_expired",
+    "id_token_burned_project_path",
+    "downstream_project_trigger_resolved_to_empty",
 ];
 
 /// Read `retry: N` or `retry: {max, when, exit_codes}`.

@@ -1,6 +1,7 @@
 //! GitLab's deep merge (Ruby's `Hash#deep_merge`), used by `include` and `extends`: hashes merge
 //! key by key, recursively; anything else (arrays, scalars, null) from the overriding side
-//! replaces the base. Keys keep the base's order; new keys are appended.
+//! replaces the base. Keys keep the base's order; new keys are appended. Positions are those
+//! of the overriding side, where the merged value was last written.
 
 use super::yaml::{Node, Value};
 
@@ -13,9 +14,11 @@ pub(crate) fn deep_merge(base: Node, over: Node) -> Node {
                     Some(existing) => deep_merge(existing, value),
                     None => value,
                 };
-                base_map.insert(key, merged);
+                // The key keeps the base's place but takes the overriding side's position:
+                // errors and warnings point at the key that applies.
+                base_map.replace(key, merged);
             }
-            Node::new(Value::Map(base_map), base.at)
+            Node::new(Value::Map(base_map), over.at)
         }
         (_, value) => Node::new(value, over.at),
     }
@@ -61,5 +64,19 @@ mod tests {
             .map(|(k, _)| k.name.as_str())
             .collect();
         assert_eq!(vars, ["A", "B", "C"]);
+    }
+
+    #[test]
+    fn positions_are_the_overriding_sides() {
+        let base = doc("only:\n  refs: [main]\nx: 1\n");
+        let over = doc("y: 2\nonly:\n  variables: [$A]\n");
+        let merged = deep_merge(base, over);
+        let (key, value) = merged.as_map().unwrap().entry("only").unwrap();
+        assert_eq!((key.at.line, value.at.line), (2, 3), "the job's own only:");
+        let refs = value.as_map().unwrap().entry("refs").unwrap().0;
+        assert_eq!(
+            refs.at.line, 2,
+            "a key only the base has keeps its position"
+        );
     }
 }

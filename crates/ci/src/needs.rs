@@ -30,10 +30,12 @@ pub(crate) fn read_needs(reader: &mut Reader<'_>, node: &Node) -> Option<Vec<Nee
         reader.wrong(node, "needs", "an array");
         return None;
     };
+    // `!reference` of needs nests arrays; they are flattened.
     let mut flat: Vec<&Node> = Vec::new();
-    for item in items {
+    let mut pending: Vec<&Node> = items.iter().rev().collect();
+    while let Some(item) = pending.pop() {
         match &item.value {
-            Value::Seq(nested) => flat.extend(nested.iter()),
+            Value::Seq(nested) => pending.extend(nested.iter().rev()),
             _ => flat.push(item),
         }
     }

@@ -2,18 +2,21 @@
 //! to hash for cache keys. Its file list is what a build would copy: with git, the tracked and
 //! untracked-but-not-ignored files; without git, every file outside `.git`.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 
 use globset::{GlobBuilder, GlobMatcher};
 
-use super::git::git;
+use super::git::{git, git_line};
 
 /// The project root and, computed once when first needed, its file list.
 #[derive(Debug)]
 pub(crate) struct Project {
     root: PathBuf,
     files: OnceLock<Vec<String>>,
+    /// The answers of [`Project::changed_since`], by ref.
+    changes: Mutex<HashMap<String, Option<Vec<String>>>>,
 }
 
 impl Project {
@@ -22,6 +25,7 @@ impl Project {
         Self {
             root: root.to_path_buf(),
             files: OnceLock::new(),
+            changes: Mutex::new(HashMap::new()),
         }
     }
 
@@ -52,6 +56,17 @@ impl Project {
         })
     }
 
+    /// The files changed since the merge base of `reference` and `HEAD`, the working tree's
+    /// changes and untracked (not ignored) files included, sorted; `None` when git does not
+    /// know the ref (or there is no git, or no commit yet).
+    pub fn changed_since(&self, reference: &str) -> Option<Vec<String>> {
+        let mut cache = self.changes.lock().unwrap_or_else(|e| e.into_inner());
+        cache
+            .entry(reference.to_string())
+            .or_insert_with(|| changed_since(&self.root, reference))
+            .clone()
+    }
+
     /// The files matching a glob (`*` stays within a directory, `**` crosses directories),
     /// sorted.
     pub fn glob(&self, pattern: &str) -> Vec<String> {
@@ -76,6 +91,31 @@ pub(crate) fn glob_matcher(pattern: &str) -> Option<GlobMatcher> {
         .build()
         .ok()
         .map(|g| g.compile_matcher())
+}
+
+fn changed_since(root: &Path, reference: &str) -> Option<Vec<String>> {
+    if reference.starts_with('-') {
+        return None;
+    }
+    let commit = git_line(
+        root,
+        &[
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            &format!("{reference}^{{commit}}"),
+        ],
+    )?;
+    let base = git_line(root, &["merge-base", &commit, "HEAD"])?;
+    let mut files: Vec<String> = git(root, &["diff", "--name-only", "-z", &base, "--"])?
+        .split('\0')
+        .chain(git(root, &["ls-files", "-z", "--others", "--exclude-standard"])?.split('\0'))
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect();
+    files.sort();
+    files.dedup();
+    Some(files)
 }
 
 fn list_with_git(root: &Path) -> Option<Vec<String>> {

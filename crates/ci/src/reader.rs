@@ -59,8 +59,12 @@ impl<'d> Reader<'d> {
 
     /// Warn at `at`, prefixed by the context.
     pub fn warn(&mut self, at: &Location, message: impl AsRef<str>) {
-        let text = self.prefixed(message.as_ref());
-        self.diag.warn(at, text);
+        if self.context.starts_with("jobs:") {
+            self.diag.warn_in(&self.context, at, message.as_ref());
+        } else {
+            let text = self.prefixed(message.as_ref());
+            self.diag.warn(at, text);
+        }
     }
 
     /// The value as a hash, or an error.

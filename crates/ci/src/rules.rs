@@ -7,10 +7,11 @@ use std::collections::HashMap;
 use regex::Regex;
 
 use super::error::{CiError, Diagnostics, Location};
-use super::expr::{Expression, ExpressionError, build_regex};
+use super::expr::{Expression, ExpressionError};
 use super::job::{AllowFailure, When, read_allow_failure, read_when};
 use super::needs::{NeedSpec, read_needs};
 use super::project::{Project, glob_matcher};
+use super::re2::{self, Re2Error};
 use super::reader::Reader;
 use super::variables::{Variable, VariableSource, expand, read_variables};
 use super::yaml::{Node, Value};
@@ -33,6 +34,9 @@ pub(crate) struct PathClause {
     pub paths: Vec<String>,
     /// Where the clause is.
     pub at: Location,
+    /// `changes:compare_to`, unexpanded: the ref whose merge base with the pipeline's commit
+    /// the changes are counted from.
+    pub compare_to: Option<(String, Location)>,
 }
 
 /// One rule.
@@ -65,7 +69,15 @@ pub(crate) fn parse_expression(
     diag: &mut Diagnostics,
 ) -> Option<Expression> {
     match Expression::parse(text) {
-        Ok(e) => Some(e),
+        Ok(e) => {
+            for why in e.unsupported_patterns() {
+                diag.warn(
+                    at,
+                    format!("`{text}`: a pattern is valid RE2 that flotilla cannot run ({why}); the expression is false wherever it is used"),
+                );
+            }
+            Some(e)
+        }
         Err(ExpressionError::Regex { pattern, message }) => {
             diag.error(CiError::BadRegex {
                 location: at.clone(),
@@ -92,6 +104,7 @@ fn read_paths(
     key: &str,
     extra: &[&str],
 ) -> Option<PathClause> {
+    let mut compare_to = None;
     let paths = match &node.value {
         Value::Map(map) => {
             let mut allowed = vec!["paths"];
@@ -101,7 +114,12 @@ fn read_paths(
                 return None;
             }
             for extra_key in extra {
-                if let Some((k, _)) = map.entry(extra_key) {
+                let Some((k, v)) = map.entry(extra_key) else {
+                    continue;
+                };
+                if *extra_key == "compare_to" {
+                    compare_to = Some((r.string(v, "compare_to")?, v.at.clone()));
+                } else {
                     r.warn(
                         &k.at,
                         format!("{extra_key} is not supported by local runs; ignored"),
@@ -121,7 +139,26 @@ fn read_paths(
     Some(PathClause {
         paths,
         at: node.at.clone(),
+        compare_to,
     })
+}
+
+/// GitLab's limit on nested rule arrays (`Processable::MAX_NESTING_LEVEL`).
+const MAX_RULES_NESTING: usize = 10;
+
+/// Flatten nested arrays into `out`; false when they nest deeper than the limit.
+fn flatten_nested<'n>(items: &'n [Node], level: usize, out: &mut Vec<&'n Node>) -> bool {
+    for item in items {
+        match &item.value {
+            Value::Seq(nested) => {
+                if level >= MAX_RULES_NESTING || !flatten_nested(nested, level + 1, out) {
+                    return false;
+                }
+            }
+            _ => out.push(item),
+        }
+    }
+    true
 }
 
 /// Read a `rules:` list.
@@ -134,12 +171,16 @@ pub(crate) fn read_rules(
         reader.wrong(node, "rules", "an array of hashes");
         return None;
     };
+    // Rules may nest in arrays up to ten levels (`!reference` of rules that are themselves
+    // references): `validates :rules, nested_array_of_hashes_or_arrays: { max_level: 10 }` in
+    // `lib/gitlab/ci/config/entry/processable.rb`.
     let mut flat: Vec<&Node> = Vec::new();
-    for item in items {
-        match &item.value {
-            Value::Seq(nested) => flat.extend(nested.iter()),
-            _ => flat.push(item),
-        }
+    if !flatten_nested(items, 1, &mut flat) {
+        reader.fail(
+            &node.at,
+            format!("rules config should be an array containing hashes and arrays of hashes, nested at most {MAX_RULES_NESTING} levels deep"),
+        );
+        return None;
     }
     let allowed: &[&str] = match kind {
         RulesKind::Job => &[
@@ -280,12 +321,35 @@ impl Context<'_> {
 
     /// Whether any changed file matches the clause.
     fn changed(&self, clause: &PathClause, diag: &mut Diagnostics) -> bool {
-        let Some(changed) = self.changed_files else {
-            diag.warn(
-                &clause.at,
-                "changes cannot be known for a local run and is treated as true (as GitLab does for a new branch)",
-            );
-            return true;
+        // With `compare_to`, GitLab counts the files changed since the merge base of that ref
+        // and the pipeline's commit (`Ci::Pipeline#modified_paths_since`,
+        // app/models/ci/pipeline.rb; the ref's variables expanded, as in
+        // lib/gitlab/ci/build/rules/rule/clause/changes.rb). Locally, when git knows the ref,
+        // the same is asked of git, the working tree's changes included.
+        let since = clause.compare_to.as_ref().map(|(written, at)| {
+            let reference = expand(written, &self.lookup(), false);
+            match self.project.changed_since(&reference) {
+                Some(files) => Some(files),
+                None => {
+                    diag.warn(
+                        at,
+                        format!("compare_to `{reference}` is not a commit of the local repository; changes is treated as true"),
+                    );
+                    None
+                }
+            }
+        });
+        let changed: &[String] = match (&since, self.changed_files) {
+            (Some(Some(files)), _) => files,
+            (Some(None), _) => return true,
+            (None, Some(files)) => files,
+            (None, None) => {
+                diag.warn(
+                    &clause.at,
+                    "changes cannot be known for a local run and is treated as true (as GitLab does for a new branch)",
+                );
+                return true;
+            }
         };
         clause.paths.iter().any(|pattern| {
             let pattern = expand(pattern, &self.lookup(), false);
@@ -309,10 +373,27 @@ impl Context<'_> {
         })
     }
 
+    /// Whether an expression holds; one that cannot be evaluated does not, with a warning.
+    fn holds(&self, expression: &Expression, at: &Location, diag: &mut Diagnostics) -> bool {
+        match expression.evaluate(self.variables) {
+            Ok(holds) => holds,
+            Err(why) => {
+                // A literal pattern flotilla cannot run was named when the file was read.
+                if expression.unsupported_patterns().is_empty() {
+                    diag.warn(
+                        at,
+                        format!("`{expression}` cannot be evaluated ({why}); it is false here"),
+                    );
+                }
+                false
+            }
+        }
+    }
+
     /// Whether all clauses of `rule` hold.
     pub fn rule_matches(&self, rule: &Rule, diag: &mut Diagnostics) -> bool {
-        if let Some((expression, _)) = &rule.condition
-            && !expression.truthful(self.variables)
+        if let Some((expression, at)) = &rule.condition
+            && !self.holds(expression, at, diag)
         {
             return false;
         }
@@ -335,13 +416,27 @@ impl Context<'_> {
     }
 }
 
-/// A ref pattern of `only`/`except`.
+/// A ref pattern of `only`/`except`, split as `Policy::Refs#satisfied_by?` splits it
+/// (`lib/gitlab/ci/build/policy/refs.rb`): `pattern@project/path` at the first `@`.
 #[derive(Clone, Debug)]
-enum RefPattern {
-    /// `/regex/flags`.
-    Regex(Regex),
-    /// A keyword (`branches`, `tags`, `pushes`, ...) or a ref name.
-    Name(String),
+struct RefPattern {
+    /// The part before the first `@`: a keyword, a ref name or `/regex/flags`.
+    pattern: String,
+    /// The project path after the `@`, when there is one.
+    project: Option<String>,
+    /// When `pattern` is an RE2 pattern (`RubySyntax.fabricate` succeeds): the regex, or why
+    /// flotilla cannot run it.
+    regex: Option<Result<Regex, String>>,
+}
+
+impl RefPattern {
+    fn keyword(name: &str) -> Self {
+        RefPattern {
+            pattern: name.to_string(),
+            project: None,
+            regex: None,
+        }
+    }
 }
 
 /// One `only` or `except`.
@@ -349,7 +444,7 @@ enum RefPattern {
 pub(crate) struct Policy {
     /// Where it is.
     pub at: Location,
-    refs: Option<Vec<(RefPattern, Option<String>)>>,
+    refs: Option<Vec<RefPattern>>,
     variables: Option<Vec<Expression>>,
     changes: Option<PathClause>,
     kubernetes: bool,
@@ -361,8 +456,8 @@ impl Policy {
         Policy {
             at: at.clone(),
             refs: Some(vec![
-                (RefPattern::Name("branches".into()), None),
-                (RefPattern::Name("tags".into()), None),
+                RefPattern::keyword("branches"),
+                RefPattern::keyword("tags"),
             ]),
             variables: None,
             changes: None,
@@ -371,46 +466,58 @@ impl Policy {
     }
 }
 
-fn read_refs(reader: &mut Reader<'_>, node: &Node) -> Option<Vec<(RefPattern, Option<String>)>> {
+/// `RubySyntax.matches_syntax?`: the whole text is `/…/flags`.
+fn regex_syntax(text: &str) -> Option<(&str, &str)> {
+    let rest = text.strip_prefix('/')?;
+    let close = rest.rfind('/')?;
+    let flags = &rest[close + 1..];
+    flags
+        .chars()
+        .all(|c| "ismU".contains(c))
+        .then(|| (&rest[..close], flags))
+}
+
+/// Read the refs of `only`/`except`. Each entry that looks like `/…/flags` must be valid RE2
+/// (`ArrayOfStringsOrRegexpsValidator`, `lib/gitlab/config/entry/validators.rb`).
+fn read_refs(reader: &mut Reader<'_>, node: &Node) -> Option<Vec<RefPattern>> {
     let items = reader.strings(node, "refs")?;
     let mut out = Vec::new();
     for item in items {
-        let (pattern, project) = match item.rsplit_once('@') {
-            Some((p, path)) if !p.is_empty() && path.contains('/') => {
-                (p.to_string(), Some(path.to_string()))
-            }
-            _ => (item.clone(), None),
-        };
-        let parsed = match pattern.strip_prefix('/') {
-            Some(rest) => {
-                let Some(close) = rest.rfind('/') else {
-                    out.push((RefPattern::Name(pattern), project));
-                    continue;
-                };
-                let (body, flags) = (&rest[..close], &rest[close + 1..]);
-                if body.is_empty() || !flags.chars().all(|c| matches!(c, 'i' | 's' | 'm' | 'U')) {
-                    RefPattern::Name(pattern.clone())
-                } else {
-                    match build_regex(&body.replace("\\/", "/"), flags) {
-                        Ok(r) => RefPattern::Regex(r),
-                        Err(ExpressionError::Regex { pattern, message }) => {
-                            reader.diag.error(CiError::BadRegex {
-                                location: node.at.clone(),
-                                pattern,
-                                message,
-                            });
-                            return None;
-                        }
-                        Err(ExpressionError::Syntax(message)) => {
-                            reader.fail(&node.at, message);
-                            return None;
-                        }
-                    }
+        if let Some((body, flags)) = regex_syntax(&item) {
+            match re2::compile(body, flags) {
+                Err(Re2Error::Invalid(message)) => {
+                    reader.diag.error(CiError::BadRegex {
+                        location: node.at.clone(),
+                        pattern: item.clone(),
+                        message: format!(
+                            "{message} (refs should be strings or regular expressions using RE2 syntax)"
+                        ),
+                    });
+                    return None;
                 }
+                Err(Re2Error::Unsupported(why)) => reader.warn(
+                    &node.at,
+                    format!("ref pattern {item} is valid RE2 that flotilla cannot run ({why}); it never matches"),
+                ),
+                Ok(_) => {}
             }
-            None => RefPattern::Name(pattern),
+        }
+        let (pattern, project) = match item.split_once('@') {
+            Some((p, path)) => (p.to_string(), Some(path.to_string())),
+            None => (item.clone(), None),
         };
-        out.push((parsed, project));
+        let regex =
+            regex_syntax(&pattern).and_then(|(body, flags)| match re2::compile(body, flags) {
+                Ok(r) => Some(Ok(r)),
+                Err(Re2Error::Unsupported(why)) => Some(Err(why)),
+                // `fabricate` returns nil: the pattern is compared as a ref name.
+                Err(Re2Error::Invalid(_)) => None,
+            });
+        out.push(RefPattern {
+            pattern,
+            project,
+            regex,
+        });
     }
     Some(out)
 }
@@ -473,10 +580,10 @@ impl Context<'_> {
             .filter(|v| !v.is_empty())
     }
 
-    /// Whether a ref pattern matches this pipeline.
-    fn ref_matches(&self, pattern: &RefPattern, project: Option<&str>) -> bool {
-        if let Some(path) = project
-            && self.var("CI_PROJECT_PATH") != Some(path)
+    /// Whether a ref pattern matches this pipeline (`Policy::Refs#matches_pattern?`).
+    fn ref_matches(&self, pattern: &RefPattern) -> bool {
+        if let Some(path) = &pattern.project
+            && self.var("CI_PROJECT_PATH") != Some(path.as_str())
         {
             return false;
         }
@@ -485,25 +592,30 @@ impl Context<'_> {
         let merge_request = source == "merge_request_event";
         let branch = !tag && !merge_request;
         let git_ref = self.var("CI_COMMIT_REF_NAME").unwrap_or("");
-        match pattern {
-            RefPattern::Name(name) => {
-                if (name == "tags" && tag) || (name == "branches" && branch) {
-                    return true;
-                }
-                // The source's name, or its plural (`push` -> `pushes`, `schedule` ->
-                // `schedules`, `merge_request_event` -> `merge_requests`).
-                let sanitized = source.strip_suffix("_event").unwrap_or(source);
-                let plural = if sanitized.ends_with(['s', 'h', 'x']) {
-                    format!("{sanitized}es")
-                } else {
-                    format!("{sanitized}s")
-                };
-                if name == sanitized || *name == plural {
-                    return true;
-                }
-                (branch || tag) && name == git_ref
-            }
-            RefPattern::Regex(regex) => (branch || tag) && regex.is_match(git_ref),
+        let name = pattern.pattern.as_str();
+        if (name == "tags" && tag) || (name == "branches" && branch) {
+            return true;
+        }
+        // The source's name, or its plural (`push` -> `pushes`, `schedule` -> `schedules`,
+        // `merge_request_event` -> `merge_requests`).
+        let sanitized = source.strip_suffix("_event").unwrap_or(source);
+        let plural = if sanitized.ends_with(['s', 'h', 'x']) {
+            format!("{sanitized}es")
+        } else {
+            format!("{sanitized}s")
+        };
+        if name == sanitized || name == plural {
+            return true;
+        }
+        // Patterns and names match only branch and tag pipelines.
+        if !(branch || tag) {
+            return false;
+        }
+        match &pattern.regex {
+            // `UntrustedRegexp#match?` is false for an empty text.
+            Some(Ok(regex)) => !git_ref.is_empty() && regex.is_match(git_ref),
+            Some(Err(_)) => false,
+            None => name == git_ref,
         }
     }
 
@@ -511,13 +623,10 @@ impl Context<'_> {
     fn policy_results(&self, policy: &Policy, diag: &mut Diagnostics) -> Vec<bool> {
         let mut results = Vec::new();
         if let Some(refs) = &policy.refs {
-            results.push(
-                refs.iter()
-                    .any(|(p, project)| self.ref_matches(p, project.as_deref())),
-            );
+            results.push(refs.iter().any(|p| self.ref_matches(p)));
         }
         if let Some(expressions) = &policy.variables {
-            results.push(expressions.iter().any(|e| e.truthful(self.variables)));
+            results.push(expressions.iter().any(|e| self.holds(e, &policy.at, diag)));
         }
         if let Some(clause) = &policy.changes {
             results.push(self.changed(clause, diag));

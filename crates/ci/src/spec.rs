@@ -299,6 +299,8 @@ pub(crate) struct Globals {
 
 /// Read the top level.
 pub(crate) fn read_globals(config: &Mapping, diag: &mut Diagnostics) -> Globals {
+    let present = config.without_nulls();
+    let config = &present;
     let mut stages: Vec<String> = vec!["build".into(), "test".into(), "deploy".into()];
     let stages_entry = config.entry("stages").or_else(|| config.entry("types"));
     if let Some((key, node)) = stages_entry {
@@ -330,6 +332,8 @@ pub(crate) fn read_globals(config: &Mapping, diag: &mut Diagnostics) -> Globals 
         let mut reader = Reader::new(diag, "default");
         if let Some(map) = reader.map(node, "default") {
             reader.check_keys(map, DEFAULT_KEYS);
+            let present = map.without_nulls();
+            let map = &present;
             for key in ["hooks", "id_tokens"] {
                 if let Some((k, _)) = map.entry(key) {
                     reader.warn(
@@ -369,6 +373,8 @@ pub(crate) fn read_globals(config: &Mapping, diag: &mut Diagnostics) -> Globals 
         let mut reader = Reader::new(diag, "workflow");
         if let Some(map) = reader.map(node, "workflow") {
             reader.check_keys(map, &["rules", "name", "auto_cancel"]);
+            let present = map.without_nulls();
+            let map = &present;
             if let Some(n) = map.get("rules") {
                 workflow.rules = read_rules(&mut reader, n, RulesKind::Workflow);
             }
@@ -412,6 +418,8 @@ pub(crate) struct JobSpec {
     pub environment: Option<Environment>,
     pub resource_group: Option<String>,
     pub trigger: bool,
+    /// A job without a script in a pipeline whose includes were skipped: left out.
+    pub incomplete: bool,
 }
 
 fn read_inherit(reader: &mut Reader<'_>, node: &Node, key: &str) -> Option<Inherit> {
@@ -427,11 +435,17 @@ fn read_inherit(reader: &mut Reader<'_>, node: &Node, key: &str) -> Option<Inher
 }
 
 /// Read one visible job. `None` when it has errors (they are in `diag`).
+/// When includes were skipped (`skipped` names them), a job without a script is left out with
+/// a warning instead of failing the pipeline, and so is a job compiled without a template
+/// (`partial`) whose stage does not exist (the template would have set it).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn read_job(
     name: &str,
     key_at: &Location,
     node: &Node,
     stages: &[String],
+    skipped: Option<&str>,
+    partial: bool,
     diag: &mut Diagnostics,
 ) -> Option<JobSpec> {
     let context = format!("jobs:{name}");
@@ -445,9 +459,14 @@ pub(crate) fn read_job(
     };
     let errors_before = reader.diag.errors.len();
     reader.check_keys(map, JOB_KEYS);
+    // `after_script:`, `dependencies:`, `rules: null`...: a keyword without a value is unspecified.
+    let present = map.without_nulls();
+    let map = &present;
     for (key, message) in UNSUPPORTED {
         if let Some((k, _)) = map.entry(key) {
-            reader.diag.warn(&k.at, format!("jobs:{name} {message}"));
+            reader
+                .diag
+                .warn_in(&format!("jobs:{name}"), &k.at, *message);
         }
     }
     if name == "pages" && map.get("pages").is_none() {
@@ -457,6 +476,7 @@ pub(crate) fn read_job(
         );
     }
     let trigger = map.get("trigger").is_some();
+    let mut incomplete = false;
 
     let script = match map.get("script") {
         Some(n) => match flatten(n, name, "script") {
@@ -467,11 +487,21 @@ pub(crate) fn read_job(
             }
         },
         None => {
-            if !trigger {
-                reader.diag.error(CiError::MissingScript {
+            match skipped {
+                _ if trigger => {}
+                // Most likely the job overrides one defined in the skipped include (`sast:`
+                // with its own rules): GitLab would merge them; locally the job cannot run.
+                Some(skipped) => {
+                    reader.diag.warn(
+                        key_at,
+                        format!("jobs:{name} has no script: it may override a job of an include that local runs skip ({skipped}); the job is left out"),
+                    );
+                    incomplete = true;
+                }
+                None => reader.diag.error(CiError::MissingScript {
                     location: key_at.clone(),
                     job: name.to_string(),
-                });
+                }),
             }
             Vec::new()
         }
@@ -487,7 +517,18 @@ pub(crate) fn read_job(
         None => ("test".to_string(), key_at.clone()),
     };
     let stage_index = stages.iter().position(|s| *s == stage);
-    if stage_index.is_none() {
+    if stage_index.is_none() && incomplete {
+        // Left out already (no script); its stage does not matter.
+    } else if stage_index.is_none()
+        && partial
+        && let Some(skipped) = skipped
+    {
+        reader.diag.warn(
+            &stage_at,
+            format!("jobs:{name} stage `{stage}` does not exist; the job extends a template that may be in an include that local runs skip ({skipped}), which may set it; the job is left out"),
+        );
+        incomplete = true;
+    } else if stage_index.is_none() {
         reader.diag.error(CiError::UnknownStage {
             location: stage_at,
             job: name.to_string(),
@@ -603,5 +644,6 @@ pub(crate) fn read_job(
         environment,
         resource_group,
         trigger,
+        incomplete,
     })
 }

@@ -95,7 +95,10 @@ pub(crate) fn read_variables(
                 }
                 let text = match options.get("value") {
                     Some(v) if v.is_null() => String::new(),
-                    Some(v) => match v.scalar_text() {
+                    Some(v) => match v
+                        .scalar_text()
+                        .or_else(|| v.as_bool().map(|b| b.to_string()))
+                    {
                         Some(t) => t,
                         None => {
                             r.wrong(v, "value", "a string");
@@ -134,17 +137,10 @@ pub(crate) fn read_variables(
                 source,
             ),
             Value::Null => Variable::new(key.name.clone(), String::new(), source),
-            Value::Bool(b) => {
-                reader.fail(
-                    &value.at,
-                    format!(
-                        "variables:{} should be a string or a number, found a boolean (quote it: \"{b}\")",
-                        key.name
-                    ),
-                );
-                ok = false;
-                continue;
-            }
+            // A variable's value is any scalar, booleans included (`validates :config, scalar:
+            // true` in gitlabhq/gitlabhq lib/gitlab/ci/config/entry/variable.rb), kept as Ruby
+            // prints it (`true.to_s`).
+            Value::Bool(b) => Variable::new(key.name.clone(), b.to_string(), source),
             _ => {
                 reader.fail(
                     &value.at,

@@ -14,6 +14,15 @@ use yaml_rust2::scanner::{Marker, TScalarStyle};
 
 use super::error::{CiError, Location, Warning};
 
+/// The most values a file may expand to, aliases included. GitLab refuses a file whose parsed
+/// form is larger than 1 MB ("The parsed YAML is too big", `MAX_YAML_SIZE` in gitlabhq/gitlabhq
+/// lib/gitlab/config/loader/yaml.rb), which no file near this many values stays under; the
+/// limit is what keeps an alias bomb from exhausting memory.
+const MAX_VALUES: usize = 250_000;
+
+/// GitLab's limit on nesting (`MAX_YAML_DEPTH`, same file).
+const MAX_DEPTH: usize = 100;
+
 /// A YAML value.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Value {
@@ -85,6 +94,15 @@ impl Mapping {
         }
     }
 
+    /// Set `key` to `value` in the key's place if it is there (the key's position becomes
+    /// `key`'s), at the end otherwise.
+    pub fn replace(&mut self, key: Key, value: Node) {
+        match self.entries.iter_mut().find(|(k, _)| k.name == key.name) {
+            Some(slot) => *slot = (key, value),
+            None => self.entries.push((key, value)),
+        }
+    }
+
     /// Take the value under `key` out, leaving null in its place (so that a following
     /// [`Mapping::insert`] keeps the key's position).
     pub fn take(&mut self, key: &str) -> Option<Node> {
@@ -107,6 +125,20 @@ impl Mapping {
     /// The entries in order, values mutable.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (&Key, &mut Node)> {
         self.entries.iter_mut().map(|(k, v)| (&*k, v))
+    }
+
+    /// The entries whose values are not null: GitLab's entry factory treats a null value as
+    /// an unspecified keyword (`Gitlab::Config::Entry::Factory#create!`), and attributes are
+    /// validated with `allow_nil`.
+    pub fn without_nulls(&self) -> Mapping {
+        Mapping {
+            entries: self
+                .entries
+                .iter()
+                .filter(|(_, v)| !v.is_null())
+                .cloned()
+                .collect(),
+        }
     }
 
     /// Whether there are no entries.
@@ -247,6 +279,8 @@ pub(crate) fn load(text: &str, file: &Arc<str>) -> Result<Loaded, CiError> {
         file: file.clone(),
         stack: Vec::new(),
         anchors: HashMap::new(),
+        values: 0,
+        too_big: false,
         documents: Vec::new(),
         errors: Vec::new(),
         warnings: Vec::new(),
@@ -274,6 +308,8 @@ enum Frame {
         at: Location,
         anchor: usize,
         reference: bool,
+        /// [`Builder::values`] when it started.
+        first: usize,
     },
     Map {
         mapping: Mapping,
@@ -281,6 +317,8 @@ enum Frame {
         start: Location,
         anchor: usize,
         key: Option<PendingKey>,
+        /// [`Builder::values`] when it started.
+        first: usize,
     },
 }
 
@@ -293,7 +331,12 @@ struct PendingKey {
 struct Builder {
     file: Arc<str>,
     stack: Vec<Frame>,
-    anchors: HashMap<usize, Node>,
+    /// Anchored nodes and how many values each holds.
+    anchors: HashMap<usize, (Node, usize)>,
+    /// Values made so far, aliases counted at their expanded size.
+    values: usize,
+    /// Whether the file went past [`MAX_VALUES`] or [`MAX_DEPTH`] (reported once).
+    too_big: bool,
     documents: Vec<Node>,
     errors: Vec<CiError>,
     warnings: Vec<Warning>,
@@ -304,11 +347,35 @@ impl Builder {
         Location::new(self.file.clone(), mark.line().max(1), mark.col() + 1)
     }
 
-    fn finish(&mut self, node: Node, anchor: usize) {
+    /// `size`: the values the node holds (itself included).
+    fn finish(&mut self, node: Node, anchor: usize, size: usize) {
         if anchor != 0 {
-            self.anchors.insert(anchor, node.clone());
+            self.anchors.insert(anchor, (node.clone(), size));
         }
         self.push(node, false);
+    }
+
+    /// Count `size` more values; past the limits, record the error once and tell the caller to
+    /// stop building.
+    fn grow(&mut self, size: usize, at: &Location) -> bool {
+        self.values = self.values.saturating_add(size);
+        if self.too_big {
+            return false;
+        }
+        if self.values > MAX_VALUES || self.stack.len() > MAX_DEPTH {
+            self.too_big = true;
+            let why = if self.stack.len() > MAX_DEPTH {
+                format!("it nests deeper than {MAX_DEPTH} levels")
+            } else {
+                format!("it expands, aliases included, to more than {MAX_VALUES} values")
+            };
+            self.errors.push(CiError::Syntax {
+                location: at.clone(),
+                message: format!("the parsed YAML is too big: {why} (GitLab refuses such files)"),
+            });
+            return false;
+        }
+        true
     }
 
     fn push(&mut self, node: Node, merge_key: bool) {
@@ -412,12 +479,19 @@ impl MarkedEventReceiver for Builder {
                     self.push(Node::new(Value::Str(text), at), true);
                     return;
                 }
+                self.grow(1, &at);
                 let value = self.scalar(text, style, tag, &at);
-                self.finish(Node::new(value, at), anchor);
+                self.finish(Node::new(value, at), anchor, 1);
             }
             Event::Alias(id) => match self.anchors.get(&id) {
-                Some(node) => {
-                    let node = node.clone();
+                Some((node, size)) => {
+                    let (node, size) = (node.clone(), *size);
+                    // Past the limit, the alias stands for nothing: the file is refused anyway.
+                    let node = if self.grow(size, &at) {
+                        node
+                    } else {
+                        Node::new(Value::Null, at)
+                    };
                     self.push(node, false);
                 }
                 None => self.errors.push(CiError::Syntax {
@@ -440,12 +514,15 @@ impl MarkedEventReceiver for Builder {
                     }
                     None => false,
                 };
+                let first = self.values;
                 self.stack.push(Frame::Seq {
                     items: Vec::new(),
-                    at,
+                    at: at.clone(),
                     anchor,
                     reference,
+                    first,
                 });
+                self.grow(1, &at);
             }
             Event::MappingStart(anchor, tag) => {
                 if let Some(t) = tag {
@@ -457,13 +534,16 @@ impl MarkedEventReceiver for Builder {
                         ),
                     ));
                 }
+                let first = self.values;
                 self.stack.push(Frame::Map {
                     mapping: Mapping::default(),
                     at: None,
-                    start: at,
+                    start: at.clone(),
                     anchor,
                     key: None,
+                    first,
                 });
+                self.grow(1, &at);
             }
             Event::SequenceEnd | Event::MappingEnd => match self.stack.pop() {
                 Some(Frame::Seq {
@@ -471,23 +551,27 @@ impl MarkedEventReceiver for Builder {
                     at,
                     anchor,
                     reference,
+                    first,
                 }) => {
                     let value = if reference {
                         Value::Reference(items)
                     } else {
                         Value::Seq(items)
                     };
-                    self.finish(Node::new(value, at), anchor);
+                    let size = self.values - first;
+                    self.finish(Node::new(value, at), anchor, size);
                 }
                 Some(Frame::Map {
                     mapping,
                     at,
                     start,
                     anchor,
+                    first,
                     ..
                 }) => {
                     let at = at.unwrap_or(start);
-                    self.finish(Node::new(Value::Map(mapping), at), anchor);
+                    let size = self.values - first;
+                    self.finish(Node::new(Value::Map(mapping), at), anchor, size);
                 }
                 None => {}
             },
@@ -726,6 +810,29 @@ mod tests {
         let root = doc("a:\n  script: !reference [.setup, script]\n");
         let a = root.as_map().unwrap().get("a").unwrap().as_map().unwrap();
         assert!(matches!(a.get("script").unwrap().value, Value::Reference(ref p) if p.len() == 2));
+    }
+
+    /// An alias bomb (each level ten aliases of the one before) is refused as GitLab refuses a
+    /// file whose parsed form is too big, instead of exhausting memory.
+    #[test]
+    fn alias_bombs_are_refused() {
+        let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..9 {
+            let items = vec![format!("*a{}", i - 1); 10].join(", ");
+            text.push_str(&format!("a{i}: &a{i} [{items}]\n"));
+        }
+        let file: Arc<str> = Arc::from("t.yml");
+        let error = load(&text, &file).unwrap_err();
+        assert!(
+            error.to_string().contains("the parsed YAML is too big"),
+            "{error}"
+        );
+        // The same shape a few levels deep is fine.
+        let small: String = text.lines().take(3).map(|l| format!("{l}\n")).collect();
+        assert!(load(&small, &file).is_ok());
+        let deep = format!("{}x{}", "[".repeat(150), "]".repeat(150));
+        let error = load(&deep, &file).unwrap_err();
+        assert!(error.to_string().contains("deeper than 100"), "{error}");
     }
 
     #[test]

@@ -153,7 +153,7 @@ fn errors_carry_positions() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pipelines/error_several_collected");
     let error = compile(&CompileOptions::new(&dir)).unwrap_err();
     assert!(
-        error.location().is_none(),
+        error.error.location().is_none(),
         "several errors have no single position"
     );
     let positions: Vec<(usize, usize)> = error
@@ -166,6 +166,53 @@ fn errors_carry_positions() {
         })
         .collect();
     assert_eq!(positions, [(4, 10), (9, 9), (13, 3), (15, 1)]);
+}
+
+/// GitLab's linter returns warnings with its errors (`YamlProcessor#execute`,
+/// gitlabhq/gitlabhq lib/gitlab/ci/yaml_processor.rb); so does flotilla. With includes a local
+/// run skips, what they may define (a job a script overrides, a job named in `needs`) is left out
+/// with a warning, and an error that may come from them says so.
+#[test]
+fn warnings_survive_errors_and_skipped_includes_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join(".gitlab-ci.yml"),
+        "include:\n  - template: Security/SAST.gitlab-ci.yml\n  - project: group/ci\n    file: jobs.yml\n\nsast:\n  variables:\n    SAST_EXCLUDED_PATHS: vendor\n\nlint:\n  script: echo\n  needs: [remote-build]\n\nwrong:\n  script: echo\n  stage: nowhere-at-all\n",
+    )
+    .unwrap();
+    let error = compile(&CompileOptions::new(dir.path())).unwrap_err();
+    let warnings: Vec<String> = error.warnings.iter().map(ToString::to_string).collect();
+    let skipped = "include:template `Security/SAST.gitlab-ci.yml` at .gitlab-ci.yml:2:5; include:project `group/ci: jobs.yml` at .gitlab-ci.yml:3:5";
+    for expected in [
+        ".gitlab-ci.yml:2:5: include:template is not supported".to_string(),
+        format!(
+            ".gitlab-ci.yml:6:1: jobs:sast has no script: it may override a job of an include that local runs skip ({skipped}); the job is left out"
+        ),
+        format!(
+            ".gitlab-ci.yml:12:11: jobs:lint needs `remote-build`, which is not defined here and may be in an include that local runs skip ({skipped}); the need is dropped"
+        ),
+    ] {
+        assert!(
+            warnings.iter().any(|w| w.starts_with(&expected)),
+            "{expected}\nnot in {warnings:#?}"
+        );
+    }
+    let errors: Vec<String> = error.errors().iter().map(ToString::to_string).collect();
+    assert_eq!(
+        errors,
+        [format!(
+            ".gitlab-ci.yml:16:10: jobs:wrong chosen stage `nowhere-at-all` does not exist; available stages are .pre, build, test, deploy, .post (this may come from an include that local runs skip: {skipped})"
+        )]
+    );
+    // Without skipped includes, the same mistakes are errors with no such remark.
+    std::fs::write(
+        dir.path().join(".gitlab-ci.yml"),
+        "sast:\n  variables: {A: b}\n\nlint:\n  script: echo\n  needs: [remote-build]\n",
+    )
+    .unwrap();
+    let error = compile(&CompileOptions::new(dir.path())).unwrap_err();
+    assert_eq!(error.errors().len(), 2, "{error}");
+    assert!(!error.to_string().contains("skip"), "{error}");
 }
 
 fn git_available() -> bool {
@@ -374,4 +421,59 @@ fn user_variables_override_the_file() {
         .push(("TARGET".into(), "production".into()));
     let pipeline = compile(&options).unwrap();
     assert_eq!(pipeline.jobs[0].variable("TARGET"), Some("production"));
+}
+
+/// `rules:changes:compare_to` counts the files changed since the merge base of the ref and the
+/// pipeline's commit (`Ci::Pipeline#modified_paths_since`, gitlabhq/gitlabhq
+/// app/models/ci/pipeline.rb); a local run asks git when the ref exists, and holds the clause
+/// with a warning when it does not.
+#[test]
+fn changes_compare_to_is_computed_from_git() {
+    assert!(git_available(), "git is needed for this test");
+    let dir = repository();
+    let path = dir.path();
+    std::fs::write(
+        path.join(".gitlab-ci.yml"),
+        "src-changed:\n  script: echo\n  rules:\n    - changes:\n        paths: [src/**/*]\n        compare_to: refs/heads/main\n\ndocs-changed:\n  script: echo\n  rules:\n    - changes:\n        paths: [docs/*]\n        compare_to: $BASE\n\nunknown-ref:\n  script: echo\n  rules:\n    - changes:\n        paths: [docs/*]\n        compare_to: no-such-branch\n",
+    )
+    .unwrap();
+    git(path, &["add", ".gitlab-ci.yml"]);
+    git(path, &["commit", "-q", "-m", "ci"]);
+    git(path, &["checkout", "-q", "-b", "feature"]);
+    std::fs::create_dir_all(path.join("src")).unwrap();
+    std::fs::write(path.join("src/lib.rs"), "fn f() {}\n").unwrap();
+    git(path, &["add", "src/lib.rs"]);
+    git(path, &["commit", "-q", "-m", "src"]);
+    // Main moves on with a docs change that the feature branch does not have: the merge
+    // base, not main's tip, is what the feature branch is compared with.
+    git(path, &["checkout", "-q", "main"]);
+    std::fs::create_dir_all(path.join("docs")).unwrap();
+    std::fs::write(path.join("docs/x.md"), "x\n").unwrap();
+    git(path, &["add", "docs/x.md"]);
+    git(path, &["commit", "-q", "-m", "docs"]);
+    git(path, &["checkout", "-q", "feature"]);
+
+    let mut options = CompileOptions::new(path);
+    options.user_variables = vec![("BASE".into(), "main".into())];
+    let pipeline = compile(&options).unwrap();
+    let names: Vec<&str> = pipeline.jobs.iter().map(|j| j.name.as_str()).collect();
+    assert_eq!(names, ["src-changed", "unknown-ref"]);
+    let warnings: Vec<String> = pipeline.warnings.iter().map(ToString::to_string).collect();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("compare_to `no-such-branch` is not a commit")),
+        "{warnings:?}"
+    );
+    assert!(
+        !warnings.iter().any(|w| w.contains("cannot be known")),
+        "{warnings:?}"
+    );
+
+    // An uncommitted docs change counts: the local pipeline runs the working tree.
+    std::fs::create_dir_all(path.join("docs")).unwrap();
+    std::fs::write(path.join("docs/new.md"), "new\n").unwrap();
+    let pipeline = compile(&options).unwrap();
+    let names: Vec<&str> = pipeline.jobs.iter().map(|j| j.name.as_str()).collect();
+    assert_eq!(names, ["src-changed", "docs-changed", "unknown-ref"]);
 }

@@ -29,12 +29,17 @@ pub fn run(args: &ExecArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCod
         }
     };
     let predefined = predefined_variables(&dir);
-    let pipeline = match compile(args, &dir, &predefined, err) {
+    let pipeline = match compile(args, &dir, &predefined, args.manual, err) {
         Some(p) => p,
         None => return ExitCode::from(SETUP_FAILED),
     };
     if args.list {
-        list(&pipeline, out);
+        // Manual jobs are listed even when this run would leave them out: compiled again with
+        // them (quietly; the warnings were printed once).
+        let with_manual = (!args.manual)
+            .then(|| compile(args, &dir, &predefined, true, &mut std::io::sink()))
+            .flatten();
+        list(&pipeline, with_manual.as_ref(), out);
         return ExitCode::SUCCESS;
     }
     if pipeline.jobs.is_empty() {
@@ -113,11 +118,13 @@ fn next_pipeline_id(now: u64, used: &[u64]) -> u64 {
     }
 }
 
-/// Compiles and selects; prints errors and warnings.
+/// Compiles (with the manual jobs when `include_manual`) and selects; prints errors and
+/// warnings.
 fn compile(
     args: &ExecArgs,
     dir: &Path,
     predefined: &[(String, String)],
+    include_manual: bool,
     err: &mut dyn Write,
 ) -> Option<Pipeline> {
     let options = CompileOptions {
@@ -125,12 +132,16 @@ fn compile(
         ci_file: ".gitlab-ci.yml".into(),
         variables: predefined.to_vec(),
         user_variables: args.variables.clone(),
-        include_manual: args.manual,
+        include_manual,
         changed_files: None,
     };
     let pipeline = match ci::compile(&options) {
         Ok(p) => p,
         Err(e) => {
+            // The warnings first: a skipped include often explains the errors.
+            for w in &e.warnings {
+                let _ = writeln!(err, "warning: {w}");
+            }
             for e in e.errors() {
                 let _ = writeln!(err, "error: {e}");
             }
@@ -158,16 +169,59 @@ fn compile(
     }
 }
 
-/// `--list`: the compiled pipeline as a table.
-fn list(p: &Pipeline, out: &mut dyn Write) {
-    let rows: Vec<[String; 5]> = p
-        .jobs
+/// Creates `.flotilla` with a `.gitignore` that ignores everything in it (itself included), so
+/// that exec's logs and cache stay out of `git status` without touching the project's files.
+fn keep_out_of_git(state: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(state)?;
+    let ignore = state.join(".gitignore");
+    if !ignore.exists() {
+        std::fs::write(
+            &ignore,
+            "# Written by flotilla exec: its logs and cache are not part of the project.\n*\n",
+        )?;
+    }
+    Ok(())
+}
+
+/// Creates `logs/<id>` and points `logs/latest` at it (replaced in one rename), so the last
+/// run's logs are always at `.flotilla/logs/latest`.
+fn point_latest(logs: &Path, id: &str) -> std::io::Result<()> {
+    std::fs::create_dir_all(logs.join(id))?;
+    let staging = logs.join(format!(".latest-{id}"));
+    match std::fs::remove_file(&staging) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    std::os::unix::fs::symlink(id, &staging)?;
+    std::fs::rename(&staging, logs.join("latest"))
+}
+
+/// `--list`: the compiled pipeline as a table. `with_manual` is the same pipeline with its
+/// manual jobs, when this run leaves them out: they are listed too, marked as not run.
+fn list(p: &Pipeline, with_manual: Option<&Pipeline>, out: &mut dyn Write) {
+    let in_run = |name: &str| p.job(name).is_some();
+    let shown: Vec<&ci::CompiledJob> = match with_manual {
+        Some(all) => all
+            .jobs
+            .iter()
+            .filter(|j| in_run(&j.name) || j.when == ci::When::Manual)
+            .collect(),
+        None => p.jobs.iter().collect(),
+    };
+    let mut hidden_manual = false;
+    let rows: Vec<[String; 5]> = shown
         .iter()
         .map(|j| {
+            let when = if in_run(&j.name) {
+                j.when.as_str().to_string()
+            } else {
+                hidden_manual = true;
+                "manual (not run)".to_string()
+            };
             [
                 j.name.clone(),
                 j.stage.clone(),
-                j.when.as_str().to_string(),
+                when,
                 match &j.needs {
                     None => "(stages before)".into(),
                     Some(n) if n.is_empty() => "-".into(),
@@ -193,7 +247,16 @@ fn list(p: &Pipeline, out: &mut dyn Write) {
         ["JOB", "STAGE", "WHEN", "NEEDS", "ALLOW FAILURE"],
         &rows,
     );
+    if hidden_manual {
+        let _ = writeln!(
+            out,
+            "manual (not run): a manual job; `flotilla exec --manual` runs the manual jobs"
+        );
+    }
     for x in &p.excluded {
+        if shown.iter().any(|j| j.name == x.name) {
+            continue;
+        }
         let _ = writeln!(out, "not in this pipeline: {} ({})", x.name, x.reason);
     }
 }
@@ -227,6 +290,18 @@ fn summary(outcome: &PipelineOutcome, out: &mut dyn Write) {
         if outcome.passed() { "passed" } else { "failed" },
         outcome.duration.as_secs_f64()
     );
+    if let Some(dir) = outcome
+        .jobs
+        .iter()
+        .find_map(|j| j.log.as_ref())
+        .and_then(|log| log.parent())
+    {
+        let _ = writeln!(
+            out,
+            "logs: {} (the last run's are also in .flotilla/logs/latest)",
+            dir.display()
+        );
+    }
     if let Some(log) = outcome
         .jobs
         .iter()
@@ -245,6 +320,14 @@ async fn execute(
     err: &mut dyn Write,
 ) -> Result<PipelineOutcome> {
     let state = dir.join(".flotilla");
+    keep_out_of_git(&state).context("creating .flotilla")?;
+    let pipeline_id = predefined
+        .iter()
+        .find(|(k, _)| k == "CI_PIPELINE_ID")
+        .map(|(_, v)| v.clone())
+        .unwrap_or_else(|| "0".into());
+    let logs_dir = state.join("logs");
+    point_latest(&logs_dir, &pipeline_id).context("creating the log directory")?;
     let scratch = tempfile::Builder::new()
         .prefix("flotilla-exec-")
         .tempdir()
@@ -295,7 +378,7 @@ async fn execute(
     predefined.extend(args.variables.iter().cloned());
     let config = ExecConfig {
         project_dir: dir.to_path_buf(),
-        logs_dir: state.join("logs"),
+        logs_dir,
         artifacts_dir,
         predefined,
         follow: args.follow.iter().cloned().collect(),

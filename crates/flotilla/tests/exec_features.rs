@@ -92,7 +92,9 @@ fn list_prints_the_compiled_pipeline_and_runs_nothing() {
     let lines: Vec<Vec<String>> = run
         .stdout
         .lines()
-        .take_while(|l| !l.starts_with("not in this pipeline"))
+        .take_while(|l| {
+            !l.starts_with("not in this pipeline") && !l.starts_with("manual (not run)")
+        })
         .map(|l| {
             l.split("  ")
                 .map(str::trim)
@@ -115,20 +117,97 @@ fn list_prints_the_compiled_pipeline_and_runs_nothing() {
             "exit codes 3,4",
         ],
         vec!["ship", "deploy", "on_success", "(stages before)", "no"],
+        vec![
+            "manual-job",
+            "deploy",
+            "manual (not run)",
+            "(stages before)",
+            "yes",
+        ],
     ];
     assert_eq!(lines, expected, "{run}");
+    // Manual jobs are listed, marked as not run, and not hidden among the excluded ones.
     assert!(
         run.stdout
-            .contains("not in this pipeline: manual-job (manual job"),
+            .contains("manual (not run): a manual job; `flotilla exec --manual`"),
+        "{run}"
+    );
+    assert!(
+        !run.stdout.contains("not in this pipeline: manual-job"),
         "{run}"
     );
     assert!(p.pipelines().is_empty(), "--list runs nothing");
-    // With --manual the manual job is listed as one.
+    // With --manual the manual job is listed as one that runs.
     let run = p.exec(&["--list", "--manual"]);
     assert!(
         run.stdout
             .lines()
             .any(|l| l.starts_with("manual-job ") && l.contains(" manual ")),
+        "{run}"
+    );
+    assert!(!run.stdout.contains("not run"), "{run}");
+}
+
+#[test]
+fn exec_files_stay_out_of_git_status_and_latest_points_at_the_last_run() {
+    let p = Project::with_pipeline("only-job:\n  script: [echo hello]\n");
+    p.commit("pipeline");
+    p.exec(&[]).expect_code(0);
+    let second = p.exec(&[]);
+    second.expect_code(0);
+    let status = std::process::Command::new("git")
+        .arg("-C")
+        .arg(p.path())
+        .args(["status", "--porcelain", "--untracked-files=all"])
+        .output()
+        .unwrap();
+    assert!(status.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&status.stdout),
+        "",
+        ".flotilla/ must not show in git status"
+    );
+    let runs = p.pipelines();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    let latest = p.path().join(".flotilla/logs/latest");
+    assert_eq!(
+        std::fs::read_link(&latest).unwrap(),
+        std::path::PathBuf::from(runs[1].file_name().unwrap()),
+        "latest is a relative link to the last run"
+    );
+    assert!(
+        latest.join("01-only-job.log").is_file(),
+        "{:?}",
+        std::fs::read_dir(&latest).unwrap().collect::<Vec<_>>()
+    );
+    assert!(
+        second
+            .stdout
+            .contains(&format!("logs: {}", runs[1].display())),
+        "{second}"
+    );
+}
+
+#[test]
+fn warnings_come_with_errors_and_name_the_skipped_include() {
+    let p = Project::with_pipeline(
+        "include:\n  - template: Security/SAST.gitlab-ci.yml\n\nsast:\n  variables:\n    SAST_EXCLUDED_PATHS: vendor\n\nbuild:\n  stage: compile\n  script: [echo]\n",
+    );
+    let run = p.exec(&[]);
+    run.expect_code(2);
+    let warning = run
+        .stderr
+        .find("warning: .gitlab-ci.yml:2:5: include:template is not supported")
+        .unwrap_or_else(|| panic!("{run}"));
+    let error = run
+        .stderr
+        .find("error: .gitlab-ci.yml:9:10: jobs:build chosen stage `compile` does not exist; available stages are .pre, build, test, deploy, .post (this may come from an include that local runs skip: include:template `Security/SAST.gitlab-ci.yml` at .gitlab-ci.yml:2:5)")
+        .unwrap_or_else(|| panic!("{run}"));
+    assert!(warning < error, "the warning first: {run}");
+    assert!(
+        run.stderr.contains(
+            "jobs:sast has no script: it may override a job of an include that local runs skip"
+        ),
         "{run}"
     );
 }
