@@ -236,7 +236,7 @@ impl DockerFleet {
         let dispatcher = Arc::new(Dispatcher::new(
             scaler.clone(),
             DispatcherConfig {
-                isolation,
+                isolation: isolation.into(),
                 connectors: Arc::new(SshConnectors::new(group.clone())),
                 artifacts: artifacts.clone(),
                 cache: cache.clone(),

@@ -3,7 +3,7 @@
 use crate::merged_output::MergedOutput;
 use crate::notice::Notices;
 use crate::tally::Tally;
-use crate::{ConnectorFactory, WatchedConnector};
+use crate::{ConnectorFactory, Levels, WatchedConnector};
 use flotilla_connect::Connector;
 use flotilla_fleet::ConnectInfo;
 use flotilla_isolate::{IsolatedEnvironment, Isolation, PrepareRequest};
@@ -22,8 +22,9 @@ use tokio::time::Instant;
 /// What the dispatcher runs jobs with.
 #[derive(Clone)]
 pub struct DispatcherConfig {
-    /// The isolation level every job runs at.
-    pub isolation: Arc<dyn Isolation>,
+    /// The isolation levels jobs run at: the first unless a job picks another that is
+    /// offered (see [`Levels`]).
+    pub isolation: Levels,
     /// How instances are connected to.
     pub connectors: Arc<dyn ConnectorFactory>,
     /// Where artifacts go.
@@ -41,7 +42,7 @@ pub struct DispatcherConfig {
 impl fmt::Debug for DispatcherConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DispatcherConfig")
-            .field("isolation", &self.isolation.name())
+            .field("isolation", &self.isolation)
             .field("run_options", &self.run_options)
             .field("builds_dir", &self.builds_dir)
             .finish_non_exhaustive()
@@ -125,6 +126,19 @@ impl Dispatcher {
         cancel: &JobCancel,
     ) -> JobResult {
         let started = Instant::now();
+        if let Err(refused) = self.config.isolation.choose(job) {
+            let mut tally = Tally::new(sink);
+            return self
+                .fail_early(
+                    &mut tally,
+                    job,
+                    started,
+                    FailureReason::RunnerConfigurationError,
+                    &format!("Job failed: {refused}"),
+                    None,
+                )
+                .await;
+        }
         let acquired = tokio::select! {
             r = self.scaler.acquire(key, None) => Some(r),
             () = cancel.requested() => None,
@@ -162,24 +176,41 @@ impl Dispatcher {
         let mut tally = Tally::new(sink);
         let instance = acquisition.instance_id().to_string();
         let slot = acquisition.slot();
+        let level = match self.config.isolation.choose(job) {
+            Ok(level) => level.clone(),
+            Err(refused) => {
+                return self
+                    .fail_early(
+                        &mut tally,
+                        job,
+                        started,
+                        FailureReason::RunnerConfigurationError,
+                        &format!("Job failed: {refused}"),
+                        None,
+                    )
+                    .await;
+            }
+        };
 
-        let (connector, failures_before, env) =
-            match self.environment(&acquisition, job, &instance, slot).await {
-                Ok(parts) => parts,
-                Err(why) => {
-                    let message = format!("Job failed (system failure): {why}");
-                    return self
-                        .fail_early(
-                            &mut tally,
-                            job,
-                            started,
-                            FailureReason::RunnerSystemFailure,
-                            &message,
-                            Some(started),
-                        )
-                        .await;
-                }
-            };
+        let (connector, failures_before, env) = match self
+            .environment(&acquisition, &*level, job, &instance, slot)
+            .await
+        {
+            Ok(parts) => parts,
+            Err(why) => {
+                let message = format!("Job failed (system failure): {why}");
+                return self
+                    .fail_early(
+                        &mut tally,
+                        job,
+                        started,
+                        FailureReason::RunnerSystemFailure,
+                        &message,
+                        Some(started),
+                    )
+                    .await;
+            }
+        };
 
         let run_cancel = cancel.child();
         let lost = acquisition.lost_token();
@@ -188,7 +219,7 @@ impl Dispatcher {
             // Stage scripts write stdout and stderr as one stream (see `merged_output`).
             let merged = MergedOutput::new(env.as_ref());
             let runner = JobRunner::new(&merged, &*self.config.artifacts, &*self.config.cache)
-                .with_options(self.run_options(slot));
+                .with_options(self.run_options(slot, &*level));
             let run = runner.run(job, &mut tally, &run_cancel);
             tokio::pin!(run);
             tokio::select! {
@@ -260,21 +291,21 @@ impl Dispatcher {
         }
     }
 
-    /// The runner options for a job on `slot`.
-    fn run_options(&self, slot: usize) -> RunOptions {
+    /// The runner options for a job on `slot` at `level`.
+    fn run_options(&self, slot: usize, level: &dyn Isolation) -> RunOptions {
         let mut o = self.config.run_options.clone();
         o.concurrent_id = slot as u32;
         o.concurrent_project_id = slot as u32;
-        o.runner.executor = self.executor_name().to_string();
+        o.runner.executor = self.executor_name(level).to_string();
         o
     }
 
     /// The executor name a job's log and variables show: the runner's own, unless it was
-    /// left at the default, in which case the isolation level's name says more.
-    fn executor_name(&self) -> &str {
+    /// left at the default, in which case the job's isolation level says more.
+    fn executor_name<'a>(&'a self, level: &'a dyn Isolation) -> &'a str {
         let runner = &self.config.run_options.runner;
         if runner.executor.is_empty() || runner.executor == RunnerIdentity::default().executor {
-            self.config.isolation.name()
+            level.name()
         } else {
             &runner.executor
         }
@@ -285,6 +316,7 @@ impl Dispatcher {
     async fn environment(
         &self,
         acquisition: &Acquisition,
+        level: &dyn Isolation,
         job: &JobPayload,
         instance: &str,
         slot: usize,
@@ -305,9 +337,7 @@ impl Dispatcher {
         };
         let failures_before = connector.failures();
         let shared: Arc<dyn Connector> = connector.clone();
-        let prepared = self
-            .config
-            .isolation
+        let prepared = level
             .prepare(PrepareRequest {
                 job,
                 instance_id: instance,
@@ -324,7 +354,7 @@ impl Dispatcher {
                 }
                 Err(format!(
                     "preparing the {} environment on instance {instance}: {e}",
-                    self.config.isolation.name()
+                    level.name()
                 ))
             }
         }
@@ -357,17 +387,20 @@ impl Dispatcher {
             .unwrap_or_else(|e| e.into_inner())
             .insert(info.id.clone());
         if first {
-            let isolation = self.config.isolation.clone();
+            // Every level offered may have left something on the instance.
+            let levels = self.config.isolation.clone();
             let connector: Arc<dyn Connector> = c.clone();
             let id = info.id.clone();
             tokio::spawn(async move {
-                match isolation.cleanup_instance(connector, &id).await {
-                    Ok(0) => {}
-                    Ok(n) => {
-                        tracing::info!(instance = %id, removed = n, "removed leftovers of earlier jobs")
-                    }
-                    Err(e) => {
-                        tracing::warn!(instance = %id, error = %e, "sweeping leftovers of earlier jobs failed")
+                for level in levels.all() {
+                    match level.cleanup_instance(connector.clone(), &id).await {
+                        Ok(0) => {}
+                        Ok(n) => {
+                            tracing::info!(instance = %id, level = level.name(), removed = n, "removed leftovers of earlier jobs")
+                        }
+                        Err(e) => {
+                            tracing::warn!(instance = %id, level = level.name(), error = %e, "sweeping leftovers of earlier jobs failed")
+                        }
                     }
                 }
             });
@@ -403,7 +436,11 @@ impl Dispatcher {
     ) -> JobResult {
         let notices = Notices::for_job(job);
         let runner = &self.config.run_options.runner;
-        let executor = self.executor_name();
+        let levels = &self.config.isolation;
+        let level = levels
+            .choose(job)
+            .unwrap_or_else(|_| levels.default_level());
+        let executor = self.executor_name(&**level);
         tally
             .emit(&notices.line(&format!(
                 "Running with flotilla {} ({executor})\n  on {}",

@@ -19,6 +19,7 @@
 mod connectors;
 mod dispatcher;
 mod error;
+mod levels;
 mod merged_output;
 mod notice;
 mod tally;
@@ -27,4 +28,5 @@ mod watch;
 pub use connectors::{ConnectorFactory, LocalConnectors, SshConnectors};
 pub use dispatcher::{Dispatcher, DispatcherConfig};
 pub use error::DispatchError;
+pub use levels::{ISOLATION_VARIABLE, LevelRefused, Levels, requested_level};
 pub use watch::WatchedConnector;

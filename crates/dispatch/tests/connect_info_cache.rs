@@ -47,7 +47,7 @@ async fn connection_details_are_asked_once_per_instance() {
     let d = Dispatcher::new(
         scaler,
         DispatcherConfig {
-            isolation: Arc::new(ShellIsolation::new()),
+            isolation: Arc::new(ShellIsolation::new()).into(),
             connectors: Arc::new(LocalConnectors),
             artifacts: Arc::new(LocalArtifactStore::new(dir.path().join("artifacts"))),
             cache: Arc::new(LocalCacheStore::new(dir.path().join("cache"))),

@@ -49,7 +49,7 @@ fn dispatcher(scaler: Scaler, dir: &tempfile::TempDir, builds_dir: String) -> Di
     Dispatcher::new(
         scaler,
         DispatcherConfig {
-            isolation: Arc::new(ShellIsolation::new()),
+            isolation: Arc::new(ShellIsolation::new()).into(),
             connectors: Arc::new(LocalConnectors),
             artifacts: Arc::new(LocalArtifactStore::new(dir.path().join("artifacts"))),
             cache: Arc::new(LocalCacheStore::new(dir.path().join("cache"))),

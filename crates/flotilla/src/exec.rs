@@ -2,11 +2,12 @@
 //! and a summary.
 
 use crate::cli::ExecArgs;
-use crate::config::Config;
+use crate::config::RunnerConfig;
 use crate::fleet::{self, FleetParts};
 use crate::progress::Progress;
 use anyhow::{Context, Result, bail};
 use flotilla_ci::{self as ci, CompileOptions, Pipeline};
+use flotilla_dispatch::ISOLATION_VARIABLE;
 use flotilla_job::{LocalArtifactStore, LocalCacheStore, RunOptions};
 use flotilla_pipeline::{ExecConfig, ExecEvent, PipelineOutcome, run_pipeline};
 use std::io::{IsTerminal, Write};
@@ -28,6 +29,9 @@ pub fn run(args: &ExecArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCod
             return ExitCode::from(SETUP_FAILED);
         }
     };
+    let Some(runner) = runner(args, err) else {
+        return ExitCode::from(SETUP_FAILED);
+    };
     let predefined = predefined_variables(&dir);
     let pipeline = match compile(args, &dir, &predefined, args.manual, err) {
         Some(p) => p,
@@ -39,7 +43,7 @@ pub fn run(args: &ExecArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCod
         let with_manual = (!args.manual)
             .then(|| compile(args, &dir, &predefined, true, &mut std::io::sink()))
             .flatten();
-        list(&pipeline, with_manual.as_ref(), out);
+        list(&pipeline, with_manual.as_ref(), &runner, args, out);
         return ExitCode::SUCCESS;
     }
     if pipeline.jobs.is_empty() {
@@ -53,7 +57,7 @@ pub fn run(args: &ExecArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCod
             return ExitCode::from(SETUP_FAILED);
         }
     };
-    match runtime.block_on(execute(args, &dir, &pipeline, predefined, err)) {
+    match runtime.block_on(execute(args, &runner, &dir, &pipeline, predefined, err)) {
         Ok(outcome) => {
             summary(&outcome, out);
             if outcome.passed() {
@@ -198,7 +202,54 @@ fn point_latest(logs: &Path, id: &str) -> std::io::Result<()> {
 
 /// `--list`: the compiled pipeline as a table. `with_manual` is the same pipeline with its
 /// manual jobs, when this run leaves them out: they are listed too, marked as not run.
-fn list(p: &Pipeline, with_manual: Option<&Pipeline>, out: &mut dyn Write) {
+/// The runner jobs run on: the first of `--config`, or the embedded default. Errors and
+/// warnings of the file are printed.
+fn runner(args: &ExecArgs, err: &mut dyn Write) -> Option<RunnerConfig> {
+    let Some(path) = &args.config else {
+        return Some(RunnerConfig::embedded_default());
+    };
+    let config = crate::cli::load_config(path, err)?;
+    let first = config.runners.into_iter().next();
+    if first.is_none() {
+        let _ = writeln!(err, "error: {} configures no [[runners]]", path.display());
+    }
+    first
+}
+
+/// The isolation level `job` runs at on `runner`, as the dispatcher will choose it: the last
+/// `FLOTILLA_ISOLATION` among the job's variables, then `--variable`s, else the runner's
+/// default. A level the runner does not offer is shown as refused.
+fn job_level(job: &ci::CompiledJob, runner: &RunnerConfig, args: &ExecArgs) -> String {
+    let asked = job
+        .variables
+        .iter()
+        .rev()
+        .find(|v| v.key == ISOLATION_VARIABLE)
+        .map(|v| v.value.clone())
+        .or_else(|| {
+            args.variables
+                .iter()
+                .rev()
+                .find(|(k, _)| k == ISOLATION_VARIABLE)
+                .map(|(_, v)| v.clone())
+        })
+        .map(|v| v.trim().to_ascii_lowercase())
+        .filter(|v| !v.is_empty());
+    let levels = runner.isolation_levels();
+    match asked {
+        None => levels.default_level().to_string(),
+        Some(a) if levels.all().iter().any(|l| l.as_str() == a) => a,
+        Some(a) => format!("{a} (not offered: {levels})"),
+    }
+}
+
+fn list(
+    p: &Pipeline,
+    with_manual: Option<&Pipeline>,
+    runner: &RunnerConfig,
+    args: &ExecArgs,
+    out: &mut dyn Write,
+) {
     let in_run = |name: &str| p.job(name).is_some();
     let shown: Vec<&ci::CompiledJob> = match with_manual {
         Some(all) => all
@@ -209,7 +260,7 @@ fn list(p: &Pipeline, with_manual: Option<&Pipeline>, out: &mut dyn Write) {
         None => p.jobs.iter().collect(),
     };
     let mut hidden_manual = false;
-    let rows: Vec<[String; 5]> = shown
+    let rows: Vec<[String; 6]> = shown
         .iter()
         .map(|j| {
             let when = if in_run(&j.name) {
@@ -239,12 +290,20 @@ fn list(p: &Pipeline, with_manual: Option<&Pipeline>, out: &mut dyn Write) {
                         c.iter().map(i32::to_string).collect::<Vec<_>>().join(",")
                     ),
                 },
+                job_level(j, runner, args),
             ]
         })
         .collect();
     table(
         out,
-        ["JOB", "STAGE", "WHEN", "NEEDS", "ALLOW FAILURE"],
+        [
+            "JOB",
+            "STAGE",
+            "WHEN",
+            "NEEDS",
+            "ALLOW FAILURE",
+            "ISOLATION",
+        ],
         &rows,
     );
     if hidden_manual {
@@ -314,6 +373,7 @@ fn summary(outcome: &PipelineOutcome, out: &mut dyn Write) {
 
 async fn execute(
     args: &ExecArgs,
+    runner: &RunnerConfig,
     dir: &Path,
     pipeline: &Pipeline,
     mut predefined: Vec<(String, String)>,
@@ -347,28 +407,8 @@ async fn execute(
         },
         durable: None,
     };
-    let fleet = match &args.config {
-        None => fleet::embedded_default(parts).await?,
-        Some(path) => {
-            let loaded = Config::load(path).map_err(|e| {
-                anyhow::anyhow!(
-                    e.errors()
-                        .iter()
-                        .map(|e| e.to_string())
-                        .collect::<Vec<_>>()
-                        .join("\n")
-                )
-            })?;
-            for w in &loaded.warnings {
-                let _ = writeln!(err, "warning: {w}");
-            }
-            let Some(runner) = loaded.config.runners.first() else {
-                bail!("{} configures no [[runners]]", path.display());
-            };
-            let provider = fleet::provider(runner, Some(&state)).await?;
-            fleet::from_runner(runner, provider, parts).await?
-        }
-    };
+    let provider = fleet::provider(runner, Some(&state)).await?;
+    let fleet = fleet::from_runner(runner, provider, parts).await?;
     let _ = writeln!(
         err,
         "running {} job(s) on {}",

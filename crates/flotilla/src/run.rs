@@ -305,7 +305,7 @@ async fn start_runner(
     let Some((url, token)) = runner.gitlab_credentials() else {
         bail!("runner {:?} has no url or token", runner.name);
     };
-    let containers = runner.isolation() == IsolationLevel::Docker;
+    let containers = runner.isolation_levels().offers(IsolationLevel::Docker);
     let info = Info::flotilla(runner.executor.as_str(), containers);
     let client = Arc::new(
         Client::new(ClientConfig::new(

@@ -167,7 +167,7 @@ fn instance_executor_with_policies() {
     assert_eq!(r.slot_cgroup(1), "runner-slot-1.slice");
     assert!(!r.instance.as_ref().unwrap().use_common_build_dir);
     let a = r.autoscaler.as_ref().unwrap();
-    assert_eq!(a.isolation, Some(IsolationLevel::Shell));
+    assert_eq!(a.isolation, Some(IsolationLevel::Shell.into()));
     assert_eq!(
         a.instance_ready_command.as_deref(),
         Some("test -x /usr/local/bin/gitlab-runner && systemctl is-active docker")

@@ -104,25 +104,55 @@ fn list_prints_the_compiled_pipeline_and_runs_nothing() {
         })
         .collect();
     let expected: Vec<Vec<&str>> = vec![
-        vec!["JOB", "STAGE", "WHEN", "NEEDS", "ALLOW FAILURE"],
-        vec!["compile", "build", "on_success", "(stages before)", "no"],
-        vec!["assets", "build", "on_success", "(stages before)", "no"],
-        vec!["unit", "test", "on_success", "compile", "no"],
-        vec!["lint", "test", "on_success", "-", "no"],
+        vec![
+            "JOB",
+            "STAGE",
+            "WHEN",
+            "NEEDS",
+            "ALLOW FAILURE",
+            "ISOLATION",
+        ],
+        vec![
+            "compile",
+            "build",
+            "on_success",
+            "(stages before)",
+            "no",
+            "shell",
+        ],
+        vec![
+            "assets",
+            "build",
+            "on_success",
+            "(stages before)",
+            "no",
+            "shell",
+        ],
+        vec!["unit", "test", "on_success", "compile", "no", "shell"],
+        vec!["lint", "test", "on_success", "-", "no", "shell"],
         vec![
             "flaky",
             "test",
             "on_success",
             "(stages before)",
             "exit codes 3,4",
+            "shell",
         ],
-        vec!["ship", "deploy", "on_success", "(stages before)", "no"],
+        vec![
+            "ship",
+            "deploy",
+            "on_success",
+            "(stages before)",
+            "no",
+            "shell",
+        ],
         vec![
             "manual-job",
             "deploy",
             "manual (not run)",
             "(stages before)",
             "yes",
+            "shell",
         ],
     ];
     assert_eq!(lines, expected, "{run}");
@@ -751,4 +781,42 @@ later:
     let log = p.log("slow");
     assert!(log.contains("\nafter_script ran"), "{log}");
     assert!(log.contains("Job failed: canceled"), "{log}");
+}
+
+#[test]
+fn a_job_asking_for_a_level_its_runner_does_not_offer_fails_at_once_and_names_the_offered_ones() {
+    let p = Project::with_pipeline(
+        r#"
+plain:
+  script: [echo plain]
+boxed:
+  variables:
+    FLOTILLA_ISOLATION: microvm
+  script: [echo must not run]
+"#,
+    );
+    let list = p.exec(&["--list"]);
+    list.expect_code(0);
+    assert!(
+        list.stdout.contains("microvm (not offered: shell)"),
+        "{list}"
+    );
+    let run = p.exec(&[]);
+    run.expect_code(1);
+    assert_eq!(
+        run.statuses(),
+        statuses(&[("plain", "passed"), ("boxed", "failed")])
+    );
+    let log = p.log("boxed");
+    assert!(
+        log.contains(
+            "the job asks for isolation level \"microvm\" (FLOTILLA_ISOLATION), which this \
+             runner does not offer; it offers: shell"
+        ),
+        "{log}"
+    );
+    assert!(!log.contains("must not run"), "it never ran: {log}");
+    // The same level named on the command line is honoured the same way.
+    let run = p.exec(&["--variable", "FLOTILLA_ISOLATION=shell", "plain"]);
+    run.expect_code(0);
 }

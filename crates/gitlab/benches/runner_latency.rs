@@ -62,7 +62,7 @@ async fn main() {
     let dispatcher = Dispatcher::new(
         scaler,
         DispatcherConfig {
-            isolation: Arc::new(ShellIsolation::new()),
+            isolation: Arc::new(ShellIsolation::new()).into(),
             connectors: Arc::new(LocalConnectors),
             artifacts: Arc::new(LocalArtifactStore::new(dir.path().join("artifacts"))),
             cache: Arc::new(LocalCacheStore::new(dir.path().join("cache"))),

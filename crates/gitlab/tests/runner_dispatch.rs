@@ -20,7 +20,7 @@ async fn jobs_run_through_the_dispatcher_with_artifacts_passed_between_them() {
     let dispatcher = Dispatcher::new(
         local_scaler(2, true).await,
         DispatcherConfig {
-            isolation: Arc::new(ShellIsolation::new()),
+            isolation: Arc::new(ShellIsolation::new()).into(),
             connectors: Arc::new(LocalConnectors),
             artifacts: gitlab_artifacts(&c),
             cache: Arc::new(LocalCacheStore::new(dir.path().join("cache"))),

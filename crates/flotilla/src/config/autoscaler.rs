@@ -52,6 +52,83 @@ impl fmt::Display for IsolationLevel {
     }
 }
 
+/// The isolation levels a fleet offers (flotilla extension): `isolation = "docker"`, or
+/// `isolation = ["docker", "cgroup", "microvm"]`, where the first is the default and a job
+/// picks another with `FLOTILLA_ISOLATION`. Never empty; no level twice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IsolationLevels(Vec<IsolationLevel>);
+
+impl IsolationLevels {
+    /// The levels, the default first; `None` when `levels` is empty or names a level twice.
+    pub fn new(levels: Vec<IsolationLevel>) -> Option<IsolationLevels> {
+        let unique = levels
+            .iter()
+            .enumerate()
+            .all(|(i, l)| !levels[..i].contains(l));
+        (!levels.is_empty() && unique).then_some(IsolationLevels(levels))
+    }
+
+    /// The level of jobs that name none.
+    pub fn default_level(&self) -> IsolationLevel {
+        self.0[0]
+    }
+
+    /// Every level, the default first.
+    pub fn all(&self) -> &[IsolationLevel] {
+        &self.0
+    }
+
+    /// Whether `level` is offered.
+    pub fn offers(&self, level: IsolationLevel) -> bool {
+        self.0.contains(&level)
+    }
+}
+
+impl From<IsolationLevel> for IsolationLevels {
+    fn from(level: IsolationLevel) -> IsolationLevels {
+        IsolationLevels(vec![level])
+    }
+}
+
+impl fmt::Display for IsolationLevels {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.0.iter().map(|l| l.as_str()).collect();
+        f.write_str(&names.join(", "))
+    }
+}
+
+impl Serialize for IsolationLevels {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0.as_slice() {
+            [one] => one.serialize(s),
+            many => many.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for IsolationLevels {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum OneOrMany {
+            One(IsolationLevel),
+            Many(Vec<IsolationLevel>),
+        }
+        let levels = match OneOrMany::deserialize(d).map_err(|_| {
+            serde::de::Error::custom(
+                "isolation must be a level or a list of levels: shell, cgroup, docker, \
+                 microvm, vm, instance",
+            )
+        })? {
+            OneOrMany::One(l) => vec![l],
+            OneOrMany::Many(v) => v,
+        };
+        IsolationLevels::new(levels).ok_or_else(|| {
+            serde::de::Error::custom("isolation must name at least one level, each once")
+        })
+    }
+}
+
 /// `[runners.autoscaler]`. `Debug` prints the redacted form (see `plugin_config`).
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -59,11 +136,12 @@ pub struct AutoscalerConfig {
     /// The fleeting plugin / provider: `aws`, `aws:1`, `registry/repo/name:1.2`, or one of
     /// flotilla's built-in providers (`local`, `docker`, ...). Required.
     pub plugin: String,
-    /// flotilla extension: the isolation level of jobs on this fleet. When unset, loading
-    /// fills in the executor's default (`docker` for `docker-autoscaler`, `shell` for
-    /// `instance`, `vm` for `instance` with `vm_isolation` enabled).
+    /// flotilla extension: the isolation levels jobs on this fleet may run at, the default
+    /// first (a job picks another with `FLOTILLA_ISOLATION`). When unset, loading fills in
+    /// the executor's default (`docker` for `docker-autoscaler`, `shell` for `instance`, `vm`
+    /// for `instance` with `vm_isolation` enabled).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub isolation: Option<IsolationLevel>,
+    pub isolation: Option<IsolationLevels>,
     /// Jobs per instance (default 1, must be at least 1).
     #[serde(deserialize_with = "count::deserialize")]
     pub capacity_per_instance: u32,

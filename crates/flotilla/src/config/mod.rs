@@ -37,8 +37,8 @@ mod source;
 mod validate;
 
 pub use autoscaler::{
-    ALWAYS, AutoscalerConfig, DEFAULT_SCALE_THROTTLE_LIMIT, IsolationLevel, MIN_IDLE_TIME, Policy,
-    ScaleThrottle, StateStorage, VmIsolation,
+    ALWAYS, AutoscalerConfig, DEFAULT_SCALE_THROTTLE_LIMIT, IsolationLevel, IsolationLevels,
+    MIN_IDLE_TIME, Policy, ScaleThrottle, StateStorage, VmIsolation,
 };
 pub use connector::ConnectorSettings;
 pub use duration::{DurationError, format_go_duration, parse_go_duration};
@@ -260,7 +260,7 @@ fn normalize(config: &mut Config, base_dir: &Path) {
         if runner.request_concurrency == 0 {
             runner.request_concurrency = 1;
         }
-        let isolation = runner.isolation();
+        let isolation = runner.isolation_levels();
         let Some(a) = runner.autoscaler.as_mut() else {
             continue;
         };
@@ -306,6 +306,44 @@ shutdown_timeout = 0
 "#;
 
     #[test]
+    fn isolation_is_one_level_or_a_list_with_the_default_first() {
+        let with = |value: &str| {
+            let text = MINIMAL.replace(
+                "    plugin = \"aws\"\n",
+                &format!("    plugin = \"aws\"\n    isolation = {value}\n"),
+            );
+            Config::from_str(&text, "/etc/gitlab-runner/config.toml")
+        };
+        let c = with("\"cgroup\"").unwrap().config;
+        assert_eq!(c.runners[0].isolation(), IsolationLevel::Cgroup);
+        let c = with("[\"docker\", \"cgroup\", \"microvm\"]")
+            .unwrap()
+            .config;
+        let levels = c.runners[0].isolation_levels();
+        assert_eq!(
+            levels.all(),
+            [
+                IsolationLevel::Docker,
+                IsolationLevel::Cgroup,
+                IsolationLevel::Microvm
+            ]
+        );
+        assert_eq!(levels.to_string(), "docker, cgroup, microvm");
+        for bad in [
+            "[]",
+            "[\"docker\", \"docker\"]",
+            "\"container\"",
+            "[\"shell\", 3]",
+        ] {
+            let e = with(bad)
+                .err()
+                .unwrap_or_else(|| panic!("{bad} was accepted"));
+            let text = e.errors()[0].to_string();
+            assert!(text.contains("isolation"), "{bad}: {text}");
+        }
+    }
+
+    #[test]
     fn normalizes_zero_defaults_isolation_and_paths() {
         let loaded = Config::from_str(MINIMAL, "/etc/gitlab-runner/config.toml").unwrap();
         let c = loaded.config;
@@ -318,7 +356,7 @@ shutdown_timeout = 0
         let r = &c.runners[0];
         assert_eq!(r.request_concurrency, 1);
         let a = r.autoscaler.as_ref().unwrap();
-        assert_eq!(a.isolation, Some(IsolationLevel::Docker));
+        assert_eq!(a.isolation, Some(IsolationLevel::Docker.into()));
         assert_eq!(
             a.connector_config.key_path.as_deref(),
             Some(Path::new("/etc/gitlab-runner/keys/id_ed25519"))

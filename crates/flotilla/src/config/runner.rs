@@ -1,6 +1,6 @@
 //! `[[runners]]`: one GitLab runner registration and the fleet its jobs run on.
 
-use super::autoscaler::{AutoscalerConfig, IsolationLevel};
+use super::autoscaler::{AutoscalerConfig, IsolationLevel, IsolationLevels};
 use super::count;
 use super::redact;
 use flotilla_fleet::Secret;
@@ -217,17 +217,23 @@ impl RunnerConfig {
         }
     }
 
-    /// The isolation level of this runner's jobs: `[runners.autoscaler] isolation`, or the
-    /// executor's default.
+    /// The isolation level of this runner's jobs that name none: the first of
+    /// [`RunnerConfig::isolation_levels`].
     pub fn isolation(&self) -> IsolationLevel {
+        self.isolation_levels().default_level()
+    }
+
+    /// The isolation levels this runner's jobs may run at: `[runners.autoscaler] isolation`,
+    /// or the executor's default alone.
+    pub fn isolation_levels(&self) -> IsolationLevels {
         let vm = self
             .autoscaler
             .as_ref()
             .is_some_and(|a| a.vm_isolation.enabled);
         self.autoscaler
             .as_ref()
-            .and_then(|a| a.isolation)
-            .unwrap_or_else(|| self.executor.default_isolation(vm))
+            .and_then(|a| a.isolation.clone())
+            .unwrap_or_else(|| self.executor.default_isolation(vm).into())
     }
 
     /// The environment entries split at the first `=` (entries without one are skipped;

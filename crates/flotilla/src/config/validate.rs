@@ -172,7 +172,10 @@ fn check_autoscaler(f: &mut Findings, path: &KeyPath, a: &AutoscalerConfig) {
             "capacity_per_instance must be at least 1",
         );
     }
-    if a.isolation == Some(IsolationLevel::Instance) {
+    if a.isolation
+        .as_ref()
+        .is_some_and(|l| l.offers(IsolationLevel::Instance))
+    {
         if a.max_use_count != 1 {
             f.error(
                 path.key("max_use_count"),
@@ -461,7 +464,7 @@ mod tests {
     fn instance_isolation_needs_single_use_instances() {
         let mut r = runner(Executor::Flotilla);
         let a = r.autoscaler.as_mut().unwrap();
-        a.isolation = Some(IsolationLevel::Instance);
+        a.isolation = Some(IsolationLevel::Instance.into());
         let c = Config {
             concurrent: 10,
             runners: vec![r],

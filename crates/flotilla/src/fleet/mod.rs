@@ -15,7 +15,7 @@ pub use scaling::schedule;
 use crate::config::{AutoscalerConfig, RunnerConfig};
 use crate::registry;
 use anyhow::{Context, Result};
-use flotilla_dispatch::{Dispatcher, DispatcherConfig};
+use flotilla_dispatch::{Dispatcher, DispatcherConfig, Levels};
 use flotilla_fleet::{InstanceGroup, ProviderConfig, ProviderInfo, Settings};
 use flotilla_job::{ArtifactStore, CacheStore, RunOptions};
 use flotilla_scaler::{Scaler, ScalerBuilder};
@@ -130,6 +130,19 @@ pub fn file_name(name: &str) -> String {
     flotilla_fleet::safe_file_name(name)
 }
 
+/// Every isolation level `runner` offers, built; the default first.
+fn levels(runner: &RunnerConfig, builds_dir: &str) -> Result<Levels> {
+    let cx = LevelContext { runner, builds_dir };
+    let mut built = Vec::new();
+    for level in runner.isolation_levels().all() {
+        let entry =
+            registry::isolation(*level).with_context(|| format!("runner {:?}", runner.name))?;
+        built.push((entry.build)(&cx)?);
+    }
+    let default = built.remove(0);
+    Ok(Levels::new(default, built))
+}
+
 /// The fleet of one `[[runners]]` entry on its initialised `provider`.
 pub async fn from_runner(
     runner: &RunnerConfig,
@@ -159,13 +172,7 @@ pub async fn from_runner(
         }
         None => REMOTE_BUILDS_DIR.to_string(),
     };
-    let level = runner.isolation();
-    let isolation = (registry::isolation(level)
-        .with_context(|| format!("runner {:?}", runner.name))?
-        .build)(&LevelContext {
-        runner,
-        builds_dir: &builds_dir,
-    })?;
+    let isolation = levels(runner, &builds_dir)?;
     let hooks = Arc::new(ReadyUp {
         command: a.instance_ready_command.clone(),
         connectors: connectors.clone(),
@@ -175,7 +182,7 @@ pub async fn from_runner(
     let description = if capabilities.single_host && runner.name.is_empty() {
         format!(
             "this host, {} isolation, {} slots",
-            isolation.name(),
+            isolation.names().join(" | "),
             config.capacity_per_instance
         )
     } else {
@@ -183,7 +190,7 @@ pub async fn from_runner(
             "runner {:?}: plugin {plugin}, {} isolation, {} slot(s) per instance, max {} \
              instance(s)",
             runner.name,
-            isolation.name(),
+            isolation.names().join(" | "),
             config.capacity_per_instance,
             if config.max_instances == 0 {
                 "unlimited".to_string()
