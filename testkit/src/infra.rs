@@ -20,6 +20,10 @@ pub enum Infra {
     Sshd,
     /// `qemu-system-x86_64` and a bootable kernel in `/boot`.
     Qemu,
+    /// Cgroups this process can create and move processes into: the `cpu`, `memory` and
+    /// `pids` hierarchies of cgroup v1 (as on this project's CI machine), or cgroup v2 with
+    /// those controllers. Needs root.
+    Cgroups,
 }
 
 impl Infra {
@@ -28,6 +32,7 @@ impl Infra {
             Infra::Docker => "a Docker engine",
             Infra::Sshd => "OpenSSH's sshd",
             Infra::Qemu => "QEMU and a kernel",
+            Infra::Cgroups => "writable cgroups (root, cgroup v1 cpu/memory/pids or v2)",
         }
     }
 }
@@ -37,7 +42,9 @@ pub fn available(infra: Infra) -> bool {
     static DOCKER: OnceLock<bool> = OnceLock::new();
     static SSHD: OnceLock<bool> = OnceLock::new();
     static QEMU: OnceLock<bool> = OnceLock::new();
+    static CGROUPS: OnceLock<bool> = OnceLock::new();
     match infra {
+        Infra::Cgroups => *CGROUPS.get_or_init(cgroups_writable),
         Infra::Docker => *DOCKER.get_or_init(|| {
             Command::new("docker")
                 .args(["version", "--format", "{{.Server.Version}}"])
@@ -59,6 +66,25 @@ pub fn available(infra: Infra) -> bool {
             qemu && kernel_path().is_some()
         }),
     }
+}
+
+/// Whether a cgroup can be made in every hierarchy the cgroup level uses (and removed again).
+fn cgroups_writable() -> bool {
+    let root = std::path::Path::new("/sys/fs/cgroup");
+    let probe = format!("flotilla-probe-{}", std::process::id());
+    let dirs: Vec<std::path::PathBuf> = if root.join("cgroup.controllers").exists() {
+        vec![root.join(&probe)]
+    } else {
+        ["cpu", "memory", "pids"]
+            .iter()
+            .map(|h| root.join(h).join(&probe))
+            .collect()
+    };
+    let made = dirs.iter().all(|d| std::fs::create_dir(d).is_ok());
+    for d in &dirs {
+        let _ = std::fs::remove_dir(d);
+    }
+    made
 }
 
 /// The newest `/boot/vmlinuz-*` kernel, if any.

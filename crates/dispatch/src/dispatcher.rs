@@ -13,10 +13,11 @@ use flotilla_job::{
     RunOptions, StageReport, TraceSink,
 };
 use flotilla_scaler::{Acquisition, Scaler};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 /// What the dispatcher runs jobs with.
@@ -54,7 +55,9 @@ pub struct Dispatcher {
     scaler: Scaler,
     config: DispatcherConfig,
     connectors: Mutex<HashMap<String, Arc<WatchedConnector>>>,
-    swept: Mutex<HashSet<String>>,
+    /// Per instance: the sweep of leftovers of earlier managers, run once before the first
+    /// job of this process prepares there.
+    swept: Mutex<HashMap<String, Arc<OnceCell<()>>>>,
     cleanup_timeout: Duration,
 }
 
@@ -86,7 +89,7 @@ impl Dispatcher {
             scaler,
             config,
             connectors: Mutex::new(HashMap::new()),
-            swept: Mutex::new(HashSet::new()),
+            swept: Mutex::new(HashMap::new()),
             cleanup_timeout: Duration::from_secs(60),
         }
     }
@@ -335,6 +338,7 @@ impl Dispatcher {
                 }
             },
         };
+        self.swept_once(instance, &connector).await;
         let failures_before = connector.failures();
         let shared: Arc<dyn Connector> = connector.clone();
         let prepared = level
@@ -366,8 +370,7 @@ impl Dispatcher {
         map.get(instance).cloned()
     }
 
-    /// The connector for the instance `info` describes: the cached one, or a new one (and,
-    /// the first time the instance is seen, a sweep of leftovers of earlier jobs there).
+    /// The connector for the instance `info` describes: the cached one, or a new one.
     fn connector_for(
         &self,
         info: &ConnectInfo,
@@ -380,32 +383,36 @@ impl Dispatcher {
             self.config.connectors.connector(info)?,
         ));
         map.insert(info.id.clone(), c.clone());
-        drop(map);
-        let first = self
+        Ok(c)
+    }
+
+    /// The first time this process meets `instance`: every level offered removes what earlier
+    /// managers' jobs left there, and every job waits for that before it prepares, so a sweep
+    /// never meets (and never stops) a job of this process. A failed sweep is logged; jobs
+    /// go on (each level also clears a slot before using it).
+    async fn swept_once(&self, instance: &str, connector: &Arc<WatchedConnector>) {
+        let once = self
             .swept
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(info.id.clone());
-        if first {
-            // Every level offered may have left something on the instance.
-            let levels = self.config.isolation.clone();
-            let connector: Arc<dyn Connector> = c.clone();
-            let id = info.id.clone();
-            tokio::spawn(async move {
-                for level in levels.all() {
-                    match level.cleanup_instance(connector.clone(), &id).await {
-                        Ok(0) => {}
-                        Ok(n) => {
-                            tracing::info!(instance = %id, level = level.name(), removed = n, "removed leftovers of earlier jobs")
-                        }
-                        Err(e) => {
-                            tracing::warn!(instance = %id, level = level.name(), error = %e, "sweeping leftovers of earlier jobs failed")
-                        }
+            .entry(instance.to_string())
+            .or_default()
+            .clone();
+        once.get_or_init(|| async {
+            for level in self.config.isolation.all() {
+                let shared: Arc<dyn Connector> = connector.clone();
+                match level.cleanup_instance(shared, instance).await {
+                    Ok(0) => {}
+                    Ok(n) => {
+                        tracing::info!(%instance, level = level.name(), removed = n, "removed leftovers of earlier jobs")
+                    }
+                    Err(e) => {
+                        tracing::warn!(%instance, level = level.name(), error = %e, "sweeping leftovers of earlier jobs failed")
                     }
                 }
-            });
-        }
-        Ok(c)
+            }
+        })
+        .await;
     }
 
     /// Drops the cached connector of `instance` if it is still `connector`.

@@ -62,6 +62,10 @@ pub fn isolations() -> Vec<IsolationEntry> {
             build: levels::shell,
         },
         IsolationEntry {
+            level: IsolationLevel::Cgroup,
+            build: levels::cgroup,
+        },
+        IsolationEntry {
             level: IsolationLevel::Docker,
             build: levels::docker,
         },
@@ -162,6 +166,10 @@ mod tests {
     fn a_level_this_build_lacks_is_refused_by_name() {
         let e = isolation(IsolationLevel::Microvm).unwrap_err();
         assert_eq!(e.name, "microvm");
-        assert!(e.available.contains(&"shell") && e.available.contains(&"docker"));
+        assert!(
+            ["shell", "cgroup", "docker"]
+                .iter()
+                .all(|l| e.available.contains(l))
+        );
     }
 }

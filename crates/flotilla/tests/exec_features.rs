@@ -820,3 +820,74 @@ boxed:
     let run = p.exec(&["--variable", "FLOTILLA_ISOLATION=shell", "plain"]);
     run.expect_code(0);
 }
+
+#[test]
+fn infra_cgroup_exec_runs_each_job_at_the_level_it_asks_for() {
+    if !flotilla_testkit::infra::require(flotilla_testkit::infra::Infra::Cgroups) {
+        return;
+    }
+    let top = format!("flotilla-exec-test-{}", std::process::id());
+    let p = Project::with_pipeline(
+        r#"
+plain:
+  script: [cat /proc/self/cgroup]
+boxed:
+  variables:
+    FLOTILLA_ISOLATION: cgroup
+  script: [cat /proc/self/cgroup]
+hog:
+  variables:
+    FLOTILLA_ISOLATION: cgroup
+  script:
+    - x=$(head -c 100000000 /dev/zero | tr '\0' a)
+    - echo survived
+"#,
+    );
+    p.write(
+        "fleet.toml",
+        &format!(
+            r#"
+[[runners]]
+  name = "levels"
+  executor = "flotilla"
+  slot_cgroup_template = "{top}/slot-${{slot}}"
+  [runners.autoscaler]
+    plugin = "local"
+    capacity_per_instance = 2
+    isolation = ["shell", "cgroup"]
+  [runners.cgroup]
+    memory = "48Mi"
+    pids = 128
+"#
+        ),
+    );
+    p.commit("config");
+    let config = p.path().join("fleet.toml");
+    let list = p.exec(&["--config", config.to_str().unwrap(), "--list"]);
+    list.expect_code(0);
+    assert!(
+        list.stdout
+            .lines()
+            .any(|l| l.starts_with("boxed ") && l.trim_end().ends_with("cgroup")),
+        "{list}"
+    );
+    let run = p.exec(&["--config", config.to_str().unwrap()]);
+    let memory_dir = std::path::Path::new("/sys/fs/cgroup/memory").join(&top);
+    let _ = std::fs::remove_dir(&memory_dir);
+    for h in ["cpu", "pids"] {
+        let _ = std::fs::remove_dir(std::path::Path::new("/sys/fs/cgroup").join(h).join(&top));
+    }
+    let _ = std::fs::remove_dir(std::path::Path::new("/sys/fs/cgroup").join(&top));
+    run.expect_code(1);
+    assert_eq!(
+        run.statuses(),
+        statuses(&[("plain", "passed"), ("boxed", "passed"), ("hog", "failed")])
+    );
+    let slot_path = |log: &str| log.lines().any(|l| l.contains(&format!("/{top}/slot-")));
+    assert!(!slot_path(&p.log("plain")), "shell: {}", p.log("plain"));
+    assert!(slot_path(&p.log("boxed")), "cgroup: {}", p.log("boxed"));
+    assert!(p.log("boxed").contains("Using cgroup isolation"));
+    let hog = p.log("hog");
+    assert!(hog.contains("killed: memory limit 48 MiB of slot"), "{hog}");
+    assert!(!hog.contains("\nsurvived"), "{hog}");
+}

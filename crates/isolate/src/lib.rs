@@ -19,7 +19,9 @@
 
 #![warn(missing_docs)]
 
+pub mod cgroup;
 pub mod command;
+mod confinement;
 pub mod docker;
 mod error;
 pub mod exec;
@@ -28,6 +30,7 @@ pub mod layout;
 pub mod shell;
 pub mod stage_record;
 
+pub use cgroup::{CgroupConfig, CgroupIsolation};
 pub use docker::{DockerIsolation, DockerIsolationConfig};
 pub use error::IsolateError;
 pub use isolation::{IsolatedEnvironment, Isolation, PrepareRequest};

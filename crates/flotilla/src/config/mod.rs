@@ -49,8 +49,8 @@ pub use global::{
 };
 pub use redact::REDACTED;
 pub use runner::{
-    DEFAULT_SLOT_CGROUP_TEMPLATE, DockerConfig, Executor, InstanceConfig, PullPolicy, RunnerConfig,
-    expand_slot,
+    CgroupConfig, CpuQuantity, DEFAULT_SLOT_CGROUP_TEMPLATE, DockerConfig, Executor,
+    InstanceConfig, MemoryQuantity, PullPolicy, RunnerConfig, expand_slot,
 };
 
 use source::{KeyPath, SourceMap, Target};

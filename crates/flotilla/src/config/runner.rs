@@ -184,6 +184,10 @@ pub struct RunnerConfig {
     /// `[runners.autoscaler]`. Required for `docker-autoscaler` and `instance`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub autoscaler: Option<AutoscalerConfig>,
+    /// `[runners.cgroup]` (flotilla extension): the most each slot's cgroup may use, for the
+    /// `cgroup` level.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<CgroupConfig>,
 }
 
 impl fmt::Debug for RunnerConfig {
@@ -214,6 +218,7 @@ impl RunnerConfig {
             docker: None,
             instance: None,
             autoscaler: None,
+            cgroup: None,
         }
     }
 
@@ -258,9 +263,7 @@ impl RunnerConfig {
 
 /// Replaces `${slot}` and `$slot` in a cgroup template.
 pub fn expand_slot(template: &str, slot: u32) -> String {
-    template
-        .replace("${slot}", &slot.to_string())
-        .replace("$slot", &slot.to_string())
+    flotilla_isolate::cgroup::expand_template(template, slot as usize)
 }
 
 /// When to pull a job's image.
@@ -358,6 +361,68 @@ fn pull_policies<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<PullPolicy>, D::
     }
 
     d.deserialize_any(PullPolicyVisitor)
+}
+
+/// `[runners.cgroup]` (flotilla extension): what each slot's cgroup may use. A job lowers
+/// these with `KUBERNETES_CPU_LIMIT`, `KUBERNETES_MEMORY_LIMIT` and `FLOTILLA_PIDS_LIMIT`, and
+/// never raises them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CgroupConfig {
+    /// CPUs, as a number (`1.5`) or a Kubernetes quantity (`"500m"`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<CpuQuantity>,
+    /// Memory, as a Kubernetes quantity (`"512Mi"`, `"1G"`) or bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryQuantity>,
+    /// Processes and threads.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pids: Option<u64>,
+    /// Where cgroup file systems are mounted on the instances (default `/sys/fs/cgroup`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub root: Option<String>,
+}
+
+/// A CPU amount: `1.5` or `"500m"`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum CpuQuantity {
+    /// CPUs.
+    Cpus(f64),
+    /// A Kubernetes quantity.
+    Quantity(String),
+}
+
+impl CpuQuantity {
+    /// In thousandths of a CPU; `None` when it does not parse or is not positive.
+    pub fn millis(&self) -> Option<u64> {
+        let millis = match self {
+            CpuQuantity::Cpus(c) => flotilla_isolate::cgroup::limits::parse_cpu(&c.to_string()),
+            CpuQuantity::Quantity(q) => flotilla_isolate::cgroup::limits::parse_cpu(q),
+        }?;
+        (millis > 0).then_some(millis)
+    }
+}
+
+/// A memory amount: `"512Mi"` or a number of bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum MemoryQuantity {
+    /// Bytes.
+    Bytes(u64),
+    /// A Kubernetes quantity.
+    Quantity(String),
+}
+
+impl MemoryQuantity {
+    /// In bytes; `None` when it does not parse or is zero.
+    pub fn bytes(&self) -> Option<u64> {
+        let bytes = match self {
+            MemoryQuantity::Bytes(b) => Some(*b),
+            MemoryQuantity::Quantity(q) => flotilla_isolate::cgroup::limits::parse_memory(q),
+        }?;
+        (bytes > 0).then_some(bytes)
+    }
 }
 
 /// `[runners.instance]`: settings of the `instance` executor.

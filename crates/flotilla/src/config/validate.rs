@@ -125,6 +125,38 @@ fn check_runner(f: &mut Findings, path: &KeyPath, runner: &RunnerConfig) {
             ),
         );
     }
+    if runner.isolation_levels().offers(IsolationLevel::Cgroup)
+        && let Err(why) = flotilla_isolate::cgroup::check_template(&runner.slot_cgroup_template)
+    {
+        f.error(
+            path.key("slot_cgroup_template"),
+            format!("the cgroup level needs a slot cgroup per slot: {why}"),
+        );
+    }
+    if let Some(c) = &runner.cgroup {
+        let c_path = path.key("cgroup");
+        if c.cpu.as_ref().is_some_and(|q| q.millis().is_none()) {
+            f.error(
+                c_path.key("cpu"),
+                "cpu must be a positive number of CPUs (1.5) or a quantity such as \"500m\"",
+            );
+        }
+        if c.memory.as_ref().is_some_and(|q| q.bytes().is_none()) {
+            f.error(
+                c_path.key("memory"),
+                "memory must be a positive quantity such as \"512Mi\" or \"1G\", or bytes",
+            );
+        }
+        if c.root.as_ref().is_some_and(|r| !r.starts_with('/')) {
+            f.error(c_path.key("root"), "root must be an absolute path");
+        }
+        if !runner.isolation_levels().offers(IsolationLevel::Cgroup) {
+            f.warn(
+                c_path.clone(),
+                "[runners.cgroup] limits only the cgroup level, which this runner does not offer",
+            );
+        }
+    }
     if let Some(docker) = &runner.docker {
         let docker_path = path.key("docker");
         if docker.privileged {
@@ -309,24 +341,14 @@ mod tests {
             name: "r".into(),
             url: Some("https://gitlab.example.com".into()),
             token: Some(Secret::new("glrt-x".into())),
-            id: None,
             executor,
-            limit: 0,
-            request_concurrency: 1,
-            builds_dir: None,
-            cache_dir: None,
-            shell: None,
-            environment: vec![],
-            use_slot_cgroups: false,
-            slot_cgroup_template: "gitlab-runner/slot-${slot}".into(),
-            docker: None,
-            instance: None,
             autoscaler: Some(AutoscalerConfig {
                 plugin: "aws".into(),
                 max_instances: 5,
                 capacity_per_instance: 2,
                 ..Default::default()
             }),
+            ..RunnerConfig::embedded_default()
         }
     }
 

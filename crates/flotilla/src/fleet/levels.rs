@@ -3,7 +3,11 @@
 
 use crate::config::{PullPolicy, RunnerConfig};
 use anyhow::{Context, Result};
-use flotilla_isolate::{DockerIsolation, DockerIsolationConfig, Isolation, ShellIsolation};
+use flotilla_isolate::cgroup::{DEFAULT_ROOT, SlotLimits};
+use flotilla_isolate::{
+    CgroupConfig, CgroupIsolation, DockerIsolation, DockerIsolationConfig, Isolation,
+    ShellIsolation,
+};
 use std::sync::Arc;
 
 /// What a level is built from.
@@ -23,6 +27,27 @@ pub fn shell(cx: &LevelContext<'_>) -> Result<Arc<dyn Isolation>> {
             .with_builds_dir(cx.builds_dir)
             .with_context(|| format!("runner {:?}: builds_dir", cx.runner.name))?,
     ))
+}
+
+/// `cgroup`: shell isolation with each slot's stages in a cgroup of their own, limited by
+/// `[runners.cgroup]`, at `slot_cgroup_template`.
+pub fn cgroup(cx: &LevelContext<'_>) -> Result<Arc<dyn Isolation>> {
+    let limits = cx.runner.cgroup.clone().unwrap_or_default();
+    let config = CgroupConfig {
+        template: cx.runner.slot_cgroup_template.clone(),
+        root: limits
+            .root
+            .clone()
+            .unwrap_or_else(|| DEFAULT_ROOT.to_string()),
+        limits: SlotLimits {
+            cpu_millis: limits.cpu.as_ref().and_then(|c| c.millis()),
+            memory_bytes: limits.memory.as_ref().and_then(|m| m.bytes()),
+            pids: limits.pids.filter(|p| *p > 0),
+        },
+    };
+    Ok(Arc::new(CgroupIsolation::new(config).with_context(
+        || format!("runner {:?}: the cgroup level", cx.runner.name),
+    )?))
 }
 
 /// `docker`: the job's image and its services as containers on the instance's daemon.

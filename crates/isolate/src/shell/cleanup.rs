@@ -7,7 +7,7 @@ use crate::stage_record::{process_owner, sweep_command};
 use flotilla_connect::{Connector, ConnectorExt, Output};
 
 /// The number a stomp or sweep printed, or why it did not print one.
-pub(super) fn stopped_count(out: &Output) -> Result<usize, String> {
+pub(crate) fn stopped_count(out: &Output) -> Result<usize, String> {
     if !out.status.success() {
         return Err(format!(
             "it failed with {}: {}",

@@ -1,43 +1,107 @@
-//! One job's environment under shell isolation: stages run by the instance's shell in the
-//! slot's build directory, every process recorded in the slot's stage record.
+//! One job's environment on the instance itself: stages run by the instance's shell in the
+//! slot's build directory. Unconfined (shell isolation), every process is recorded in the
+//! slot's stage record; confined (the cgroup level), the confinement holds and limits them.
 
-use super::CleanSlots;
 use super::cleanup::stopped_count;
 use crate::command::{helper_command, script_command};
+use crate::confinement::Confinement;
 use crate::exec::{env_error, run_with};
-use crate::layout::BuildLayout;
+use crate::layout::{BuildLayout, cleanup_requested};
 use crate::stage_record::{process_owner, recorded, stomp_slot_command};
-use crate::{IsolateError, IsolatedEnvironment};
+use crate::{IsolateError, IsolatedEnvironment, PrepareRequest};
 use async_trait::async_trait;
 use flotilla_connect::shell::quote;
 use flotilla_connect::{Connector, ConnectorExt};
 use flotilla_job::script::{ANSI_RESET, ANSI_YELLOW};
 use flotilla_job::{EnvError, EnvPaths, Environment, ExecSpec, ExitStatus};
-use std::sync::Arc;
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
-/// One job's environment under shell isolation.
+/// Slots (`(instance, stage record)`) a process cleaned up after their last job.
+pub(crate) type CleanSlots = Arc<Mutex<HashSet<(String, String)>>>;
+
+/// One job's environment running its stages on the instance itself.
 #[derive(Debug)]
 pub struct ShellEnvironment {
-    pub(super) connector: Arc<dyn Connector>,
-    pub(super) instance: String,
-    pub(super) slot: usize,
-    pub(super) layout: BuildLayout,
-    pub(super) remove_project: bool,
-    pub(super) warnings: Vec<String>,
-    pub(super) clean: CleanSlots,
+    connector: Arc<dyn Connector>,
+    instance: String,
+    slot: usize,
+    layout: BuildLayout,
+    remove_project: bool,
+    warnings: Vec<String>,
+    /// Unconfined: slots this process cleaned up (stage records and all).
+    clean: CleanSlots,
+    /// What holds the job's processes instead of the stage record, if anything.
+    confinement: Option<Arc<dyn Confinement>>,
     /// A stage ended without its exit status (cancelled, connection lost): it may still be
     /// starting on the instance, after the cleanup's stomp, so the slot is not called clean.
-    pub(super) interrupted: AtomicBool,
+    interrupted: AtomicBool,
 }
 
 impl ShellEnvironment {
+    /// Shell isolation's environment for `req`.
+    pub(crate) fn unconfined(
+        req: &PrepareRequest<'_>,
+        layout: BuildLayout,
+        clean: CleanSlots,
+    ) -> ShellEnvironment {
+        ShellEnvironment {
+            connector: req.connector.clone(),
+            instance: req.instance_id.to_string(),
+            slot: req.slot,
+            remove_project: cleanup_requested(req.job),
+            warnings: ignored(req),
+            layout,
+            clean,
+            confinement: None,
+            interrupted: AtomicBool::new(false),
+        }
+    }
+
+    /// The environment for `req` with its stages inside `confinement`.
+    pub(crate) fn confined(
+        req: &PrepareRequest<'_>,
+        layout: BuildLayout,
+        confinement: Arc<dyn Confinement>,
+    ) -> ShellEnvironment {
+        ShellEnvironment {
+            confinement: Some(confinement),
+            ..ShellEnvironment::unconfined(req, layout, CleanSlots::default())
+        }
+    }
+
     /// The slot's directory on the instance.
     pub fn slot_dir(&self) -> &str {
         &self.layout.slot_dir
     }
+
+    /// The level's name, as the job's log shows it.
+    fn level(&self) -> &'static str {
+        self.confinement.as_ref().map_or("shell", |c| c.level())
+    }
+}
+
+/// What a job asks for that shell isolation does not provide (warned about, as GitLab's
+/// shell executor ignores them).
+fn ignored(req: &PrepareRequest<'_>) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(image) = req.job.image.as_ref().filter(|i| !i.name.is_empty()) {
+        out.push(format!(
+            "the job's image {:?} is ignored: the job runs on the instance itself",
+            image.name
+        ));
+    }
+    if !req.job.services.is_empty() {
+        let names: Vec<&str> = req.job.services.iter().map(|s| s.name.as_str()).collect();
+        out.push(format!(
+            "services are not started at this isolation level: {}",
+            names.join(", ")
+        ));
+    }
+    out
 }
 
 #[async_trait]
@@ -52,11 +116,23 @@ impl Environment for ShellEnvironment {
         _cancel: CancellationToken,
     ) -> Result<(), EnvError> {
         let mut text = format!(
-            "Using shell isolation on instance {} in {}\n",
-            self.instance, self.layout.slot_dir
+            "Using {} isolation on instance {} in {}\n",
+            self.level(),
+            self.instance,
+            self.layout.slot_dir
         );
         for w in &self.warnings {
             text.push_str(&format!("{ANSI_YELLOW}WARNING: {w}{ANSI_RESET}\n"));
+        }
+        if let Some(confinement) = &self.confinement {
+            // The confinement readies the slot, stopping what an earlier job left in it.
+            for line in confinement.prepare(&*self.connector).await? {
+                match line.strip_prefix("WARNING: ") {
+                    Some(w) => text.push_str(&format!("{ANSI_YELLOW}WARNING: {w}{ANSI_RESET}\n")),
+                    None => text.push_str(&format!("{line}\n")),
+                }
+            }
+            return write_log(log, &text).await;
         }
         // Whatever an earlier job left running in this slot stops before this one starts:
         // already done if this process cleaned the slot up after its last job.
@@ -88,21 +164,57 @@ impl Environment for ShellEnvironment {
     }
 
     async fn exec(&self, spec: ExecSpec<'_>) -> Result<ExitStatus, EnvError> {
-        // Every process of the job is recorded, so the slot's next job can stop it.
-        let record = &self.layout.stage_record;
-        let owner = process_owner();
-        let result = run_with(
+        let Some(confinement) = &self.confinement else {
+            // Every process of the job is recorded, so the slot's next job can stop it.
+            let record = &self.layout.stage_record;
+            let owner = process_owner();
+            let result = run_with(
+                &*self.connector,
+                "running on the instance",
+                spec,
+                &recorded(&script_command(), record, owner),
+                |line| recorded(&helper_command(line), record, owner),
+            )
+            .await;
+            if result.is_err() {
+                self.interrupted.store(true, Ordering::Relaxed);
+            }
+            return result;
+        };
+        // The stage's output stays ours after it ends: a failure the confinement caused is
+        // said where the job's output is.
+        let ExecSpec {
+            place,
+            command,
+            stdin,
+            mut stdout,
+            stderr,
+            cancel,
+        } = spec;
+        let borrowed = ExecSpec {
+            place,
+            command,
+            stdin,
+            stdout: Box::new(&mut stdout),
+            stderr,
+            cancel,
+        };
+        let status = run_with(
             &*self.connector,
             "running on the instance",
-            spec,
-            &recorded(&script_command(), record, owner),
-            |line| recorded(&helper_command(line), record, owner),
+            borrowed,
+            &confinement.confine(&script_command()),
+            |line| confinement.confine(&helper_command(line)),
         )
-        .await;
-        if result.is_err() {
-            self.interrupted.store(true, Ordering::Relaxed);
+        .await?;
+        if !status.success()
+            && let Some(why) = confinement.explain_failure(&*self.connector).await
+        {
+            let _ = stdout
+                .write_all(format!("\n{ANSI_YELLOW}{why}{ANSI_RESET}\n").as_bytes())
+                .await;
         }
-        result
+        Ok(status)
     }
 }
 
@@ -112,7 +224,10 @@ impl IsolatedEnvironment for ShellEnvironment {
         // One round trip: stop what the job left running, then remove its directories.
         // `rm` only for what is there (the job's own cleanup usually removed its temporary
         // directory already): a process less per job.
-        let mut line = stomp_slot_command(&self.layout.stage_record);
+        let mut line = match &self.confinement {
+            Some(c) => c.release_command(),
+            None => stomp_slot_command(&self.layout.stage_record),
+        };
         let mut remove = vec![&self.layout.paths.tmp_dir];
         if self.remove_project {
             remove.push(&self.layout.paths.project_dir);
@@ -142,7 +257,7 @@ impl IsolatedEnvironment for ShellEnvironment {
                     });
                 }
             }
-            if !self.interrupted.load(Ordering::Relaxed) {
+            if self.confinement.is_none() && !self.interrupted.load(Ordering::Relaxed) {
                 self.clean
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())

@@ -22,18 +22,15 @@
 mod cleanup;
 mod environment;
 
+pub(crate) use cleanup::stopped_count;
 pub use environment::ShellEnvironment;
 
-use crate::layout::{BuildLayout, cleanup_requested, stage_records_dir};
+use crate::layout::{BuildLayout, stage_records_dir};
 use crate::{IsolateError, IsolatedEnvironment, Isolation, PrepareRequest};
 use async_trait::async_trait;
+use environment::CleanSlots;
 use flotilla_connect::Connector;
-use std::collections::HashSet;
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
-
-/// Slots (`(instance, stage record)`) a process cleaned up after their last job.
-pub(crate) type CleanSlots = Arc<Mutex<HashSet<(String, String)>>>;
+use std::sync::Arc;
 
 /// The `shell` isolation level.
 #[derive(Debug, Clone, Default)]
@@ -63,26 +60,6 @@ impl ShellIsolation {
     }
 }
 
-/// What a job asks for that shell isolation does not provide (warned about, as GitLab's
-/// shell executor ignores them).
-fn ignored(req: &PrepareRequest<'_>) -> Vec<String> {
-    let mut out = Vec::new();
-    if let Some(image) = req.job.image.as_ref().filter(|i| !i.name.is_empty()) {
-        out.push(format!(
-            "the job's image {:?} is ignored: shell isolation runs the job on the instance itself",
-            image.name
-        ));
-    }
-    if !req.job.services.is_empty() {
-        let names: Vec<&str> = req.job.services.iter().map(|s| s.name.as_str()).collect();
-        out.push(format!(
-            "services are not started by shell isolation: {}",
-            names.join(", ")
-        ));
-    }
-    out
-}
-
 #[async_trait]
 impl Isolation for ShellIsolation {
     fn name(&self) -> &'static str {
@@ -95,16 +72,11 @@ impl Isolation for ShellIsolation {
     ) -> Result<Box<dyn IsolatedEnvironment>, IsolateError> {
         let layout = BuildLayout::new(&req.builds_dir, req.slot, req.job)
             .map_err(IsolateError::Configuration)?;
-        Ok(Box::new(ShellEnvironment {
-            connector: req.connector.clone(),
-            instance: req.instance_id.to_string(),
-            slot: req.slot,
-            remove_project: cleanup_requested(req.job),
-            warnings: ignored(&req),
+        Ok(Box::new(ShellEnvironment::unconfined(
+            &req,
             layout,
-            clean: self.clean.clone(),
-            interrupted: AtomicBool::new(false),
-        }))
+            self.clean.clone(),
+        )))
     }
 
     async fn cleanup_instance(

@@ -1,0 +1,252 @@
+//! A slot's resource limits, and how a job may lower them (pure).
+//!
+//! The runner configures the most a slot may use; a job asks for less with GitLab's
+//! Kubernetes overwrite variables (`KUBERNETES_CPU_LIMIT`, `KUBERNETES_MEMORY_LIMIT`, written
+//! as Kubernetes quantities: `500m`, `1.5`, `512Mi`, `1G`) and flotilla's
+//! `FLOTILLA_PIDS_LIMIT`. A job never gets more than the slot's limit: a request above it is
+//! held to it, with a warning in the job's log.
+
+use flotilla_job::JobPayload;
+use std::fmt;
+
+/// The job variable that lowers the slot's CPU limit (GitLab's Kubernetes overwrite name).
+pub const CPU_LIMIT_VARIABLE: &str = "KUBERNETES_CPU_LIMIT";
+/// The job variable that lowers the slot's memory limit (GitLab's Kubernetes overwrite name).
+pub const MEMORY_LIMIT_VARIABLE: &str = "KUBERNETES_MEMORY_LIMIT";
+/// The job variable that lowers the slot's process limit (flotilla's; GitLab has none).
+pub const PIDS_LIMIT_VARIABLE: &str = "FLOTILLA_PIDS_LIMIT";
+
+/// What one slot's processes may use together; `None` is no limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SlotLimits {
+    /// CPU time, in thousandths of a CPU (`1500` is one and a half CPUs).
+    pub cpu_millis: Option<u64>,
+    /// Memory, in bytes.
+    pub memory_bytes: Option<u64>,
+    /// Processes and threads.
+    pub pids: Option<u64>,
+}
+
+impl SlotLimits {
+    /// Whether no limit is set.
+    pub fn is_unlimited(&self) -> bool {
+        *self == SlotLimits::default()
+    }
+
+    /// The limits `job` runs with in a slot limited to `self`: each lowered where the job
+    /// asks for less; a request above the slot's limit, or one that does not parse, is
+    /// ignored with a warning.
+    pub fn for_job(&self, job: &JobPayload) -> (SlotLimits, Vec<String>) {
+        let mut warnings = Vec::new();
+        let mut limits = *self;
+        let asked = |key: &str| {
+            job.variables
+                .iter()
+                .rev()
+                .find(|v| v.key == key)
+                .map(|v| v.value.trim().to_string())
+                .filter(|v| !v.is_empty())
+        };
+        let mut lower = |key: &str,
+                         slot: Option<u64>,
+                         parse: fn(&str) -> Option<u64>,
+                         show: fn(u64) -> String|
+         -> Option<u64> {
+            let Some(text) = asked(key) else {
+                return slot;
+            };
+            match (parse(&text), slot) {
+                (None, _) => {
+                    warnings.push(format!("{key}={text:?} is not a valid quantity; ignored"));
+                    slot
+                }
+                (Some(0), _) => {
+                    warnings.push(format!("{key}={text:?} would leave nothing; ignored"));
+                    slot
+                }
+                (Some(want), Some(max)) if want > max => {
+                    warnings.push(format!(
+                        "{key}={text:?} is more than this slot's limit of {}; the slot's limit applies",
+                        show(max)
+                    ));
+                    slot
+                }
+                (Some(want), _) => Some(want),
+            }
+        };
+        limits.cpu_millis = lower(CPU_LIMIT_VARIABLE, self.cpu_millis, parse_cpu, show_cpu);
+        limits.memory_bytes = lower(
+            MEMORY_LIMIT_VARIABLE,
+            self.memory_bytes,
+            parse_memory,
+            show_memory,
+        );
+        limits.pids = lower(PIDS_LIMIT_VARIABLE, self.pids, parse_count, |n| {
+            n.to_string()
+        });
+        (limits, warnings)
+    }
+}
+
+impl fmt::Display for SlotLimits {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(c) = self.cpu_millis {
+            parts.push(format!("cpu {}", show_cpu(c)));
+        }
+        if let Some(m) = self.memory_bytes {
+            parts.push(format!("memory {}", show_memory(m)));
+        }
+        if let Some(p) = self.pids {
+            parts.push(format!("pids {p}"));
+        }
+        if parts.is_empty() {
+            f.write_str("no limits")
+        } else {
+            f.write_str(&parts.join(", "))
+        }
+    }
+}
+
+/// A CPU quantity as Kubernetes writes it (`2`, `1.5`, `500m`), in thousandths of a CPU.
+pub fn parse_cpu(text: &str) -> Option<u64> {
+    let text = text.trim();
+    if let Some(millis) = text.strip_suffix('m') {
+        return millis.parse::<u64>().ok();
+    }
+    let cpus: f64 = text.parse().ok()?;
+    (cpus.is_finite() && cpus >= 0.0).then(|| (cpus * 1000.0).round() as u64)
+}
+
+/// A memory quantity as Kubernetes writes it (`512Mi`, `1Gi`, `1G`, `100M`, `1048576`), in
+/// bytes. Binary suffixes are powers of 1024, decimal ones powers of 1000; a lone `k`/`m`
+/// /`g` is read as the decimal suffix, as Docker users write it.
+pub fn parse_memory(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number.parse().ok()?;
+    let scale: u64 = match unit {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "Ti" => 1 << 40,
+        "k" | "K" => 1_000,
+        "M" | "m" => 1_000_000,
+        "G" | "g" => 1_000_000_000,
+        "T" => 1_000_000_000_000,
+        _ => return None,
+    };
+    let bytes = value * scale as f64;
+    (bytes.is_finite() && bytes >= 0.0 && bytes < u64::MAX as f64).then_some(bytes as u64)
+}
+
+/// A count of processes.
+pub fn parse_count(text: &str) -> Option<u64> {
+    text.trim().parse().ok()
+}
+
+/// `1500` as `1.5 CPUs`.
+pub fn show_cpu(millis: u64) -> String {
+    let cpus = millis as f64 / 1000.0;
+    if millis == 1000 {
+        "1 CPU".into()
+    } else {
+        format!("{cpus} CPUs")
+    }
+}
+
+/// Bytes as the largest binary unit that divides them (`512 MiB`), else in bytes.
+pub fn show_memory(bytes: u64) -> String {
+    for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
+        if bytes >= 1 << shift && bytes.is_multiple_of(1 << shift) {
+            return format!("{} {unit}", bytes >> shift);
+        }
+    }
+    format!("{bytes} bytes")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_job::Variable;
+
+    fn job(vars: &[(&str, &str)]) -> JobPayload {
+        JobPayload {
+            variables: vars
+                .iter()
+                .map(|(k, v)| Variable {
+                    key: (*k).into(),
+                    value: (*v).into(),
+                    ..Variable::default()
+                })
+                .collect(),
+            ..JobPayload::default()
+        }
+    }
+
+    #[test]
+    fn kubernetes_quantities() {
+        assert_eq!(parse_cpu("500m"), Some(500));
+        assert_eq!(parse_cpu("1.5"), Some(1500));
+        assert_eq!(parse_cpu("2"), Some(2000));
+        assert_eq!(parse_cpu("lots"), None);
+        assert_eq!(parse_memory("512Mi"), Some(512 << 20));
+        assert_eq!(parse_memory("1Gi"), Some(1 << 30));
+        assert_eq!(parse_memory("1G"), Some(1_000_000_000));
+        assert_eq!(parse_memory("100M"), Some(100_000_000));
+        assert_eq!(parse_memory("1.5Gi"), Some(3 << 29));
+        assert_eq!(parse_memory("4096"), Some(4096));
+        assert_eq!(parse_memory("12 apples"), None);
+        assert_eq!(show_memory(512 << 20), "512 MiB");
+        assert_eq!(show_memory(3 << 29), "1536 MiB");
+        assert_eq!(show_memory(1000), "1000 bytes");
+        assert_eq!(show_cpu(1500), "1.5 CPUs");
+    }
+
+    #[test]
+    fn a_job_lowers_its_slots_limits_but_never_raises_them() {
+        let slot = SlotLimits {
+            cpu_millis: Some(2000),
+            memory_bytes: Some(1 << 30),
+            pids: Some(512),
+        };
+        let (limits, warnings) = slot.for_job(&job(&[
+            (CPU_LIMIT_VARIABLE, "500m"),
+            (MEMORY_LIMIT_VARIABLE, "4Gi"),
+            (PIDS_LIMIT_VARIABLE, "64"),
+        ]));
+        assert_eq!(
+            limits,
+            SlotLimits {
+                cpu_millis: Some(500),
+                memory_bytes: Some(1 << 30),
+                pids: Some(64),
+            }
+        );
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].contains("more than this slot's limit of 1 GiB"),
+            "{warnings:?}"
+        );
+        let (limits, warnings) = slot.for_job(&job(&[]));
+        assert_eq!((limits, warnings.len()), (slot, 0));
+    }
+
+    #[test]
+    fn a_job_may_limit_what_the_slot_leaves_unlimited_and_bad_values_are_named() {
+        let (limits, warnings) = SlotLimits::default().for_job(&job(&[
+            (MEMORY_LIMIT_VARIABLE, "256Mi"),
+            (CPU_LIMIT_VARIABLE, "fast"),
+            (PIDS_LIMIT_VARIABLE, "0"),
+        ]));
+        assert_eq!(limits.memory_bytes, Some(256 << 20));
+        assert_eq!(limits.cpu_millis, None);
+        assert_eq!(limits.pids, None);
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert_eq!(limits.to_string(), "memory 256 MiB");
+    }
+}
