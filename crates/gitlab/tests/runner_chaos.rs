@@ -83,7 +83,7 @@ async fn ten_percent_failures_lose_and_duplicate_nothing() {
     }
     fake.set_faults(None);
     source.stop_handle().graceful();
-    let report = run.await.unwrap().unwrap();
+    let report = run.await.unwrap();
     assert_eq!(report.jobs_run, 30);
     assert_eq!(report.final_updates_given_up, 0);
 }

@@ -92,6 +92,6 @@ async fn the_happy_path_works_against_gitlab_runner_mock() {
     assert!(text.contains("after"), "{text}");
     assert!(job.log_patches() >= 1);
     source.stop_handle().graceful();
-    let report = run.await.unwrap().unwrap();
+    let report = run.await.unwrap();
     assert_eq!(report.jobs_succeeded, 1);
 }
