@@ -358,3 +358,44 @@ async fn a_silent_job_sends_keep_alives_with_the_trace_checksum() {
     source.stop_handle().graceful();
     run.await.unwrap();
 }
+
+/// `debug_trace=true` goes with every PATCH whenever `CI_DEBUG_TRACE` is on as the script
+/// engine reads it (`1`, `t`, `true`, any case), and GitLab marks the job's log as a debug
+/// log (`AppendBuildTraceService#first_debug_chunk?`).
+#[tokio::test]
+async fn debug_trace_follows_ci_debug_trace_as_the_script_engine_reads_it() {
+    let fake = fake().start().await.unwrap();
+    let exec = LocalExecutor::new(local_scaler(2, true).await, None);
+    let (source, run) = spawn_source(client(&fake), exec.clone(), source_config());
+    let mut ids = Vec::new();
+    for (value, on) in [
+        ("True", true),
+        ("1", true),
+        ("t", true),
+        ("false", false),
+        ("yes", false),
+    ] {
+        let id = fake.enqueue(
+            RUNNER_TOKEN,
+            JobBuilder::new(format!("debug-{value}"))
+                .variable("CI_DEBUG_TRACE", value)
+                .script(["echo hi"]),
+        );
+        ids.push((id, on));
+    }
+    let all: Vec<i64> = ids.iter().map(|(id, _)| *id).collect();
+    assert!(fake.wait_finished(&all, Duration::from_secs(60)).await);
+    for (id, on) in ids {
+        let ps = patches(&fake, id);
+        assert!(!ps.is_empty());
+        let want = format!("debug_trace={on}");
+        assert!(
+            ps.iter().all(|p| p.query.as_deref() == Some(want.as_str())),
+            "job {id}: {:?}",
+            ps.iter().map(|p| p.query.clone()).collect::<Vec<_>>()
+        );
+        assert_eq!(fake.job(id).unwrap().debug_trace, on);
+    }
+    source.stop_handle().graceful();
+    run.await.unwrap();
+}
