@@ -662,7 +662,13 @@ state_dir = "{state}"
         .wait_for_job(id, Duration::from_secs(180), |j| j.state.is_finished())
         .await
         .unwrap_or_else(|| panic!("the job never ended:\n{}", m.log_tail()));
-    assert_eq!(j.state, FakeJobState::Success, "{}\n{}", j.trace_text(), m.log_tail());
+    assert_eq!(
+        j.state,
+        FakeJobState::Success,
+        "{}\n{}",
+        j.trace_text(),
+        m.log_tail()
+    );
     let text = j.trace_text();
     assert!(text.contains("Waiting for a job slot"), "{text}");
     assert!(text.contains("ran on "), "{text}");

@@ -45,25 +45,32 @@ fn expected_format(artifact_type: &str) -> Option<&'static str> {
     })
 }
 
-/// The variables of a gzip `dotenv` report (Rails' `Ci::ParseDotenvArtifactService`: one
-/// `KEY=VALUE` per line, a key of letters, digits and `_`); `None` when it does not parse.
+/// The variables of a gzip `dotenv` report as Rails' `Ci::ParseDotenvArtifactService` reads
+/// it: every line `KEY=VALUE` (`/^(.*?)=(.*)$/`, both sides stripped; a blank line does not
+/// match), a later key replacing an earlier one, at most 20 variables and 5 KB (the default
+/// plan limits); `None` when it breaks a rule (Rails answers 400).
 fn parse_dotenv(data: &[u8]) -> Option<Vec<(String, String)>> {
     let mut text = String::new();
     flate2::read::MultiGzDecoder::new(data)
         .read_to_string(&mut text)
         .ok()?;
-    let mut out = Vec::new();
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+    if text.len() >= 5 * 1024 {
+        return None;
+    }
+    let mut out: Vec<(String, String)> = Vec::new();
+    for line in text.split_inclusive('\n') {
+        let line = line.strip_suffix('\n').unwrap_or(line);
         let (k, v) = line.split_once('=')?;
-        let valid = !k.is_empty()
-            && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-            && !k.starts_with(|c: char| c.is_ascii_digit());
-        if !valid {
+        let (k, v) = (k.trim(), v.trim());
+        if k.is_empty() {
             return None;
         }
-        out.push((k.to_string(), v.to_string()));
+        match out.iter_mut().find(|(key, _)| key == k) {
+            Some(slot) => slot.1 = v.to_string(),
+            None => out.push((k.to_string(), v.to_string())),
+        }
     }
-    Some(out)
+    (out.len() <= 20).then_some(out)
 }
 
 /// `POST /api/v4/jobs/:id/artifacts`.
@@ -230,7 +237,8 @@ mod tests {
     #[test]
     fn dotenv_reports_parse_like_rails() {
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-        gz.write_all(b"VERSION=1.2\nURL=https://x/?a=b\n").unwrap();
+        gz.write_all(b"VERSION=1.0\nURL = https://x/?a=b \nVERSION=1.2\n")
+            .unwrap();
         let data = gz.finish().unwrap();
         assert_eq!(
             parse_dotenv(&data).unwrap(),
@@ -242,6 +250,12 @@ mod tests {
         let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
         gz.write_all(b"not a pair\n").unwrap();
         assert!(parse_dotenv(&gz.finish().unwrap()).is_none());
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(b"A=1\n\nB=2\n").unwrap();
+        assert!(
+            parse_dotenv(&gz.finish().unwrap()).is_none(),
+            "a blank line"
+        );
         assert_eq!(expected_format("junit"), Some("gzip"));
         assert_eq!(expected_format("codequality"), Some("raw"));
     }
