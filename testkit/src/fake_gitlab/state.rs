@@ -113,6 +113,8 @@ pub struct FakeJob {
     pub debug_trace: bool,
     /// Times it was handed out.
     pub handouts: u32,
+    /// When it was handed out, each time.
+    pub handed_out_at: Vec<Instant>,
     /// Times it became `running`.
     pub accepts: u32,
     /// The applied final update.
@@ -330,6 +332,7 @@ impl Data {
                 patches: 0,
                 debug_trace: false,
                 handouts: 0,
+                handed_out_at: Vec::new(),
                 accepts: 0,
                 final_update: None,
                 final_updates: 0,
@@ -425,6 +428,7 @@ impl Data {
         let job = self.jobs.get_mut(&id)?;
         let payload = job.builder.payload(id, &job.token, &url, deps, extra);
         job.handouts += 1;
+        job.handed_out_at.push(now);
         job.payload = Some(payload.clone());
         if wait_for_ack {
             job.set_state(FakeJobState::WaitingForAck);
