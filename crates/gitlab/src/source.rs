@@ -689,87 +689,88 @@ async fn handle_job(inner: Arc<Inner>, held: Permits, key: String, received: Rec
         )
     });
     let waited = wait_for_slot(&job, &cancel, &mut trace, &payload).await;
-    let acquisition = match waited {
-        SlotWait::Acquired(a) => *a,
+    let (outcome, message) = match waited {
+        SlotWait::Acquired(a) => {
+            run_acquired(&job, &payload, *a, trace, cancel).await;
+            drop(held);
+            return;
+        }
         SlotWait::Refused(status) => {
             job.withdraw(status, "while it waited for a slot").await;
             drop(held);
             return;
         }
-        other => {
-            scaler.release(&job.key);
-            let trace = match trace.take() {
-                Some(t) => t,
-                // Two-phase: accept before reporting anything.
-                None if job.accept(&cancel).await => JobTrace::for_job(
-                    inner.client.clone(),
-                    &payload,
-                    cancel.clone(),
-                    inner.config.trace,
-                ),
-                None => {
-                    drop(held);
-                    return;
-                }
-            };
-            let (outcome, message) = match other {
-                SlotWait::Interrupted => {
-                    inner.count(|r| r.jobs_interrupted += 1);
-                    (
-                        Outcome::Failed {
-                            reason: FailureReason::RunnerInterrupted,
-                            exit_code: None,
-                        },
-                        "Job failed: the runner was stopped before the job could start".to_string(),
-                    )
-                }
-                SlotWait::Canceled => {
-                    inner.count(|r| r.jobs_canceled_waiting += 1);
-                    (
-                        Outcome::Failed {
-                            reason: FailureReason::JobCanceled,
-                            exit_code: None,
-                        },
-                        "Job canceled before it started".to_string(),
-                    )
-                }
-                SlotWait::Failed(e) => {
-                    inner.count(|r| r.jobs_without_slot += 1);
-                    (
-                        Outcome::Failed {
-                            reason: FailureReason::RunnerSystemFailure,
-                            exit_code: None,
-                        },
-                        format!("Job failed (system failure): no job slot became available: {e}"),
-                    )
-                }
-                SlotWait::Acquired(_) | SlotWait::Refused(_) => unreachable!("handled above"),
-            };
-            job.fail_unstarted(trace, outcome, &message).await;
+        SlotWait::Interrupted => {
+            inner.count(|r| r.jobs_interrupted += 1);
+            (
+                FailureReason::RunnerInterrupted,
+                "Job failed: the runner was stopped before the job could start".to_string(),
+            )
+        }
+        SlotWait::Canceled => {
+            inner.count(|r| r.jobs_canceled_waiting += 1);
+            (
+                FailureReason::JobCanceled,
+                "Job canceled before it started".to_string(),
+            )
+        }
+        SlotWait::Failed(e) => {
+            inner.count(|r| r.jobs_without_slot += 1);
+            (
+                FailureReason::RunnerSystemFailure,
+                format!("Job failed (system failure): no job slot became available: {e}"),
+            )
+        }
+    };
+    scaler.release(&job.key);
+    let trace = match trace.take() {
+        Some(t) => t,
+        // Two-phase: accept before reporting anything.
+        None if job.accept(&cancel).await => JobTrace::for_job(
+            inner.client.clone(),
+            &payload,
+            cancel.clone(),
+            inner.config.trace,
+        ),
+        None => {
             drop(held);
             return;
         }
     };
+    let outcome = Outcome::Failed {
+        reason: outcome,
+        exit_code: None,
+    };
+    job.fail_unstarted(trace, outcome, &message).await;
+    drop(held);
+}
 
+/// The job's slot is there: accepts it now under two-phase acceptance, then runs it.
+async fn run_acquired(
+    job: &Job,
+    payload: &JobPayload,
+    acquisition: Acquisition,
+    trace: Option<JobTrace>,
+    cancel: JobCancel,
+) {
+    let inner = &job.inner;
     // Two-phase: accept only now that the job can start.
-    let trace = match trace.take() {
+    let trace = match trace {
         Some(t) => t,
         None => {
             if !job.accept(&cancel).await {
                 drop(acquisition);
-                drop(held);
                 return;
             }
             JobTrace::for_job(
                 inner.client.clone(),
-                &payload,
+                payload,
                 cancel.clone(),
                 inner.config.trace,
             )
         }
     };
-    run_on_slot(&job, &payload, acquisition, trace, cancel).await;
-    drop(held);
+    run_on_slot(job, payload, acquisition, trace, cancel).await;
 }
 
 /// Waits for the job's slot, watching for a forced stop and for GitLab canceling the job

@@ -437,8 +437,10 @@ impl Data {
             job.set_state(FakeJobState::Running);
             job.accepts += 1;
         }
-        // Assigning a job changes what the runner may pick: Rails ticks its queue, so a
-        // runner echoing the value it had reaches Rails again for the next one.
+        // Assumed (the sources read do not settle it): assigning a job ticks the runner's
+        // queue, so a runner echoing the value it had reaches Rails again for the next one.
+        // A 201 carries no `X-GitLab-Last-Update`, so a runner could not learn a new value
+        // from it anyway.
         self.tick(runner_token);
         Some(payload)
     }
