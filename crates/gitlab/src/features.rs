@@ -67,7 +67,9 @@ pub struct FeaturesInfo {
     pub cancel_gracefully: bool,
     /// GitLab Steps run natively.
     pub native_steps_integration: bool,
-    /// The job is accepted with `PUT state=running` once it can start.
+    /// The runner accepts each job with `PUT state=running` (GitLab Runner's network client
+    /// always says so, `network/gitlab.go` `getFeatures`). Only while Rails' feature flag
+    /// `allow_runner_job_acknowledgement` is on does GitLab then wait for that accept.
     pub two_phase_job_commit: bool,
     /// Job inputs.
     pub job_inputs: bool,
