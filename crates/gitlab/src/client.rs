@@ -161,8 +161,11 @@ pub enum JobRequestOutcome {
     /// while long polling is configured, including answers Rails gave at once
     /// (`workhorse/internal/builds/register.go`), so it proves nothing about waiting.
     NoJob {
-        /// Whether GitLab's queue value changed (`X-GitLab-Last-Update` differs from the
-        /// one sent): a job may be waiting, so ask again at once.
+        /// Whether to ask again at once: GitLab's queue value changed (`X-GitLab-Last-Update`
+        /// differs from the one sent), or the 204 carries no `X-GitLab-Last-Update`. Rails
+        /// sets that header on every 204 it sends (`lib/api/ci/runner.rb` `post '/request'`),
+        /// so a 204 without it is Workhorse's own: it watched the runner's queue and either
+        /// saw it change or waited out the whole poll (`register.go`).
         queue_changed: bool,
     },
 }
@@ -446,7 +449,7 @@ impl Client {
             })
             .await?;
         let status = resp.status().as_u16();
-        let mut queue_changed = false;
+        let mut queue_changed = status == 204;
         if let Some(v) = header_str(resp.headers(), LAST_UPDATE_HEADER) {
             queue_changed = v != sent_last_update;
             if let Ok(mut l) = self.last_update.lock() {

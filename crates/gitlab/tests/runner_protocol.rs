@@ -132,13 +132,16 @@ async fn job_requests_carry_features_and_echo_last_update_for_long_polling() {
         "{r:?}"
     );
     assert_eq!(c.last_update(), "q0");
-    // Second: last_update echoed; Workhorse waits a second, then answers 204 itself.
+    // Second: last_update echoed; Workhorse waits a second, then answers 204 itself
+    // (without Rails' header): it waited the whole poll, so asking again at once is right.
+    let started = std::time::Instant::now();
     let r = c.request_job().await.unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(950));
     assert!(
         matches!(
             r,
             JobRequestOutcome::NoJob {
-                queue_changed: false
+                queue_changed: true
             }
         ),
         "{r:?}"
@@ -174,7 +177,15 @@ async fn job_requests_carry_features_and_echo_last_update_for_long_polling() {
         .unwrap()
         .unwrap()
         .unwrap();
-    assert!(matches!(r, JobRequestOutcome::NoJob { .. }), "{r:?}");
+    assert!(
+        matches!(
+            r,
+            JobRequestOutcome::NoJob {
+                queue_changed: true
+            }
+        ),
+        "{r:?}"
+    );
     // The runner keeps its old value, which now differs from the queue's: the job comes.
     assert_eq!(c.last_update(), "q0");
     match c.request_job().await.unwrap() {
@@ -247,8 +258,19 @@ async fn without_long_polling_there_is_no_polling_header() {
         reqs.iter()
             .all(|r| r.response_header("gitlab-ci-builds-polling").is_none())
     );
-    // Rails answers an unchanged last_update at once, with the same value.
+    // Rails answers an unchanged last_update at once, with the same value: nothing changed,
+    // so the source waits out `check_interval` before asking again.
     assert_eq!(reqs[1].response_header("x-gitlab-last-update"), Some("q0"));
+    let r = c.request_job().await.unwrap();
+    assert!(
+        matches!(
+            r,
+            JobRequestOutcome::NoJob {
+                queue_changed: false
+            }
+        ),
+        "{r:?}"
+    );
 }
 
 #[tokio::test]
