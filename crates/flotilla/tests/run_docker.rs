@@ -592,3 +592,116 @@ async fn infra_run_on_docker_fleets_end_to_end() {
         assert!(!log.contains(&j.token), "job {}'s token leaked", j.id);
     }
 }
+
+/// A slot that takes longer than 30 s to come (a cold instance: its ready-up command waits
+/// 35 s) with GitLab as installed, which considers the job running from the 201 on: the job
+/// is accepted at once, its log says it waits, keep-alives go out meanwhile, and when the
+/// slot comes the job runs and is reported. (Keeping the job `pending` until the slot came
+/// would get a 400 from such a GitLab and leave the job running there with an empty log.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn infra_a_job_waits_for_a_cold_instance_and_still_runs() {
+    if !require(Infra::Docker) {
+        return;
+    }
+    const TOKEN: &str = "glrt-run-docker-cold-token";
+    let group = format!("run-docker-{}-cold", std::process::id());
+    let _guard = GroupsGuard {
+        groups: vec![group.clone()],
+    };
+    let gl = FakeGitLab::builder()
+        .runner_token(TOKEN)
+        .start()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"concurrent = 2
+check_interval = 1
+shutdown_timeout = 30
+
+[flotilla]
+state_dir = "{state}"
+
+[[runners]]
+  name = "cold"
+  url = "{url}"
+  token = "{TOKEN}"
+  executor = "instance"
+
+  [runners.autoscaler]
+    plugin = "docker"
+    capacity_per_instance = 1
+    max_instances = 1
+    instance_acquire_timeout = "3m"
+    instance_ready_command = "sleep 35"
+    delete_instances_on_shutdown = true
+
+    [runners.autoscaler.plugin_config]
+      name = "{group}"
+      image = "{image}"
+
+    [[runners.autoscaler.policy]]
+      idle_count = 0
+      idle_time = "1m"
+"#,
+            state = dir.path().join("state").display(),
+            url = gl.url(),
+            image = instance_image(),
+        ),
+    )
+    .unwrap();
+    let mut m = Manager::start(&config, &[]);
+    let id = gl.enqueue(
+        TOKEN,
+        JobBuilder::new("cold-start").script(["echo ran on $(hostname)"]),
+    );
+    let j = gl
+        .wait_for_job(id, Duration::from_secs(180), |j| j.state.is_finished())
+        .await
+        .unwrap_or_else(|| panic!("the job never ended:\n{}", m.log_tail()));
+    assert_eq!(
+        j.state,
+        FakeJobState::Success,
+        "{}\n{}",
+        j.trace_text(),
+        m.log_tail()
+    );
+    let text = j.trace_text();
+    assert!(text.contains("Waiting for a job slot"), "{text}");
+    assert!(text.contains("ran on "), "{text}");
+    assert_checksum(&j);
+    assert_once(&j);
+    let reqs = gl.requests();
+    let handout = reqs
+        .iter()
+        .find(|r| r.path == "/api/v4/jobs/request" && r.status == 201)
+        .unwrap();
+    let path = format!("/api/v4/jobs/{id}");
+    let puts: Vec<_> = reqs
+        .iter()
+        .filter(|r| r.method == "PUT" && r.path == path)
+        .collect();
+    assert_eq!(puts[0].json().unwrap()["state"], "running");
+    assert!(puts[0].at - handout.at < Duration::from_secs(2));
+    assert!(puts.iter().all(|r| r.json().unwrap()["state"] != "pending"));
+    // A keep-alive (`PUT state=running` with the log's size) while the slot came.
+    let final_put = puts.last().unwrap();
+    assert!(
+        puts.iter()
+            .filter(|r| r.seq != final_put.seq && r.seq != puts[0].seq)
+            .any(|r| r.json().unwrap().get("output").is_some()),
+        "no keep-alive while waiting: {:?}",
+        puts.iter().map(|r| r.json().cloned()).collect::<Vec<_>>()
+    );
+    assert!(
+        final_put.at - handout.at >= Duration::from_secs(30),
+        "the slot came after {:?}",
+        final_put.at - handout.at
+    );
+    m.signal(libc::SIGTERM);
+    let status = m.wait(Duration::from_secs(90)).await.expect("exits");
+    assert!(status.success(), "{}", m.log_tail());
+}

@@ -1,10 +1,10 @@
 //! Artifacts kept by GitLab: an [`ArtifactStore`] over the runner API's artifacts endpoints,
-//! so jobs upload to GitLab and download their dependencies' archives with their tokens.
+//! so jobs upload to GitLab (archives and reports, each with its type and format) and
+//! download their dependencies' archives with the running job's token.
 
 use super::client::Client;
 use async_trait::async_trait;
-use flotilla_job::model::Dependency;
-use flotilla_job::{ArtifactStore, ArtifactUpload, StoreError};
+use flotilla_job::{ArtifactDownload, ArtifactStore, ArtifactUpload, StoreError};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -30,12 +30,19 @@ impl ArtifactStore for GitLabArtifactStore {
             .map_err(|e| StoreError::Remote(format!("uploading artifacts to GitLab: {e}")))
     }
 
-    async fn download(&self, dependency: &Dependency, dest: &Path) -> Result<bool, StoreError> {
+    async fn download(
+        &self,
+        download: &ArtifactDownload<'_>,
+        dest: &Path,
+    ) -> Result<bool, StoreError> {
+        let dependency = download.dependency;
         if dependency.artifacts_file.is_none() {
             return Ok(false);
         }
+        // The running job's token, whatever `dependencies[].token` says: current GitLab
+        // accepts only it, older GitLab accepted it as well.
         self.client
-            .download_artifacts(dependency.id, &dependency.token, dest)
+            .download_artifacts(dependency.id, download.token, dest)
             .await
             .map_err(|e| {
                 StoreError::Remote(format!(

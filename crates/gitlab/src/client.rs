@@ -5,9 +5,11 @@ use super::features::Info;
 use super::job_status::RemoteJobState;
 use super::redact::redact_url;
 use super::retry::{RetryPolicy, retryable_status, server_hint};
+use super::upload_name::artifact_file_name;
 use super::wire::{JobRequest, UpdateJobRequest, VerifyRequest, VerifyResponse};
 use bytes::Bytes;
 use flotilla_fleet::Secret;
+use flotilla_job::model::LenientPayload;
 use flotilla_job::{ArtifactUpload, JobPayload, PayloadError};
 use futures::StreamExt;
 use reqwest::header::{HeaderMap, HeaderValue};
@@ -25,7 +27,8 @@ pub const JOB_TOKEN_HEADER: &str = "JOB-TOKEN";
 pub const REQUEST_ID_HEADER: &str = "X-Request-Id";
 /// The header with the runner queue's value, echoed as `last_update`.
 pub const LAST_UPDATE_HEADER: &str = "X-GitLab-Last-Update";
-/// The header Workhorse sets on answers that ended a long poll.
+/// The header Workhorse sets on every answer to a job request while long polling is
+/// configured (it says nothing about whether that request waited).
 pub const POLLING_HEADER: &str = "Gitlab-Ci-Builds-Polling";
 /// The header with the trace update interval, in seconds.
 pub const TRACE_UPDATE_INTERVAL_HEADER: &str = "X-GitLab-Trace-Update-Interval";
@@ -98,12 +101,16 @@ pub struct ReceivedJob {
     pub token: Option<Secret<String>>,
     /// `features.failure_reasons`, read even from a payload that does not decode.
     pub failure_reasons: Vec<String>,
-    /// The decoded payload, or why it does not decode.
-    pub payload: Result<JobPayload, PayloadError>,
+    /// The payload decoded leniently ([`JobPayload::from_value_lenient`]: informational
+    /// fields of an unexpected type are left at their defaults and listed), or why it does
+    /// not decode.
+    pub payload: Result<LenientPayload, PayloadError>,
 }
 
 impl ReceivedJob {
-    /// Decodes a `201` body: the id, token and failure reasons leniently, then the payload.
+    /// Decodes a `201` body. The id and token are read on their own and leniently (an id
+    /// may come as a number or a string of digits), so that a payload that does not decode
+    /// can still be reported failed; then the payload. Never panics, whatever the bytes.
     pub fn parse(body: &[u8]) -> ReceivedJob {
         let value: serde_json::Value = match serde_json::from_slice(body) {
             Ok(v) => v,
@@ -112,17 +119,18 @@ impl ReceivedJob {
                     id: None,
                     token: None,
                     failure_reasons: Vec::new(),
-                    payload: Err(PayloadError {
-                        path: ".".into(),
-                        message: format!("not JSON: {e}"),
-                    }),
+                    payload: Err(PayloadError::new(".", format!("not JSON: {e}"))),
                 };
             }
         };
-        let id = value.get("id").and_then(|v| v.as_i64());
+        let id = value.get("id").and_then(|v| {
+            v.as_i64()
+                .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+        });
         let token = value
             .get("token")
             .and_then(|v| v.as_str())
+            .filter(|s| !s.is_empty())
             .map(|s| Secret::new(s.to_string()));
         let failure_reasons = value
             .pointer("/features/failure_reasons")
@@ -137,7 +145,7 @@ impl ReceivedJob {
             id,
             token,
             failure_reasons,
-            payload: JobPayload::from_value(value),
+            payload: JobPayload::from_value_lenient(value),
         }
     }
 }
@@ -148,26 +156,32 @@ pub enum JobRequestOutcome {
     /// A job (`201`).
     Job(Box<ReceivedJob>),
     /// No job (`204`, or `409` when GitLab hit a conflict while assigning).
+    ///
+    /// `Gitlab-Ci-Builds-Polling: yes` is not reported: Workhorse sets it on every answer
+    /// while long polling is configured, including answers Rails gave at once
+    /// (`workhorse/internal/builds/register.go`), so it proves nothing about waiting.
     NoJob {
-        /// Whether GitLab's queue value changed (`X-GitLab-Last-Update` differs from the
-        /// one sent): a job may be waiting, so ask again at once.
+        /// Whether to ask again at once: GitLab's queue value changed (`X-GitLab-Last-Update`
+        /// differs from the one sent), or the 204 carries no `X-GitLab-Last-Update`. Rails
+        /// sets that header on every 204 it sends (`lib/api/ci/runner.rb` `post '/request'`),
+        /// so a 204 without it is Workhorse's own: it watched the runner's queue and either
+        /// saw it change or waited out the whole poll (`register.go`).
         queue_changed: bool,
-        /// Whether the answer ended a long poll (`Gitlab-Ci-Builds-Polling: yes`): the
-        /// request already waited, or the queue changed meanwhile; ask again at once.
-        long_polled: bool,
     },
 }
 
 /// The answer to a `PUT /jobs/:id`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UpdateResponse {
-    /// The HTTP status (200 applied, 202 trace still persisting, 412 checksum mismatch,
-    /// 403/404 the job is no longer ours).
+    /// The HTTP status (200 applied, 202 trace still persisting, 400 a state GitLab does not
+    /// take now, 412 checksum mismatch on older GitLab, 403/404 the job is no longer ours).
     pub status: u16,
     /// What `Job-Status` said (a 403 counts as [`RemoteJobState::Gone`]).
     pub remote: RemoteJobState,
     /// `X-GitLab-Trace-Update-Interval`, when sent.
     pub update_interval: Option<Duration>,
+    /// `Retry-After` (or `RateLimit-ResetTime`), when sent.
+    pub retry_after: Option<Duration>,
 }
 
 /// The answer to a `PATCH /jobs/:id/trace`.
@@ -188,6 +202,21 @@ pub struct PatchResponse {
 struct Call {
     method: &'static str,
     path: String,
+    /// Whether a request that got no answer is sent again. GitLab Runner's
+    /// `network/retry_requester.go` retries on status codes only; a job request that got
+    /// no answer is not repeated (if Rails assigned a job, the 201 is lost either way, and a
+    /// new request would just take another).
+    retry_transport: bool,
+}
+
+impl Call {
+    fn new(method: &'static str, path: impl Into<String>) -> Call {
+        Call {
+            method,
+            path: path.into(),
+            retry_transport: true,
+        }
+    }
 }
 
 /// A runner API client for one runner token. Cheap to share behind an `Arc`.
@@ -277,8 +306,9 @@ impl Client {
             .map_err(|e| ClientError::Config(format!("building the URL of {path}: {e}")))
     }
 
-    /// Sends a request built by `build`, retrying transport failures and retryable statuses
-    /// as [`RetryPolicy`] says. The last answer is returned whatever its status.
+    /// Sends a request built by `build`, retrying retryable statuses (and, when
+    /// `call.retry_transport`, transport failures) as [`RetryPolicy`] says. The last answer is
+    /// returned whatever its status.
     async fn send(
         &self,
         call: &Call,
@@ -321,7 +351,7 @@ impl Client {
                 }
                 Err(e) => {
                     let message = transport_message(e);
-                    if attempt < attempts {
+                    if call.retry_transport && attempt < attempts {
                         let delay = self.retry.delay(attempt, None, rand::random::<f64>());
                         tracing::info!(
                             method = call.method, path = %call.path, attempt, error = %message,
@@ -358,10 +388,7 @@ impl Client {
     /// `POST /api/v4/runners/verify`: checks the runner token and registers this manager
     /// (`system_id`, `info`). A 403 is [`ClientError::InvalidRunnerToken`].
     pub async fn verify(&self) -> Result<VerifiedRunner, ClientError> {
-        let call = Call {
-            method: "POST",
-            path: "/api/v4/runners/verify".into(),
-        };
+        let call = Call::new("POST", "/api/v4/runners/verify");
         let url = self.api("runners/verify")?;
         let body = VerifyRequest {
             token: self.token.expose(),
@@ -390,18 +417,20 @@ impl Client {
             403 => Err(ClientError::InvalidRunnerToken {
                 endpoint: "/api/v4/runners/verify",
             }),
+            422 => Err(ClientError::RunnerOrphaned {
+                endpoint: "/api/v4/runners/verify",
+            }),
             _ => Err(Self::status_error(&call, status, "")),
         }
     }
 
     /// `POST /api/v4/jobs/request`: asks for a job, long polling when a `last_update` is
-    /// known. 403 is [`ClientError::InvalidRunnerToken`]; retryable statuses that persist
-    /// after every retry are [`ClientError::Status`].
+    /// known. 403 is [`ClientError::InvalidRunnerToken`], 422 [`ClientError::RunnerOrphaned`];
+    /// retryable statuses that persist after every retry are [`ClientError::Status`]; a
+    /// request that got no answer is not repeated ([`ClientError::Transport`]).
     pub async fn request_job(&self) -> Result<JobRequestOutcome, ClientError> {
-        let call = Call {
-            method: "POST",
-            path: "/api/v4/jobs/request".into(),
-        };
+        let mut call = Call::new("POST", "/api/v4/jobs/request");
+        call.retry_transport = false;
         let url = self.api("jobs/request")?;
         let sent_last_update = self.last_update();
         let body = JobRequest {
@@ -420,8 +449,7 @@ impl Client {
             })
             .await?;
         let status = resp.status().as_u16();
-        let mut queue_changed = false;
-        let long_polled = header_str(resp.headers(), POLLING_HEADER) == Some("yes");
+        let mut queue_changed = status == 204;
         if let Some(v) = header_str(resp.headers(), LAST_UPDATE_HEADER) {
             queue_changed = v != sent_last_update;
             if let Ok(mut l) = self.last_update.lock() {
@@ -438,33 +466,30 @@ impl Client {
                 })?;
                 Ok(JobRequestOutcome::Job(Box::new(ReceivedJob::parse(&body))))
             }
-            204 => Ok(JobRequestOutcome::NoJob {
-                queue_changed,
-                long_polled,
-            }),
+            204 => Ok(JobRequestOutcome::NoJob { queue_changed }),
             409 => Ok(JobRequestOutcome::NoJob {
                 queue_changed: false,
-                long_polled: false,
             }),
             403 => Err(ClientError::InvalidRunnerToken {
+                endpoint: "/api/v4/jobs/request",
+            }),
+            422 => Err(ClientError::RunnerOrphaned {
                 endpoint: "/api/v4/jobs/request",
             }),
             _ => Err(Self::status_error(&call, status, "")),
         }
     }
 
-    /// `PUT /api/v4/jobs/:id`: a state update (`pending` or `running` keep-alive, accept, or
-    /// the final `success`/`failed`). Every status is returned for the caller to judge.
+    /// `PUT /api/v4/jobs/:id`: a state update (`running`: accept or keep-alive; `pending`:
+    /// keep-alive of a job GitLab waits to see accepted; the final `success`/`failed`). Every
+    /// status is returned for the caller to judge.
     pub async fn update_job(
         &self,
         job_id: i64,
         request: &UpdateJobRequest<'_>,
     ) -> Result<UpdateResponse, ClientError> {
         let path = format!("jobs/{job_id}");
-        let call = Call {
-            method: "PUT",
-            path: format!("/api/v4/{path}"),
-        };
+        let call = Call::new("PUT", format!("/api/v4/{path}"));
         let url = self.api(&path)?;
         let body = serde_json::to_vec(request).map_err(|e| ClientError::Config(e.to_string()))?;
         let token = request.token;
@@ -482,6 +507,11 @@ impl Client {
             status,
             remote,
             update_interval: update_interval(resp.headers()),
+            retry_after: server_hint(
+                header_str(resp.headers(), "retry-after"),
+                header_str(resp.headers(), "ratelimit-resettime"),
+                SystemTime::now(),
+            ),
         })
     }
 
@@ -497,10 +527,7 @@ impl Client {
         debug_trace: bool,
     ) -> Result<PatchResponse, ClientError> {
         let path = format!("jobs/{job_id}/trace");
-        let call = Call {
-            method: "PATCH",
-            path: format!("/api/v4/{path}"),
-        };
+        let call = Call::new("PATCH", format!("/api/v4/{path}"));
         let mut url = self.api(&path)?;
         url.set_query(Some(if debug_trace {
             "debug_trace=true"
@@ -531,18 +558,20 @@ impl Client {
         })
     }
 
-    /// `POST /api/v4/jobs/:id/artifacts`: uploads the archive at `archive` as multipart part
-    /// `file`, streamed (chunked). Follows 307/308 redirects.
+    /// `POST /api/v4/jobs/:id/artifacts`: uploads the file at `archive` as multipart part
+    /// `file`, streamed (chunked), named as GitLab Runner names it ([`artifact_file_name`]).
+    ///
+    /// Only a `307` is followed, as GitLab Runner's `artifacts_uploader.go` `handleRedirect`
+    /// does: the upload is sent again, with the job token, to `/api/v4/jobs/:id/artifacts` on
+    /// the scheme, host and port the `Location` names (its path and query are dropped). Any
+    /// other redirect is an error.
     pub async fn upload_artifact(
         &self,
         upload: &ArtifactUpload<'_>,
         archive: &Path,
     ) -> Result<(), ClientError> {
         let path = format!("jobs/{}/artifacts", upload.job_id);
-        let call = Call {
-            method: "POST",
-            path: format!("/api/v4/{path}"),
-        };
+        let call = Call::new("POST", format!("/api/v4/{path}"));
         let mut url = self.api(&path)?;
         {
             let mut q = url.query_pairs_mut();
@@ -552,11 +581,9 @@ impl Client {
                 q.append_pair("expire_in", upload.expire_in);
             }
         }
-        let file_name = archive_file_name(upload.name, upload.artifact_format);
-        let origin = url.origin();
+        let file_name = artifact_file_name(upload.name, upload.artifact_format);
         for _ in 0..=MAX_REDIRECTS {
             let target = url.clone();
-            let same_origin = target.origin() == origin;
             let resp = self
                 .send(&call, &|| {
                     let file = std::fs::File::open(archive).map_err(|source| ClientError::Io {
@@ -567,24 +594,26 @@ impl Client {
                     let part = reqwest::multipart::Part::stream(reqwest::Body::wrap_stream(stream))
                         .file_name(file_name.clone());
                     let form = reqwest::multipart::Form::new().part("file", part);
-                    let mut req = self
+                    Ok(self
                         .http
                         .post(target.clone())
                         .header(reqwest::header::ACCEPT, "application/json")
-                        .multipart(form);
-                    if same_origin {
-                        req = req.header(JOB_TOKEN_HEADER, upload.token.expose());
-                    }
-                    Ok(req)
+                        .header(JOB_TOKEN_HEADER, upload.token.expose())
+                        .multipart(form))
                 })
                 .await?;
             let status = resp.status().as_u16();
             match status {
                 200 | 201 => return Ok(()),
-                301 | 302 | 303 | 307 | 308 => {
-                    url = redirect_target(&target, resp.headers()).ok_or_else(|| {
-                        Self::status_error(&call, status, "redirect without Location")
+                307 => {
+                    url = upload_redirect(&target, resp.headers()).ok_or_else(|| {
+                        Self::status_error(&call, status, "redirect without a usable Location")
                     })?;
+                    tracing::info!(
+                        job = upload.job_id,
+                        to = %redact_url(url.as_str()),
+                        "artifact upload redirected; sending it again"
+                    );
                 }
                 413 => {
                     return Err(Self::status_error(
@@ -599,9 +628,13 @@ impl Client {
         Err(Self::status_error(&call, 310, "too many redirects"))
     }
 
-    /// `GET /api/v4/jobs/:id/artifacts` with the dependency's token: writes the archive to
-    /// `dest` (atomically) and returns true, or false on 404 (no artifacts). Follows
-    /// redirects, sending the job token only to GitLab's own origin.
+    /// `GET /api/v4/jobs/:id/artifacts?direct_download=true` with `token` (the running job's:
+    /// current GitLab authorises the download only with it, `authenticate_job_via_dependent_job!`
+    /// in `lib/api/ci/runner.rb`): writes the archive to `dest` (atomically) and returns true,
+    /// or false on 404 (no artifacts; the job then fails, as GitLab Runner's
+    /// `artifacts_downloader.go` treats it as fatal). `direct_download=true` lets GitLab
+    /// redirect to object storage; redirects are followed, the job token sent only to
+    /// GitLab's own origin.
     pub async fn download_artifacts(
         &self,
         job_id: i64,
@@ -609,11 +642,9 @@ impl Client {
         dest: &Path,
     ) -> Result<bool, ClientError> {
         let path = format!("jobs/{job_id}/artifacts");
-        let call = Call {
-            method: "GET",
-            path: format!("/api/v4/{path}"),
-        };
-        let start = self.api(&path)?;
+        let call = Call::new("GET", format!("/api/v4/{path}"));
+        let mut start = self.api(&path)?;
+        start.set_query(Some("direct_download=true"));
         let origin = start.origin();
         let attempts = self.retry.attempts.max(1);
         let mut attempt = 0;
@@ -708,19 +739,18 @@ async fn write_body(resp: Response, dest: &Path) -> Result<(), WriteError> {
         .map_err(io(format!("moving the archive to {}", dest.display())))
 }
 
-/// The archive's file name: the artifact's name plus the format's extension.
-fn archive_file_name(name: &str, format: &str) -> String {
-    let name = if name.is_empty() { "artifacts" } else { name };
-    let ext = match format {
-        "zip" => ".zip",
-        "gzip" => ".gz",
-        _ => "",
-    };
-    if ext.is_empty() || name.ends_with(ext) {
-        name.to_string()
-    } else {
-        format!("{name}{ext}")
+/// Where a `307` sends an upload: `/api/v4/jobs/:id/artifacts` (the path and query of
+/// `from`) on the scheme, host and port of `Location`.
+fn upload_redirect(from: &Url, headers: &HeaderMap) -> Option<Url> {
+    let location = from.join(header_str(headers, "location")?).ok()?;
+    if !matches!(location.scheme(), "http" | "https") {
+        return None;
     }
+    let mut to = from.clone();
+    to.set_scheme(location.scheme()).ok()?;
+    to.set_host(location.host_str()).ok()?;
+    to.set_port(location.port()).ok()?;
+    Some(to)
 }
 
 fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -739,12 +769,18 @@ pub(crate) fn parse_range_end(v: &str) -> Option<u64> {
     v.split_once('-')?.1.trim().parse().ok()
 }
 
+/// `X-GitLab-Trace-Update-Interval`: whole seconds, or a fraction as Ruby writes a
+/// `Rational` (`1/2`: Rails' `backoff.rb` computes `2 ** -1` for the first two seconds).
 fn update_interval(headers: &HeaderMap) -> Option<Duration> {
-    let secs: u64 = header_str(headers, TRACE_UPDATE_INTERVAL_HEADER)?
-        .trim()
-        .parse()
-        .ok()?;
-    (secs > 0).then(|| Duration::from_secs(secs).min(MAX_UPDATE_INTERVAL))
+    let v = header_str(headers, TRACE_UPDATE_INTERVAL_HEADER)?.trim();
+    let secs = match v.split_once('/') {
+        Some((n, d)) => {
+            let (n, d): (f64, f64) = (n.trim().parse().ok()?, d.trim().parse().ok()?);
+            (d > 0.0).then(|| n / d)?
+        }
+        None => v.parse::<u64>().ok()? as f64,
+    };
+    (secs > 0.0 && secs.is_finite()).then(|| Duration::from_secs_f64(secs).min(MAX_UPDATE_INTERVAL))
 }
 
 fn remote_state(status: u16, headers: &HeaderMap) -> RemoteJobState {
@@ -767,6 +803,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn update_intervals_parse_integers_and_rubys_rationals() {
+        let mut h = HeaderMap::new();
+        for (v, want) in [
+            ("3", Some(Duration::from_secs(3))),
+            ("1/2", Some(Duration::from_millis(500))),
+            ("0", None),
+            ("soon", None),
+            ("1/0", None),
+            ("99999", Some(MAX_UPDATE_INTERVAL)),
+        ] {
+            h.insert(TRACE_UPDATE_INTERVAL_HEADER, HeaderValue::from_static(v));
+            assert_eq!(update_interval(&h), want, "{v}");
+        }
+    }
+
+    #[test]
     fn range_ends_parse() {
         assert_eq!(parse_range_end("0-1234"), Some(1234));
         assert_eq!(parse_range_end(" 0-0 "), Some(0));
@@ -775,11 +827,23 @@ mod tests {
     }
 
     #[test]
-    fn archive_names_get_the_formats_extension() {
-        assert_eq!(archive_file_name("", "zip"), "artifacts.zip");
-        assert_eq!(archive_file_name("bin.zip", "zip"), "bin.zip");
-        assert_eq!(archive_file_name("junit", "gzip"), "junit.gz");
-        assert_eq!(archive_file_name("x", "raw"), "x");
+    fn uploads_are_redirected_to_the_api_path_on_the_named_host() {
+        let from =
+            Url::parse("http://127.0.0.1:8080/api/v4/jobs/5/artifacts?artifact_type=archive")
+                .unwrap();
+        let mut h = HeaderMap::new();
+        h.insert(
+            "location",
+            HeaderValue::from_static("https://uploads.example.com:8443/elsewhere?sig=x"),
+        );
+        assert_eq!(
+            upload_redirect(&from, &h).unwrap().as_str(),
+            "https://uploads.example.com:8443/api/v4/jobs/5/artifacts?artifact_type=archive"
+        );
+        h.insert("location", HeaderValue::from_static("/other/path"));
+        assert_eq!(upload_redirect(&from, &h).unwrap(), from);
+        h.insert("location", HeaderValue::from_static("ftp://x/"));
+        assert!(upload_redirect(&from, &h).is_none());
     }
 
     #[test]
@@ -794,5 +858,13 @@ mod tests {
         assert_eq!(e.path, "steps");
         let j = ReceivedJob::parse(b"{not json");
         assert!(j.id.is_none() && j.payload.is_err());
+        let j = ReceivedJob::parse(br#"{"id":"42","token":"t","steps":7}"#);
+        assert_eq!(j.id, Some(42));
+        let j = ReceivedJob::parse(
+            br#"{"id":9,"token":"t","job_info":{"name":"n","instance_id":"abc","queue_size":"x"}}"#,
+        );
+        let p = j.payload.unwrap();
+        assert_eq!(p.payload.job_info.instance_id, "abc");
+        assert_eq!(p.ignored.len(), 1);
     }
 }

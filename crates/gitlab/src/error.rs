@@ -16,6 +16,16 @@ pub enum ClientError {
         /// The endpoint that refused it.
         endpoint: &'static str,
     },
+    /// GitLab no longer knows who owns the runner (its project or group was deleted): `422
+    /// Runner is orphaned` on verify and job requests (`lib/api/ci/runner.rb`).
+    #[error(
+        "GitLab says the runner is orphaned (422 on {endpoint}): the project or group that \
+         owned it is gone"
+    )]
+    RunnerOrphaned {
+        /// The endpoint that said so.
+        endpoint: &'static str,
+    },
     /// The request could not be sent or its answer not read, after every retry.
     #[error("{method} {path}: {message} (after {attempts} attempts)")]
     Transport {
@@ -67,6 +77,7 @@ impl ClientError {
         match self {
             ClientError::Status { status, .. } => Some(*status),
             ClientError::InvalidRunnerToken { .. } => Some(403),
+            ClientError::RunnerOrphaned { .. } => Some(422),
             _ => None,
         }
     }

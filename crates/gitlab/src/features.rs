@@ -67,7 +67,9 @@ pub struct FeaturesInfo {
     pub cancel_gracefully: bool,
     /// GitLab Steps run natively.
     pub native_steps_integration: bool,
-    /// The job is accepted with `PUT state=running` once it can start.
+    /// The runner accepts each job with `PUT state=running` (GitLab Runner's network client
+    /// always says so, `network/gitlab.go` `getFeatures`). Only while Rails' feature flag
+    /// `allow_runner_job_acknowledgement` is on does GitLab then wait for that accept.
     pub two_phase_job_commit: bool,
     /// Job inputs.
     pub job_inputs: bool,
@@ -77,9 +79,13 @@ impl FeaturesInfo {
     /// What flotilla's job engine implements. `image` and `services` only with an isolation
     /// level that runs containers (`docker`).
     ///
-    /// Not advertised: `upload_multiple_artifacts` and `upload_raw_artifacts` (only zip
-    /// archives are uploaded), sessions, terminals, proxying, Vault secrets, service
-    /// variables and executor options, native steps, job inputs.
+    /// `upload_multiple_artifacts` and `upload_raw_artifacts` are advertised: reports are
+    /// uploaded each with its type and format (zip, gzip, raw). Without the first, GitLab
+    /// drops every job with `artifacts:reports` as `runner_unsupported`
+    /// (`Ci::Build::RUNNER_FEATURES` in `app/models/ci/build.rb`).
+    ///
+    /// Not advertised: sessions, terminals, proxying, Vault secrets, service variables and
+    /// executor options, native steps, job inputs.
     pub fn flotilla(containers: bool) -> FeaturesInfo {
         FeaturesInfo {
             variables: true,
@@ -89,6 +95,8 @@ impl FeaturesInfo {
             cache: true,
             fallback_cache_keys: true,
             shared: true,
+            upload_multiple_artifacts: true,
+            upload_raw_artifacts: true,
             refspecs: true,
             masking: true,
             raw_variables: true,
@@ -178,7 +186,8 @@ mod tests {
         assert!(f.two_phase_job_commit && f.cancel_gracefully && f.trace_checksum);
         assert!(f.refspecs && f.return_exit_code && f.masking);
         assert!(!f.image && !f.services);
-        assert!(!f.upload_multiple_artifacts && !f.vault_secrets && !f.session);
+        assert!(f.upload_multiple_artifacts && f.upload_raw_artifacts);
+        assert!(!f.vault_secrets && !f.session);
         let d = FeaturesInfo::flotilla(true);
         assert!(d.image && d.services);
         let json = serde_json::to_value(Info::flotilla("instance", false)).unwrap();

@@ -6,8 +6,7 @@ use async_trait::async_trait;
 use flotilla_fleet::Secret;
 use flotilla_job::Outcome;
 
-/// A job GitLab handed to this manager and that it is accepting (`PUT state=running`) or has
-/// accepted.
+/// A job GitLab handed to this manager.
 #[derive(Debug, Clone)]
 pub struct StartedJob {
     /// The runner (its `[[runners]]` name).
@@ -28,14 +27,16 @@ pub struct StartedJob {
 /// block for long (they run on the job's task).
 #[async_trait]
 pub trait JobHooks: Send + Sync {
-    /// The job is about to be accepted (`PUT state=running`) and then run. Called *before*
-    /// the accept, so that a manager killed between the two still knows of the job (and its
-    /// token) when it restarts, and reports it: the accept may have reached GitLab.
+    /// GitLab handed the job out. Called before anything is sent about it (the accept, its
+    /// log): by default GitLab considers a job running from its 201 on, so a manager killed
+    /// from here on must still know of the job (and its token) when it restarts, and report
+    /// it.
     async fn job_started(&self, _job: &StartedJob) {}
 
-    /// GitLab answered no to the accept of a job announced by [`JobHooks::job_started`] (it
-    /// withdrew the job): the job never ran here and nothing will be sent for it. Not called
-    /// when the accept got no answer: GitLab may have taken it, so the job stays as started.
+    /// GitLab refused the job before it ran (403, 404 or another client error to its accept
+    /// or a keep-alive, or `Job-Status: canceled|failed`): it is not ours and nothing will be
+    /// sent for it. Not called when GitLab gave no usable answer: it may think the job runs,
+    /// so the job runs and stays recorded until it is reported.
     async fn job_withdrawn(&self, _job: &StartedJob) {}
 
     /// The job ended on the fleet with `outcome`; the final update is next.

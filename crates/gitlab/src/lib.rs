@@ -12,8 +12,10 @@
 //!   `Content-Range`, 416 recovery, the server's update interval, keep-alives, cancellation
 //!   learned from `Job-Status`, and the final update loop (202, 412).
 //! - [`artifacts`]: [`GitLabArtifactStore`], an [`flotilla_job::ArtifactStore`].
-//! - [`source`]: [`JobSource`], the request loop with slot admission, two-phase commit,
-//!   graceful and forced stop; [`JobHooks`] lets the durable store follow every job.
+//! - [`source`]: [`JobSource`], the request loop with slot admission, acceptance as GitLab
+//!   expects it, the runner's health, graceful and forced stop; [`JobHooks`] lets the durable
+//!   store follow every job.
+//! - [`orphan`]: [`report_left_running`], for jobs a previous manager process left running.
 //!
 //! Secrets (the runner token, job tokens) travel only in headers and bodies; they never
 //! appear in logs or errors.
@@ -24,14 +26,18 @@ mod error;
 pub mod executor;
 mod features;
 mod final_update;
+mod health;
 pub mod hooks;
 mod job_status;
+pub mod orphan;
+mod rails_backoff;
 mod redact;
 mod retry;
 pub mod source;
 pub mod system_id;
 pub mod trace;
 mod trace_buffer;
+mod upload_name;
 mod wire;
 
 pub use artifacts::GitLabArtifactStore;
@@ -43,11 +49,14 @@ pub use error::ClientError;
 pub use executor::SlotExecutor;
 pub use features::{ConfigInfo, FeaturesInfo, Info};
 pub use final_update::FinalReport;
+pub use health::{DEFAULT_UNHEALTHY_INTERVAL, DEFAULT_UNHEALTHY_REQUESTS_LIMIT};
 pub use hooks::{JobHooks, NoJobHooks, StartedJob};
 pub use job_status::RemoteJobState;
+pub use orphan::{LeftRunning, RecordedEnd, report_left_running};
 pub use redact::redact_url;
 pub use retry::RetryPolicy;
-pub use source::{JobSource, SourceConfig, SourceReport, StopHandle};
+pub use source::{Acceptance, JobSource, SourceConfig, SourceReport, StopHandle};
 pub use system_id::system_id;
 pub use trace::{GitLabTraceSink, JobTrace, TraceOptions};
+pub use upload_name::artifact_file_name;
 pub use wire::{TraceOutput, UpdateJobRequest};

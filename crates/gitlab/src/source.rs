@@ -1,24 +1,43 @@
 //! The job source of one `[[runners]]` entry: `request_concurrency` workers ask GitLab for
 //! jobs, each only after reserving a slot (so no job is taken that cannot start), and every
-//! job runs on its own task: acquire the slot (keeping GitLab's two-phase commit alive with
-//! `PUT state=pending`), accept (`PUT state=running`), run, report.
+//! job runs on its own task: record it, accept it, wait for its slot, run it, report it.
 //!
 //! Admission follows GitLab Runner's `commands/multi.go`: a `limit` permit (per runner) and a
 //! `concurrent` permit (shared by all runners) are taken before a request; the scaler's
 //! `reserve` decides whether a request may be made (preemptive mode: only with an idle
 //! ready slot; otherwise while the fleet may still grow); a `204` gives the reservation back.
+//!
+//! Acceptance follows GitLab as installed: two-phase acceptance is off by default (Rails'
+//! feature flag `allow_runner_job_acknowledgement`), so a job is `running` the moment the 201
+//! leaves GitLab. The job is recorded (hooks) before anything else, then accepted with
+//! `PUT state=running` right away, as `multi.go` `requestJob` does; its log starts with the
+//! wait for a slot, and the log's keep-alives carry cancellation while it waits.
+//! [`Acceptance::WhenSlotReady`] is for a GitLab known to wait for the acknowledgement: the
+//! job is kept with `PUT state=pending` until its slot is there; a 400 to that means GitLab
+//! did not wait (the job is already running), and the job is kept.
+//!
+//! A job is given up (never run) only when GitLab refuses it: 403, 404, another client
+//! error, or `Job-Status: failed|canceled`. When the accept gets no usable answer (429, 5xx,
+//! no answer at all) the job still runs and is reported: GitLab may think it runs.
+//!
+//! Job requests never stop for good: a 403 (or 422, orphaned) counts toward the runner's
+//! health like GitLab Runner's `health_helper.go`; an unhealthy runner asks again after
+//! `unhealthy_interval`.
 
 use super::client::{Client, JobRequestOutcome, ReceivedJob};
 use super::error::ClientError;
 use super::executor::SlotExecutor;
 use super::final_update::FinalReport;
+use super::health::{
+    DEFAULT_UNHEALTHY_INTERVAL, DEFAULT_UNHEALTHY_REQUESTS_LIMIT, Health, Verdict,
+};
 use super::hooks::{JobHooks, NoJobHooks, StartedJob};
 use super::job_status::RemoteJobState;
 use super::trace::{JobTrace, TraceOptions};
 use super::wire::UpdateJobRequest;
 use flotilla_fleet::Secret;
-use flotilla_job::{FailureReason, JobCancel, Outcome};
-use flotilla_scaler::ScalerError;
+use flotilla_job::{FailureReason, JobCancel, JobPayload, Outcome};
+use flotilla_scaler::{Acquisition, ScalerError};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -28,7 +47,24 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 const RED: &str = "\x1b[31;1m";
+const CYAN: &str = "\x1b[36;1m";
 const RESET: &str = "\x1b[0;m";
+
+/// When a job is accepted (`PUT state=running`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acceptance {
+    /// Right after the 201, as GitLab Runner does: the only safe choice unless GitLab is
+    /// known to wait, because by default GitLab considers the job running already.
+    Immediately,
+    /// Once the job's slot is acquired, with `PUT state=pending` keep-alives every `interval`
+    /// until then. Only for a GitLab with two-phase acceptance on
+    /// (`allow_runner_job_acknowledgement`); on any other, the first keep-alive answers 400
+    /// and the job is accepted at once.
+    WhenSlotReady {
+        /// Interval of the `pending` keep-alives.
+        interval: Duration,
+    },
+}
 
 /// The settings of one runner's job source (from its `[[runners]]` entry and the global
 /// section of `config.toml`).
@@ -46,8 +82,13 @@ pub struct SourceConfig {
     /// How long a job waits for a slot (`instance_acquire_timeout`; the scaler's own when
     /// `None`).
     pub instance_acquire_timeout: Option<Duration>,
-    /// Interval of `PUT state=pending` keep-alives while a taken job waits for its slot.
-    pub pending_keepalive_interval: Duration,
+    /// When jobs are accepted.
+    pub acceptance: Acceptance,
+    /// Refused job requests in a row that make the runner unhealthy
+    /// (`unhealthy_requests_limit`, 3).
+    pub unhealthy_requests_limit: u32,
+    /// How long an unhealthy runner waits before asking again (`unhealthy_interval`, 1 h).
+    pub unhealthy_interval: Duration,
     /// How long running jobs get after a graceful stop before they are aborted
     /// (`shutdown_timeout`).
     pub shutdown_timeout: Duration,
@@ -63,7 +104,9 @@ impl Default for SourceConfig {
             request_concurrency: 1,
             check_interval: Duration::from_secs(3),
             instance_acquire_timeout: None,
-            pending_keepalive_interval: Duration::from_secs(30),
+            acceptance: Acceptance::Immediately,
+            unhealthy_requests_limit: DEFAULT_UNHEALTHY_REQUESTS_LIMIT,
+            unhealthy_interval: DEFAULT_UNHEALTHY_INTERVAL,
             shutdown_timeout: Duration::from_secs(30),
             trace: TraceOptions::default(),
         }
@@ -75,16 +118,26 @@ impl Default for SourceConfig {
 pub struct SourceReport {
     /// Job requests answered (any status).
     pub requests: u64,
+    /// Job requests that failed (no answer, a server error after retries, a refusal).
+    pub requests_failed: u64,
+    /// Times the runner became unhealthy (refused requests in a row).
+    pub unhealthy: u64,
     /// Requests not made because no capacity could be reserved.
     pub no_capacity: u64,
     /// Jobs GitLab handed out.
     pub jobs_received: u64,
+    /// Jobs that could not even be identified (no id or token): nothing can be reported.
+    pub jobs_unidentified: u64,
     /// Jobs failed without running because their payload did not decode.
     pub jobs_malformed: u64,
+    /// Accepts that got no usable answer (the job ran anyway).
+    pub accepts_unanswered: u64,
     /// Jobs failed without running because no slot came in time.
     pub jobs_without_slot: u64,
-    /// Jobs dropped before starting because GitLab withdrew them (canceled, reassigned).
+    /// Jobs dropped before starting because GitLab refused them (canceled, reassigned).
     pub jobs_withdrawn: u64,
+    /// Jobs canceled on GitLab while they waited for a slot.
+    pub jobs_canceled_waiting: u64,
     /// Jobs that ran on a slot.
     pub jobs_run: u64,
     /// Jobs reported successful.
@@ -111,7 +164,7 @@ impl StopHandle {
     }
 
     /// Stop at once: stop taking jobs, abort running ones and report them failed
-    /// (`runner_system_failure`).
+    /// (`runner_interrupted` where GitLab knows it).
     pub fn force(&self) {
         self.graceful.cancel();
         self.force.cancel();
@@ -125,12 +178,12 @@ struct Inner {
     concurrent: Option<Arc<Semaphore>>,
     limit: Option<Arc<Semaphore>>,
     config: SourceConfig,
+    /// Ends the request loops (a stop).
     graceful: CancellationToken,
-    /// Ends the request loops (a graceful stop, or an invalid runner token).
-    requests_done: CancellationToken,
     force: CancellationToken,
     report: Mutex<SourceReport>,
     running: Mutex<HashMap<i64, JobCancel>>,
+    health: Mutex<Health>,
     tracker: TaskTracker,
     /// Fired whenever one of this source's jobs gave its slot back, so a request loop
     /// waiting for capacity asks again at once instead of after `check_interval`.
@@ -158,6 +211,10 @@ impl Inner {
             failure_reasons: reasons.to_vec(),
         }
     }
+
+    fn health(&self) -> std::sync::MutexGuard<'_, Health> {
+        self.health.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// Permits held for one job from before its request to its end.
@@ -182,8 +239,12 @@ impl std::fmt::Debug for JobSource {
 impl JobSource {
     /// A source asking GitLab through `client` and running jobs on `executor`'s fleet.
     pub fn new(client: Arc<Client>, executor: Arc<dyn SlotExecutor>, config: SourceConfig) -> Self {
-        let graceful = CancellationToken::new();
         let limit = (config.limit > 0).then(|| Arc::new(Semaphore::new(config.limit)));
+        let health = Health::new(
+            config.unhealthy_requests_limit,
+            config.unhealthy_interval,
+            Instant::now(),
+        );
         JobSource {
             inner: Arc::new(Inner {
                 client,
@@ -191,12 +252,12 @@ impl JobSource {
                 hooks: Arc::new(NoJobHooks),
                 concurrent: None,
                 limit,
-                requests_done: graceful.child_token(),
-                graceful,
+                graceful: CancellationToken::new(),
                 force: CancellationToken::new(),
                 config,
                 report: Mutex::new(SourceReport::default()),
                 running: Mutex::new(HashMap::new()),
+                health: Mutex::new(health),
                 tracker: TaskTracker::new(),
                 slot_freed: Notify::new(),
             }),
@@ -248,25 +309,17 @@ impl JobSource {
         ids
     }
 
-    /// Takes and runs jobs until stopped. Returns when every job it took has been reported.
-    /// An invalid runner token ends the requests at once (running jobs still finish) and is
-    /// returned as [`ClientError::InvalidRunnerToken`].
-    pub async fn run(&self) -> Result<SourceReport, ClientError> {
+    /// Takes and runs jobs until stopped; returns when every job it took has been reported
+    /// (or, after a forced stop or the shutdown timeout, aborted and reported).
+    pub async fn run(&self) -> SourceReport {
         let inner = &self.inner;
         let mut workers = tokio::task::JoinSet::new();
         for n in 0..inner.config.request_concurrency.max(1) {
             workers.spawn(worker(inner.clone(), n));
         }
-        let mut first_error = None;
         while let Some(r) = workers.join_next().await {
-            match r {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    first_error.get_or_insert(e);
-                }
-                Err(e) => {
-                    tracing::error!(runner = %inner.config.name, error = %e, "a job request worker panicked")
-                }
+            if let Err(e) = r {
+                tracing::error!(runner = %inner.config.name, error = %e, "a job request worker panicked");
             }
         }
         inner.tracker.close();
@@ -284,10 +337,7 @@ impl JobSource {
             }
             _ = inner.force.cancelled() => inner.tracker.wait().await,
         }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(self.report()),
-        }
+        self.report()
     }
 }
 
@@ -309,7 +359,7 @@ async fn permits(inner: &Inner) -> Permits {
 /// Sleeps `d` unless the requests end first; false when they ended.
 async fn pause(inner: &Inner, d: Duration) -> bool {
     tokio::select! {
-        _ = inner.requests_done.cancelled() => false,
+        _ = inner.graceful.cancelled() => false,
         _ = tokio::time::sleep(d) => true,
     }
 }
@@ -322,7 +372,7 @@ async fn pause_for_capacity(
     freed: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
 ) -> bool {
     tokio::select! {
-        _ = inner.requests_done.cancelled() => false,
+        _ = inner.graceful.cancelled() => false,
         _ = tokio::time::sleep(d) => true,
         _ = freed => true,
     }
@@ -348,14 +398,32 @@ fn slot_key(name: &str) -> String {
     format!("{short}-{}", &id[..8])
 }
 
-async fn worker(inner: Arc<Inner>, n: usize) -> Result<(), ClientError> {
+/// Whether a failed job request counts against the runner's health: GitLab refused the
+/// runner itself (403: token invalid or runner deleted; 422: orphaned). Server errors and
+/// requests that got no answer do not (`multi.go` marks only those unhealthy).
+fn refuses_the_runner(e: &ClientError) -> bool {
+    matches!(
+        e,
+        ClientError::InvalidRunnerToken { .. } | ClientError::RunnerOrphaned { .. }
+    )
+}
+
+async fn worker(inner: Arc<Inner>, n: usize) {
     let scaler = inner.executor.scaler();
     loop {
-        if inner.requests_done.is_cancelled() {
-            return Ok(());
+        if inner.graceful.is_cancelled() {
+            return;
+        }
+        let verdict = inner.health().verdict(Instant::now());
+        if let Verdict::WaitFor(d) = verdict {
+            tracing::debug!(runner = %inner.config.name, wait_s = d.as_secs(), "runner unhealthy; waiting before asking again");
+            if !pause(&inner, d).await {
+                return;
+            }
+            continue;
         }
         let held = tokio::select! {
-            _ = inner.requests_done.cancelled() => return Ok(()),
+            _ = inner.graceful.cancelled() => return,
             p = permits(&inner) => p,
         };
         let key = slot_key(&inner.config.name);
@@ -370,235 +438,419 @@ async fn worker(inner: Arc<Inner>, n: usize) -> Result<(), ClientError> {
                 inner.count(|r| r.no_capacity += 1);
                 drop(held);
                 if !pause_for_capacity(&inner, inner.config.check_interval, freed).await {
-                    return Ok(());
+                    return;
                 }
                 continue;
             }
-            Err(ScalerError::ShuttingDown) => return Ok(()),
+            Err(ScalerError::ShuttingDown) => return,
             Err(e) => {
                 tracing::warn!(runner = %inner.config.name, error = %e, "reserving a slot failed");
                 drop(held);
                 if !pause(&inner, inner.config.check_interval).await {
-                    return Ok(());
+                    return;
                 }
                 continue;
             }
         }
         let asked = Instant::now();
         let answer = tokio::select! {
-            _ = inner.requests_done.cancelled() => {
+            _ = inner.graceful.cancelled() => {
                 scaler.unreserve(&key);
-                return Ok(());
+                return;
             }
             a = inner.client.request_job() => a,
         };
         inner.count(|r| r.requests += 1);
         match answer {
             Ok(JobRequestOutcome::Job(job)) => {
+                inner.health().record(true, Instant::now());
                 inner.count(|r| r.jobs_received += 1);
                 let task_inner = inner.clone();
                 inner
                     .tracker
                     .spawn(async move { handle_job(task_inner, held, key, *job).await });
             }
-            Ok(JobRequestOutcome::NoJob {
-                queue_changed,
-                long_polled,
-            }) => {
+            Ok(JobRequestOutcome::NoJob { queue_changed }) => {
+                inner.health().record(true, Instant::now());
                 scaler.unreserve(&key);
                 drop(held);
+                // Ask again at once when the queue changed; otherwise once `check_interval`
+                // has passed since the request went out (a long poll may have used it up).
                 let waited = asked.elapsed();
                 if !queue_changed
-                    && !long_polled
                     && waited < inner.config.check_interval
                     && !pause(&inner, inner.config.check_interval - waited).await
                 {
-                    return Ok(());
+                    return;
                 }
-            }
-            Err(e @ ClientError::InvalidRunnerToken { .. }) => {
-                scaler.unreserve(&key);
-                tracing::error!(runner = %inner.config.name, error = %e, "stopping this runner's job requests");
-                inner.requests_done.cancel();
-                return Err(e);
             }
             Err(e) => {
                 scaler.unreserve(&key);
                 drop(held);
-                tracing::warn!(runner = %inner.config.name, error = %e, "job request failed");
+                inner.count(|r| r.requests_failed += 1);
+                if refuses_the_runner(&e) {
+                    let now = Instant::now();
+                    let became_unhealthy = inner.health().record(false, now);
+                    if became_unhealthy {
+                        inner.count(|r| r.unhealthy += 1);
+                        tracing::error!(
+                            runner = %inner.config.name, error = %e,
+                            retry_in_s = inner.config.unhealthy_interval.as_secs(),
+                            "the runner is unhealthy: GitLab refused its job requests; asking again later"
+                        );
+                    } else {
+                        tracing::error!(runner = %inner.config.name, error = %e, "GitLab refused the job request");
+                    }
+                } else {
+                    inner.health().record(true, Instant::now());
+                    tracing::warn!(runner = %inner.config.name, error = %e, "job request failed; asking again later");
+                }
                 if !pause(&inner, inner.config.check_interval).await {
-                    return Ok(());
+                    return;
                 }
             }
         }
     }
 }
 
-/// What became of a job's two-phase accept.
-enum Accept {
-    Accepted(RemoteJobState),
-    /// GitLab answered no: the job is not ours.
-    Refused,
-    /// No answer: GitLab may or may not have taken it.
-    Unknown,
+/// What GitLab answered to a job state update before the job ran.
+enum StateAnswer {
+    /// 200, and the job is not canceled.
+    Ok(RemoteJobState),
+    /// GitLab refused: 403, 404, another client error, or `Job-Status: failed|canceled`.
+    Refused(u16),
+    /// No usable answer (429, 5xx after retries, or none at all).
+    Unanswered(String),
 }
 
-async fn accept(inner: &Inner, id: i64, token: &Secret<String>) -> Accept {
+async fn put_state(inner: &Inner, id: i64, token: &Secret<String>, state: &str) -> StateAnswer {
     let req = UpdateJobRequest {
         info: inner.client.info(),
         token: token.expose(),
-        state: "running",
+        state,
         failure_reason: None,
         checksum: None,
         output: None,
         exit_code: None,
     };
     match inner.client.update_job(id, &req).await {
-        Ok(r) if r.status == 200 && r.remote != RemoteJobState::Gone => Accept::Accepted(r.remote),
-        Ok(r) => {
-            tracing::info!(runner = %inner.config.name, job = id, status = r.status, "GitLab withdrew the job before it started");
-            Accept::Refused
+        Ok(r) if r.remote == RemoteJobState::Gone => StateAnswer::Refused(r.status),
+        Ok(r) if r.status == 200 => StateAnswer::Ok(r.remote),
+        Ok(r) if (400..500).contains(&r.status) && !matches!(r.status, 408 | 429) => {
+            StateAnswer::Refused(r.status)
         }
-        Err(e) => {
-            tracing::warn!(runner = %inner.config.name, job = id, error = %e, "accepting the job got no answer; not running it (it stays recorded, so a restart reports it failed if GitLab took it)");
-            Accept::Unknown
-        }
+        Ok(r) => StateAnswer::Unanswered(format!("GitLab answered {}", r.status)),
+        Err(e) => StateAnswer::Unanswered(e.to_string()),
     }
 }
 
-/// Keeps a handed-out job reserved for us while it waits for a slot: true while GitLab
-/// still waits for this runner.
-async fn keep_pending(inner: &Inner, id: i64, token: &Secret<String>) -> bool {
-    let req = UpdateJobRequest {
-        info: inner.client.info(),
-        token: token.expose(),
-        state: "pending",
-        failure_reason: None,
-        checksum: None,
-        output: None,
-        exit_code: None,
-    };
-    match inner.client.update_job(id, &req).await {
-        Ok(r) => r.status == 200 && r.remote != RemoteJobState::Gone,
-        // Unreachable GitLab: keep waiting; the accept will tell.
-        Err(_) => true,
+/// One job from its 201 to its report.
+struct Job {
+    inner: Arc<Inner>,
+    id: i64,
+    token: Secret<String>,
+    started: StartedJob,
+    key: String,
+}
+
+impl Job {
+    /// Gives the job up before it ran: GitLab refused it. The record is dropped (GitLab may
+    /// hand the job out again), and so is the slot.
+    async fn withdraw(&self, status: u16, when: &str) {
+        tracing::info!(runner = %self.inner.config.name, job = self.id, status, "GitLab refused the job {when}; it does not run here");
+        self.inner.hooks.job_withdrawn(&self.started).await;
+        self.inner.executor.scaler().release(&self.key);
+        self.inner.count(|r| r.jobs_withdrawn += 1);
+    }
+
+    /// Accepts the job; false when GitLab refused it (already withdrawn).
+    async fn accept(&self, cancel: &JobCancel) -> bool {
+        match put_state(&self.inner, self.id, &self.token, "running").await {
+            StateAnswer::Ok(remote) => {
+                if remote == RemoteJobState::Canceling {
+                    cancel.cancel();
+                }
+                true
+            }
+            StateAnswer::Refused(status) => {
+                self.withdraw(status, "when it was accepted").await;
+                false
+            }
+            StateAnswer::Unanswered(e) => {
+                // GitLab may think the job runs (by default it runs from the 201 on): run
+                // it and keep reporting; the log and the final update tell the rest.
+                tracing::warn!(runner = %self.inner.config.name, job = self.id, error = %e, "accepting the job got no usable answer; running it anyway");
+                self.inner.count(|r| r.accepts_unanswered += 1);
+                true
+            }
+        }
+    }
+
+    /// Reports a job that ends without running (a payload that does not decode, no slot, a
+    /// stop, a cancel): `message` in its log, then the final update with `outcome`.
+    async fn fail_unstarted(&self, trace: JobTrace, outcome: Outcome, message: &str) {
+        trace.write_message(&format!("{RED}ERROR: {message}{RESET}\n"));
+        self.inner.hooks.job_finished(&self.started, &outcome).await;
+        let report = trace.finish(&outcome).await;
+        record_report(&self.inner, &outcome, &report);
+        self.inner.hooks.job_reported(&self.started, &report).await;
+        tracing::info!(runner = %self.inner.config.name, job = self.id, ?outcome, ?report, "job ended without running");
     }
 }
 
-async fn handle_job(inner: Arc<Inner>, held: Permits, key: String, job: ReceivedJob) {
+/// How waiting for the slot ended.
+enum SlotWait {
+    Acquired(Box<Acquisition>),
+    Failed(ScalerError),
+    /// A forced stop.
+    Interrupted,
+    /// GitLab canceled the job meanwhile.
+    Canceled,
+    /// Two-phase: GitLab refused a keep-alive (the job is no longer ours).
+    Refused(u16),
+}
+
+async fn handle_job(inner: Arc<Inner>, held: Permits, key: String, received: ReceivedJob) {
     let _freed = SlotFreed(&inner);
     let scaler = inner.executor.scaler();
-    let (Some(id), Some(token)) = (job.id, job.token.clone()) else {
-        tracing::error!(runner = %inner.config.name, "GitLab handed out a job without an id or token; it cannot be reported");
+    let (Some(id), Some(token)) = (received.id, received.token.clone()) else {
+        tracing::error!(runner = %inner.config.name, "GitLab handed out a job without a readable id or token; it cannot be reported");
         scaler.unreserve(&key);
-        inner.count(|r| r.jobs_malformed += 1);
+        inner.count(|r| r.jobs_unidentified += 1);
         return;
     };
-    let payload = match job.payload {
-        Ok(p) => p,
+    let (name, reasons) = match &received.payload {
+        Ok(p) => (
+            p.payload.job_info.name.clone(),
+            p.payload.features.failure_reasons.clone(),
+        ),
+        Err(_) => (String::new(), received.failure_reasons.clone()),
+    };
+    if let Ok(p) = &received.payload {
+        for e in &p.ignored {
+            tracing::warn!(runner = %inner.config.name, job = id, field = %e.path, error = %e.message, "ignored an informational field of the job payload that did not decode");
+        }
+    }
+    // Recorded before anything else: by default GitLab considers the job running from the
+    // 201 on, so a manager killed from here on must find it at its next start.
+    let started = inner.started_job(id, &name, &token, &reasons);
+    inner.hooks.job_started(&started).await;
+    let job = Job {
+        inner: inner.clone(),
+        id,
+        token: token.clone(),
+        started,
+        key,
+    };
+    let cancel = JobCancel::new();
+    let immediately = inner.config.acceptance == Acceptance::Immediately;
+    if (immediately || received.payload.is_err()) && !job.accept(&cancel).await {
+        return;
+    }
+    let payload: JobPayload = match received.payload {
+        Ok(p) => p.payload,
         Err(e) => {
-            scaler.unreserve(&key);
+            scaler.unreserve(&job.key);
             tracing::error!(runner = %inner.config.name, job = id, error = %e, "the job payload does not decode; failing the job");
             inner.count(|r| r.jobs_malformed += 1);
-            let message = format!("flotilla could not read this job's payload: {e}");
-            fail_unstarted(&inner, id, &token, "", &job.failure_reasons, &message).await;
-            drop(held);
-            return;
-        }
-    };
-    let name = payload.job_info.name.clone();
-    tracing::info!(runner = %inner.config.name, job = id, name = %name, "received a job");
-
-    // Wait for the slot; GitLab waits for our accept meanwhile.
-    // Boxed so it can be dropped (giving up the wait) before the key is released.
-    let mut acquire = Box::pin(scaler.acquire(&key, inner.config.instance_acquire_timeout));
-    let mut keepalive = tokio::time::interval_at(
-        Instant::now() + inner.config.pending_keepalive_interval,
-        inner.config.pending_keepalive_interval,
-    );
-    let acquired = loop {
-        tokio::select! {
-            r = &mut acquire => break Some(r),
-            _ = keepalive.tick() => {
-                if !keep_pending(&inner, id, &token).await {
-                    break None;
-                }
-            }
-            _ = inner.force.cancelled() => {
-                break Some(Err(ScalerError::ShuttingDown));
-            }
-        }
-    };
-    let acquisition = match acquired {
-        None => {
-            drop(acquire);
-            scaler.release(&key);
-            inner.count(|r| r.jobs_withdrawn += 1);
-            tracing::info!(runner = %inner.config.name, job = id, "GitLab withdrew the job while it waited for a slot");
-            return;
-        }
-        Some(Ok(a)) => a,
-        Some(Err(e)) => {
-            drop(acquire);
-            scaler.release(&key);
-            let message = if inner.force.is_cancelled() {
-                inner.count(|r| r.jobs_interrupted += 1);
-                "the runner was stopped before the job could start".to_string()
-            } else {
-                inner.count(|r| r.jobs_without_slot += 1);
-                format!("no job slot became available: {e}")
-            };
-            fail_unstarted(
-                &inner,
+            let trace = JobTrace::start(
+                inner.client.clone(),
                 id,
-                &token,
-                &name,
-                &payload.features.failure_reasons,
-                &message,
+                token.clone(),
+                reasons,
+                false,
+                cancel,
+                inner.config.trace,
+            );
+            let outcome = Outcome::Failed {
+                reason: FailureReason::RunnerSystemFailure,
+                exit_code: None,
+            };
+            job.fail_unstarted(
+                trace,
+                outcome,
+                &format!(
+                    "Job failed (system failure): flotilla could not read this job's payload: {e}"
+                ),
             )
             .await;
             drop(held);
             return;
         }
     };
-    drop(acquire);
+    tracing::info!(runner = %inner.config.name, job = id, name = %name, "received a job");
 
-    // Two-phase commit: accept only now that the job can start. The job is recorded first,
-    // so that a crash after GitLab took the accept cannot leave it unreported.
-    let started = inner.started_job(id, &name, &token, &payload.features.failure_reasons);
-    inner.hooks.job_started(&started).await;
-    let remote = match accept(&inner, id, &token).await {
-        Accept::Accepted(remote) => remote,
-        refused @ (Accept::Refused | Accept::Unknown) => {
-            if let Accept::Refused = refused {
-                inner.hooks.job_withdrawn(&started).await;
-            }
-            scaler.release(&key);
-            drop(acquisition);
-            inner.count(|r| r.jobs_withdrawn += 1);
+    let mut trace = immediately.then(|| {
+        JobTrace::for_job(
+            inner.client.clone(),
+            &payload,
+            cancel.clone(),
+            inner.config.trace,
+        )
+    });
+    let waited = wait_for_slot(&job, &cancel, &mut trace, &payload).await;
+    let (outcome, message) = match waited {
+        SlotWait::Acquired(a) => {
+            run_acquired(&job, &payload, *a, trace, cancel).await;
+            drop(held);
+            return;
+        }
+        SlotWait::Refused(status) => {
+            job.withdraw(status, "while it waited for a slot").await;
+            drop(held);
+            return;
+        }
+        SlotWait::Interrupted => {
+            inner.count(|r| r.jobs_interrupted += 1);
+            (
+                FailureReason::RunnerInterrupted,
+                "Job failed: the runner was stopped before the job could start".to_string(),
+            )
+        }
+        SlotWait::Canceled => {
+            inner.count(|r| r.jobs_canceled_waiting += 1);
+            (
+                FailureReason::JobCanceled,
+                "Job canceled before it started".to_string(),
+            )
+        }
+        SlotWait::Failed(e) => {
+            inner.count(|r| r.jobs_without_slot += 1);
+            (
+                FailureReason::RunnerSystemFailure,
+                format!("Job failed (system failure): no job slot became available: {e}"),
+            )
+        }
+    };
+    scaler.release(&job.key);
+    let trace = match trace.take() {
+        Some(t) => t,
+        // Two-phase: accept before reporting anything.
+        None if job.accept(&cancel).await => JobTrace::for_job(
+            inner.client.clone(),
+            &payload,
+            cancel.clone(),
+            inner.config.trace,
+        ),
+        None => {
+            drop(held);
             return;
         }
     };
-    let cancel = JobCancel::new();
-    if remote == RemoteJobState::Canceling {
-        cancel.cancel();
+    let outcome = Outcome::Failed {
+        reason: outcome,
+        exit_code: None,
+    };
+    job.fail_unstarted(trace, outcome, &message).await;
+    drop(held);
+}
+
+/// The job's slot is there: accepts it now under two-phase acceptance, then runs it.
+async fn run_acquired(
+    job: &Job,
+    payload: &JobPayload,
+    acquisition: Acquisition,
+    trace: Option<JobTrace>,
+    cancel: JobCancel,
+) {
+    let inner = &job.inner;
+    // Two-phase: accept only now that the job can start.
+    let trace = match trace {
+        Some(t) => t,
+        None => {
+            if !job.accept(&cancel).await {
+                drop(acquisition);
+                return;
+            }
+            JobTrace::for_job(
+                inner.client.clone(),
+                payload,
+                cancel.clone(),
+                inner.config.trace,
+            )
+        }
+    };
+    run_on_slot(job, payload, acquisition, trace, cancel).await;
+}
+
+/// Waits for the job's slot, watching for a forced stop and for GitLab canceling the job
+/// (learned from the log's keep-alives when accepted, from `pending` keep-alives before).
+/// With the job accepted, a note goes into its log when the slot does not come at once.
+async fn wait_for_slot(
+    job: &Job,
+    cancel: &JobCancel,
+    trace: &mut Option<JobTrace>,
+    payload: &JobPayload,
+) -> SlotWait {
+    let inner = &job.inner;
+    let scaler = inner.executor.scaler();
+    let mut acquire = Box::pin(scaler.acquire(&job.key, inner.config.instance_acquire_timeout));
+    let keepalive_every = match inner.config.acceptance {
+        Acceptance::WhenSlotReady { interval } if trace.is_none() => Some(interval),
+        _ => None,
+    };
+    let mut keepalive = tokio::time::interval_at(
+        Instant::now() + keepalive_every.unwrap_or(Duration::from_secs(3600)),
+        keepalive_every.unwrap_or(Duration::from_secs(3600)),
+    );
+    if let Some(t) = trace.as_ref() {
+        // A cold instance can take minutes: say so in the log rather than stay silent.
+        if let Ok(r) = tokio::time::timeout(Duration::from_millis(250), &mut acquire).await {
+            return match r {
+                Ok(a) => SlotWait::Acquired(Box::new(a)),
+                Err(e) => SlotWait::Failed(e),
+            };
+        }
+        t.write_message(&format!(
+            "{CYAN}Waiting for a job slot on the fleet of runner {:?} (job {} {:?})...{RESET}\n",
+            inner.config.name, job.id, payload.job_info.name
+        ));
     }
+    loop {
+        tokio::select! {
+            r = &mut acquire => return match r {
+                Ok(a) => SlotWait::Acquired(Box::new(a)),
+                Err(e) => SlotWait::Failed(e),
+            },
+            _ = inner.force.cancelled() => return SlotWait::Interrupted,
+            _ = cancel.requested() => return SlotWait::Canceled,
+            _ = keepalive.tick(), if trace.is_none() && keepalive_every.is_some() => {
+                match put_state(inner, job.id, &job.token, "pending").await {
+                    StateAnswer::Ok(_) | StateAnswer::Unanswered(_) => {}
+                    // GitLab did not wait for an acknowledgement: the job runs already.
+                    StateAnswer::Refused(400) => {
+                        tracing::info!(runner = %inner.config.name, job = job.id, "GitLab answered 400 to a pending keep-alive: the job is running already; accepting it now");
+                        if !job.accept(cancel).await {
+                            return SlotWait::Refused(400);
+                        }
+                        *trace = Some(JobTrace::for_job(inner.client.clone(), payload, cancel.clone(), inner.config.trace));
+                    }
+                    StateAnswer::Refused(status) => return SlotWait::Refused(status),
+                }
+            }
+        }
+    }
+}
+
+/// Runs the job on its slot and reports it.
+async fn run_on_slot(
+    job: &Job,
+    payload: &JobPayload,
+    acquisition: Acquisition,
+    trace: JobTrace,
+    cancel: JobCancel,
+) {
+    let inner = &job.inner;
+    let id = job.id;
     inner
         .running
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .insert(id, cancel.clone());
     inner.count(|r| r.jobs_run += 1);
-    let (trace, mut sink) = JobTrace::for_job(
-        inner.client.clone(),
-        &payload,
-        cancel.clone(),
-        inner.config.trace,
-    );
+    let mut sink = trace.sink();
     let result = {
-        let run = inner
-            .executor
-            .run(acquisition, &payload, &mut sink, &cancel);
+        let run = inner.executor.run(acquisition, payload, &mut sink, &cancel);
         tokio::pin!(run);
         let mut interrupted = false;
         loop {
@@ -613,32 +865,29 @@ async fn handle_job(inner: Arc<Inner>, held: Permits, key: String, job: Received
     };
     drop(sink);
     let (result, interrupted) = result;
-    let (outcome, summary) = if interrupted {
+    let outcome = if interrupted {
         inner.count(|r| r.jobs_interrupted += 1);
         trace.write_message(&format!(
-            "\n{RED}ERROR: Job failed (system failure): the runner was stopped while the job ran{RESET}\n"
+            "\n{RED}ERROR: Job failed: the runner was stopped while the job ran{RESET}\n"
         ));
-        (
-            Outcome::Failed {
-                reason: FailureReason::RunnerSystemFailure,
-                exit_code: None,
-            },
-            trace.summary(),
-        )
+        // GitLab Runner's `common/build.go`: a system interrupt is `runner_interrupted`.
+        Outcome::Failed {
+            reason: FailureReason::RunnerInterrupted,
+            exit_code: None,
+        }
     } else {
-        (result.outcome, result.trace)
+        result.outcome
     };
-    inner.hooks.job_finished(&started, &outcome).await;
-    let report = trace.finish(&outcome, &summary).await;
-    record_report(&inner, &outcome, &report);
-    inner.hooks.job_reported(&started, &report).await;
+    inner.hooks.job_finished(&job.started, &outcome).await;
+    let report = trace.finish(&outcome).await;
+    record_report(inner, &outcome, &report);
+    inner.hooks.job_reported(&job.started, &report).await;
     inner
         .running
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .remove(&id);
     tracing::info!(runner = %inner.config.name, job = id, ?outcome, ?report, "job done");
-    drop(held);
 }
 
 fn record_report(inner: &Inner, outcome: &Outcome, report: &FinalReport) {
@@ -652,48 +901,4 @@ fn record_report(inner: &Inner, outcome: &Outcome, report: &FinalReport) {
             r.final_updates_given_up += 1;
         }
     });
-}
-
-/// Fails a job that never ran (a payload that does not decode, no slot, a forced stop):
-/// accept it, write `message` to its log, report `runner_system_failure`.
-async fn fail_unstarted(
-    inner: &Inner,
-    id: i64,
-    token: &Secret<String>,
-    name: &str,
-    failure_reasons: &[String],
-    message: &str,
-) {
-    let started = inner.started_job(id, name, token, failure_reasons);
-    inner.hooks.job_started(&started).await;
-    match accept(inner, id, token).await {
-        Accept::Accepted(_) => {}
-        Accept::Refused => {
-            inner.hooks.job_withdrawn(&started).await;
-            return;
-        }
-        Accept::Unknown => return,
-    }
-    let (trace, sink) = JobTrace::start(
-        inner.client.clone(),
-        id,
-        token.clone(),
-        failure_reasons.to_vec(),
-        false,
-        JobCancel::new(),
-        inner.config.trace,
-    );
-    drop(sink);
-    trace.write_message(&format!(
-        "{RED}ERROR: Job failed (system failure): {message}{RESET}\n"
-    ));
-    let outcome = Outcome::Failed {
-        reason: FailureReason::RunnerSystemFailure,
-        exit_code: None,
-    };
-    inner.hooks.job_finished(&started, &outcome).await;
-    let summary = trace.summary();
-    let report = trace.finish(&outcome, &summary).await;
-    record_report(inner, &outcome, &report);
-    inner.hooks.job_reported(&started, &report).await;
 }

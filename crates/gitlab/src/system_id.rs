@@ -1,16 +1,21 @@
 //! The `system_id` that identifies this runner manager (host) to GitLab: GitLab creates one
 //! runner-manager record per (runner token, system_id).
 //!
-//! Like GitLab Runner: `s_` + the first 6 bytes (12 hex digits) of HMAC-SHA256 keyed
-//! `gitlab-runner` over `/etc/machine-id`, so it is stable per host; without a machine id,
-//! `r_` + 12 random alphanumerics, persisted in a state directory so it survives restarts.
+//! Like GitLab Runner (`commands/internal/configfile/system_id_state.go`
+//! `GenerateUniqueSystemID`: `hmac.New(sha256.New, []byte(machineID))`, then
+//! `mac.Write([]byte("gitlab-runner"))`): `s_` + the first 6 bytes (12 hex digits) of
+//! HMAC-SHA256 keyed with the machine id (`/etc/machine-id`, trimmed) over the message
+//! `gitlab-runner`, so it is stable per host and the same id GitLab Runner would use there;
+//! without a machine id, `r_` + 12 random alphanumerics, persisted in a state directory so
+//! it survives restarts.
 
 use rand::Rng;
 use sha2::{Digest, Sha256};
 use std::io;
 use std::path::Path;
 
-const HMAC_KEY: &[u8] = b"gitlab-runner";
+/// The HMAC message (the machine id is the key).
+const HMAC_MESSAGE: &[u8] = b"gitlab-runner";
 const BLOCK: usize = 64;
 const FILE_NAME: &str = ".runner_system_id";
 
@@ -34,7 +39,7 @@ pub(crate) fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
 
 /// The system id derived from a machine id (pure): `s_` + 12 hex digits.
 pub fn from_machine_id(machine_id: &str) -> String {
-    let mac = hmac_sha256(HMAC_KEY, machine_id.trim().as_bytes());
+    let mac = hmac_sha256(machine_id.trim().as_bytes(), HMAC_MESSAGE);
     format!("s_{}", hex::encode(&mac[..6]))
 }
 
@@ -99,6 +104,16 @@ mod tests {
         assert_eq!(
             hex::encode(mac),
             "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"
+        );
+    }
+
+    #[test]
+    fn the_machine_id_is_the_key_and_gitlab_runner_the_message() {
+        // HMAC-SHA256(key = "0123456789abcdef0123456789abcdef", msg = "gitlab-runner"),
+        // computed independently with Python's `hmac` module.
+        assert_eq!(
+            from_machine_id("0123456789abcdef0123456789abcdef"),
+            "s_ee3af03959fe"
         );
     }
 

@@ -31,9 +31,12 @@ pub struct TraceOptions {
     pub force_send_interval: Duration,
     /// Largest PATCH body.
     pub max_patch: usize,
-    /// Final `PUT` attempts before giving up (GitLab Runner: 10).
+    /// Failed final `PUT`s (and failed PATCHes of the rest of the log before it) before
+    /// giving up (GitLab Runner's `job_status_final_update_retry_limit`: 10). A 202 is not a
+    /// failure and does not count.
     pub final_update_attempts: u32,
-    /// Longest wait between final update attempts.
+    /// Longest wait between failed final update attempts (GitLab Runner's
+    /// `DefaultfinalUpdateBackoffMax`: 60 minutes).
     pub final_update_backoff_max: Duration,
 }
 
@@ -44,9 +47,20 @@ impl Default for TraceOptions {
             force_send_interval: Duration::from_secs(30),
             max_patch: TRACE_PATCH_LIMIT,
             final_update_attempts: 10,
-            final_update_backoff_max: Duration::from_secs(60),
+            final_update_backoff_max: Duration::from_secs(60 * 60),
         }
     }
+}
+
+/// How sending the unsent part of the log went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SendOutcome {
+    /// GitLab holds every byte.
+    AllSent,
+    /// GitLab no longer takes updates for the job (403, 404, canceled or failed).
+    Gone,
+    /// GitLab could not be reached or refused for now; try again later.
+    Failed(String),
 }
 
 /// State shared by the sink, the uploader and the final update.
@@ -79,7 +93,7 @@ impl Shared {
         *self.interval.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn set_interval(&self, d: Option<Duration>) {
+    pub fn set_interval(&self, d: Option<Duration>) {
         if let Some(d) = d {
             *self.interval.lock().unwrap_or_else(|e| e.into_inner()) = d;
         }
@@ -136,18 +150,17 @@ impl Shared {
     }
 
     /// PATCHes everything not yet acknowledged, in chunks of at most `max_patch` bytes.
-    /// Returns false when GitLab could not be reached or refused (it is retried later).
-    pub async fn send_pending(&self) -> bool {
+    pub async fn send_pending(&self) -> SendOutcome {
         let _guard = self.send_lock.lock().await;
         // A few rounds of 416 corrections are normal after lost answers; more means the
         // server and we disagree, which the final update's checksum settles.
         let mut corrections = 0;
         loop {
             if self.is_gone() {
-                return false;
+                return SendOutcome::Gone;
             }
             let Some((offset, chunk)) = self.lock_buf().next_chunk(self.options.max_patch) else {
-                return true;
+                return SendOutcome::AllSent;
             };
             let len = chunk.len() as u64;
             let r = self
@@ -158,7 +171,7 @@ impl Shared {
                 Ok(resp) => resp,
                 Err(e) => {
                     tracing::warn!(job = self.job_id, error = %e, "sending the job log failed; will retry");
-                    return false;
+                    return SendOutcome::Failed(e.to_string());
                 }
             };
             self.set_interval(resp.update_interval);
@@ -181,28 +194,33 @@ impl Shared {
                             );
                             self.lock_buf().server_has(size);
                         }
-                        None => return false,
+                        None => {
+                            return SendOutcome::Failed("416 without the size GitLab holds".into());
+                        }
                     }
                     if corrections > 3 {
-                        return false;
+                        return SendOutcome::Failed(
+                            "GitLab kept answering 416 to the log's offsets".into(),
+                        );
                     }
                 }
-                403 => return false,
+                403 => return SendOutcome::Gone,
                 404 => {
                     tracing::warn!(
                         job = self.job_id,
                         "GitLab does not know the job any more; no more log is sent"
                     );
                     self.mark_gone(404);
-                    return false;
+                    return SendOutcome::Gone;
                 }
+                _ if self.is_gone() => return SendOutcome::Gone,
                 status => {
                     tracing::warn!(
                         job = self.job_id,
                         status,
                         "GitLab refused a trace update; will retry"
                     );
-                    return false;
+                    return SendOutcome::Failed(format!("GitLab answered {status}"));
                 }
             }
         }
@@ -279,7 +297,7 @@ impl JobTrace {
         debug_trace: bool,
         cancel: JobCancel,
         options: TraceOptions,
-    ) -> (JobTrace, GitLabTraceSink) {
+    ) -> JobTrace {
         let shared = Arc::new(Shared {
             client,
             job_id,
@@ -299,29 +317,29 @@ impl JobTrace {
         });
         let stop = CancellationToken::new();
         let task = tokio::spawn(upload_loop(shared.clone(), stop.clone()));
-        (
-            JobTrace {
-                shared: shared.clone(),
-                stop,
-                task: Some(task),
-            },
-            GitLabTraceSink { shared },
-        )
+        JobTrace {
+            shared,
+            stop,
+            task: Some(task),
+        }
     }
 
-    /// [`JobTrace::start`] for a decoded payload (`CI_DEBUG_TRACE` sets `debug_trace`).
+    /// A sink writing into this log (the job runner's output goes here).
+    pub fn sink(&self) -> GitLabTraceSink {
+        GitLabTraceSink {
+            shared: self.shared.clone(),
+        }
+    }
+
+    /// [`JobTrace::start`] for a decoded payload: `debug_trace=true` whenever
+    /// `CI_DEBUG_TRACE` is on as the script engine reads it ([`JobPayload::debug_trace`]).
     pub fn for_job(
         client: Arc<Client>,
         job: &JobPayload,
         cancel: JobCancel,
         options: TraceOptions,
-    ) -> (JobTrace, GitLabTraceSink) {
-        let debug = job
-            .variables
-            .iter()
-            .rev()
-            .find(|v| v.key == "CI_DEBUG_TRACE")
-            .is_some_and(|v| v.value == "true");
+    ) -> JobTrace {
+        let debug = job.debug_trace();
         JobTrace::start(
             client,
             job.id,
@@ -361,14 +379,16 @@ impl JobTrace {
     }
 
     /// Stops the periodic upload, sends the rest of the log and the final update with
-    /// `outcome` and `summary` (the size and checksum of the emitted log), repeating while
-    /// GitLab answers 202 and resending the whole log after a 412.
-    pub async fn finish(mut self, outcome: &Outcome, summary: &TraceSummary) -> FinalReport {
+    /// `outcome` and the size and checksum of everything written to this log, repeating while
+    /// GitLab answers 202 and resending the whole log after a 412 (see
+    /// [`final_update`](super::final_update)).
+    pub async fn finish(mut self, outcome: &Outcome) -> FinalReport {
         self.stop.cancel();
         if let Some(task) = self.task.take() {
             let _ = task.await;
         }
-        final_update::run(&self.shared, outcome, summary).await
+        let summary = self.summary();
+        final_update::run(&self.shared, outcome, &summary).await
     }
 }
 
@@ -430,16 +450,15 @@ impl TraceSink for GitLabTraceSink {
     }
 
     async fn finish(&mut self) -> Result<(), TraceError> {
-        if self.shared.send_pending().await || self.shared.is_gone() {
-            Ok(())
-        } else {
+        if self.shared.send_pending().await != SendOutcome::AllSent && !self.shared.is_gone() {
             // Not fatal: the final update sends the rest again.
-            Err(TraceError::Rejected(format!(
+            return Err(TraceError::Rejected(format!(
                 "GitLab has {} of {} bytes of job {}'s log so far",
                 self.shared.lock_buf().sent(),
                 self.shared.lock_buf().len(),
                 self.shared.job_id
-            )))
+            )));
         }
+        Ok(())
     }
 }

@@ -5,7 +5,7 @@
 mod runner_support;
 
 use flotilla_job::{FailureReason, Outcome};
-use flotilla_testkit::fake_gitlab::{FakeJobState, JobBuilder};
+use flotilla_testkit::fake_gitlab::{FakeJobState, GITLAB_FAILURE_REASONS, JobBuilder};
 use runner_support::*;
 use std::time::Duration;
 
@@ -43,7 +43,7 @@ async fn graceful_cancel_runs_after_script_and_reports_the_job_failed() {
         }
     ));
     source.stop_handle().graceful();
-    run.await.unwrap().unwrap();
+    run.await.unwrap();
 }
 
 #[tokio::test]
@@ -73,7 +73,7 @@ async fn a_silent_job_learns_of_its_cancellation_from_a_keep_alive() {
         });
     assert!(told, "the cancellation came back on a keep-alive");
     source.stop_handle().graceful();
-    run.await.unwrap().unwrap();
+    run.await.unwrap();
 }
 
 #[tokio::test]
@@ -100,7 +100,7 @@ async fn forced_cancel_aborts_without_after_script_or_final_update() {
     assert!(!result.outcome.is_success());
     assert!(!String::from_utf8_lossy(&exec.log(id)).contains("after-script-ran"));
     source.stop_handle().graceful();
-    let report = run.await.unwrap().unwrap();
+    let report = run.await.unwrap();
     let j = fake.job(id).unwrap();
     assert_eq!(j.state, FakeJobState::Canceled);
     assert_eq!(
@@ -133,7 +133,7 @@ async fn a_job_past_its_timeout_fails_with_job_execution_timeout() {
         Some("job_execution_timeout")
     );
     source.stop_handle().graceful();
-    run.await.unwrap().unwrap();
+    run.await.unwrap();
 }
 
 #[tokio::test]
@@ -155,7 +155,6 @@ async fn a_graceful_stop_lets_running_jobs_finish_and_takes_no_more() {
     let report = tokio::time::timeout(Duration::from_secs(30), run)
         .await
         .unwrap()
-        .unwrap()
         .unwrap();
     let j = fake.job(id).unwrap();
     assert_eq!(j.state, FakeJobState::Success);
@@ -165,14 +164,22 @@ async fn a_graceful_stop_lets_running_jobs_finish_and_takes_no_more() {
     assert_eq!(report.jobs_interrupted, 0);
 }
 
+/// A forced stop reports `runner_interrupted` (GitLab Runner's `common/build.go`, on a system
+/// interrupt) to a GitLab that lists it, `unknown_failure` to one that does not.
 #[tokio::test]
-async fn a_forced_stop_fails_running_jobs_as_system_failures() {
+async fn a_forced_stop_fails_running_jobs_as_interrupted() {
     let fake = fake().start().await.unwrap();
     let exec = LocalExecutor::new(local_scaler(1, true).await, None);
     let (source, run) = spawn_source(client(&fake), exec.clone(), source_config());
+    let mut reasons: Vec<String> = GITLAB_FAILURE_REASONS
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    reasons.push("runner_interrupted".into());
     let id = fake.enqueue(
         RUNNER_TOKEN,
         JobBuilder::new("victim")
+            .failure_reasons(reasons)
             .script(["echo started", "sleep 60"])
             .after_script(["echo after-script-ran"]),
     );
@@ -181,13 +188,12 @@ async fn a_forced_stop_fails_running_jobs_as_system_failures() {
     let report = tokio::time::timeout(Duration::from_secs(30), run)
         .await
         .unwrap()
-        .unwrap()
         .unwrap();
     let j = fake.job(id).unwrap();
     assert_eq!(j.state, FakeJobState::Failed);
     assert_eq!(j.times_finished(), 1);
     let f = j.final_update.clone().unwrap();
-    assert_eq!(f.failure_reason.as_deref(), Some("runner_system_failure"));
+    assert_eq!(f.failure_reason.as_deref(), Some("runner_interrupted"));
     let text = j.trace_text();
     assert!(
         text.contains("the runner was stopped while the job ran"),

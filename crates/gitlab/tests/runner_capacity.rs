@@ -40,5 +40,5 @@ async fn a_freed_slot_is_used_without_waiting_for_check_interval() {
         "the loop did find the slot taken: {report:?}"
     );
     source.stop_handle().graceful();
-    run.await.unwrap().unwrap();
+    run.await.unwrap();
 }

@@ -1,6 +1,7 @@
-//! With 10 % of requests failing (500, 429 with Retry-After, connections dropped before or
-//! after the request was processed): no job is lost, none runs twice, and no trace byte is
-//! lost or duplicated.
+//! With 10 % of requests failing (500, 502, 429 with Retry-After, connections dropped before
+//! or after the request was processed, except job requests dropped after Rails handed a job
+//! out, which no runner can recover): no job is lost, none runs twice, and no trace byte is
+//! lost or duplicated; with two-phase acceptance off (GitLab as installed) and on.
 
 mod runner_support;
 
@@ -8,16 +9,32 @@ use flotilla_testkit::fake_gitlab::{FakeJobState, FaultConfig, JobBuilder};
 use runner_support::*;
 use std::time::Duration;
 
+/// GitLab as installed (two-phase acceptance off).
 #[tokio::test]
 async fn ten_percent_failures_lose_and_duplicate_nothing() {
+    chaos(false).await;
+}
+
+/// With two-phase acceptance on (and the source told so): keep-alives and accepts meet
+/// faults too.
+#[tokio::test]
+async fn ten_percent_failures_lose_and_duplicate_nothing_with_two_phase_acceptance() {
+    chaos(true).await;
+}
+
+async fn chaos(two_phase: bool) {
     let fake = fake()
-        .ack_timeout(Duration::from_secs(3))
+        .two_phase(two_phase)
         .faults(FaultConfig::chaos(0.10, 20261122))
         .start()
         .await
         .unwrap();
     let exec = LocalExecutor::new(local_scaler(3, true).await, None);
-    let mut config = source_config();
+    let mut config = if two_phase {
+        two_phase_source_config()
+    } else {
+        source_config()
+    };
     config.request_concurrency = 2;
     let (source, run) = spawn_source(client(&fake), exec.clone(), config);
     let jobs: Vec<(i64, i32)> = (0..30)
@@ -83,7 +100,7 @@ async fn ten_percent_failures_lose_and_duplicate_nothing() {
     }
     fake.set_faults(None);
     source.stop_handle().graceful();
-    let report = run.await.unwrap().unwrap();
+    let report = run.await.unwrap();
     assert_eq!(report.jobs_run, 30);
     assert_eq!(report.final_updates_given_up, 0);
 }

@@ -85,6 +85,6 @@ async fn jobs_run_through_the_dispatcher_with_artifacts_passed_between_them() {
         format!("crc32:{:08x}", crc32fast::hash(&c.trace))
     );
     source.stop_handle().graceful();
-    let report = run.await.unwrap().unwrap();
+    let report = run.await.unwrap();
     assert_eq!(report.jobs_run, 2);
 }

@@ -83,7 +83,7 @@ async fn secrets_never_appear_in_the_clients_logs() {
             .await
     );
     source.stop_handle().graceful();
-    run.await.unwrap().unwrap();
+    run.await.unwrap();
 
     let logs = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
     assert!(logs.contains("job reported to GitLab"), "the capture works");

@@ -1,6 +1,8 @@
 //! The job source end to end against the fake GitLab, with jobs run by real bash through
-//! the job engine: admission (preemptive and not), two-phase commit, malformed payloads,
-//! 50 jobs each ending exactly once, hooks, graceful and forced stop.
+//! the job engine: admission (preemptive and not), acceptance with two-phase acceptance off
+//! (GitLab as installed) and on, unanswered and refused accepts, payloads that do not decode
+//! and payloads with informational fields of unexpected types, 50 jobs each ending exactly
+//! once, hooks, cancellation while waiting for a slot.
 
 mod runner_support;
 
@@ -8,7 +10,7 @@ use async_trait::async_trait;
 use flotilla_gitlab::{FinalReport, JobHooks, StartedJob};
 use flotilla_job::Outcome;
 use flotilla_scaler::{Policy, ScalerBuilder, ScalerConfig, Schedule};
-use flotilla_testkit::fake_gitlab::{FakeJobState, JobBuilder};
+use flotilla_testkit::fake_gitlab::{FakeJobState, JobBuilder, Scripted};
 use flotilla_testkit::{FakeConfig, FakeInstanceGroup};
 use runner_support::*;
 use serde_json::json;
@@ -125,6 +127,8 @@ async fn jobs_run_and_are_reported_with_state_exit_code_and_checksum() {
             .all(|p| p.query.as_deref() == Some("debug_trace=false"))
     );
 
+    source.stop_handle().graceful();
+    let report = run.await.unwrap();
     let ev = hooks.events.lock().unwrap().clone();
     let mine: Vec<&str> = ev
         .iter()
@@ -132,8 +136,6 @@ async fn jobs_run_and_are_reported_with_state_exit_code_and_checksum() {
         .map(|(_, e)| e.as_str())
         .collect();
     assert_eq!(mine, vec!["started", "finished:false", "reported:true"]);
-    source.stop_handle().graceful();
-    let report = run.await.unwrap().unwrap();
     assert_eq!(report.jobs_succeeded, 1);
     assert_eq!(report.jobs_failed, 1);
 }
@@ -177,8 +179,72 @@ async fn a_malformed_payload_fails_that_job_and_the_runner_keeps_serving() {
     assert_eq!(j.state, FakeJobState::Success);
     assert!(j.trace_text().contains("still serving"));
     source.stop_handle().graceful();
-    let report = run.await.unwrap().unwrap();
+    let report = run.await.unwrap();
     assert_eq!(report.jobs_malformed, 1);
+}
+
+/// Informational fields of an unexpected type (here `job_info` as an older fake and older
+/// GitLab typed it, numbers where strings are now and strings where numbers are) are logged
+/// and ignored: the job runs.
+#[tokio::test]
+async fn informational_fields_of_unexpected_types_do_not_fail_the_job() {
+    let fake = fake().start().await.unwrap();
+    let exec = LocalExecutor::new(local_scaler(1, true).await, None);
+    let (source, run) = spawn_source(client(&fake), exec.clone(), source_config());
+    let id = fake.enqueue(
+        RUNNER_TOKEN,
+        JobBuilder::new("odd")
+            .script(["echo fine"])
+            .field(
+                "job_info",
+                json!({"name": "odd", "stage": "test", "instance_id": 123456,
+                       "instance_uuid": 7, "project_jobs_running_on_instance_runners_count": 3,
+                       "queue_size": "many", "time_in_queue_seconds": "long"}),
+            )
+            .field("runner_info", json!({"timeout": 3600, "uuid": 99}))
+            .field("secrets", json!("none")),
+    );
+    assert!(fake.wait_finished(&[id], Duration::from_secs(60)).await);
+    let j = fake.job(id).unwrap();
+    assert_eq!(j.state, FakeJobState::Success, "{}", j.trace_text());
+    assert!(j.trace_text().contains("fine"));
+    assert_eq!(exec.runs(id), 1);
+    source.stop_handle().graceful();
+    let report = run.await.unwrap();
+    assert_eq!(report.jobs_malformed, 0);
+}
+
+/// A payload that cannot be read at all is still reported, failed, with the reason in its
+/// log, using the id and token read on their own; only a job without a readable id or token
+/// cannot be reported.
+#[tokio::test]
+async fn payloads_that_do_not_decode_are_reported_with_the_id_and_token_read_leniently() {
+    let fake = fake().start().await.unwrap();
+    let exec = LocalExecutor::new(local_scaler(1, true).await, None);
+    let (source, run) = spawn_source(client(&fake), exec.clone(), source_config());
+    let strange = fake.enqueue(
+        RUNNER_TOKEN,
+        JobBuilder::new("strange").raw(json!({
+            "allow_git_fetch": "sometimes",
+            "variables": {"A": 1},
+            "steps": [{"name": "script", "script": ["true"], "timeout": "one hour"}]
+        })),
+    );
+    assert!(
+        fake.wait_finished(&[strange], Duration::from_secs(60))
+            .await
+    );
+    let j = fake.job(strange).unwrap();
+    assert_eq!(j.state, FakeJobState::Failed);
+    let f = j.final_update.clone().unwrap();
+    assert_eq!(f.failure_reason.as_deref(), Some("runner_system_failure"));
+    assert!(j.trace_text().contains("could not read this job's payload"));
+    // The offending value is not repeated in the log.
+    assert!(!j.trace_text().contains("one hour"), "{}", j.trace_text());
+    source.stop_handle().graceful();
+    let report = run.await.unwrap();
+    assert_eq!(report.jobs_malformed, 1);
+    assert_eq!(exec.runs(strange), 0);
 }
 
 #[tokio::test]
@@ -224,7 +290,7 @@ async fn fifty_jobs_each_end_exactly_once_with_the_right_state_and_exit_code() {
         );
     }
     source.stop_handle().graceful();
-    let report = run.await.unwrap().unwrap();
+    let report = run.await.unwrap();
     assert_eq!(report.jobs_run, 50);
     assert_eq!(report.jobs_succeeded + report.jobs_failed, 50);
     assert_eq!(report.final_updates_given_up, 0);
@@ -255,17 +321,53 @@ async fn preemptive_mode_requests_no_job_without_an_idle_slot() {
         "requests resume once the slot is free"
     );
     source.stop_handle().graceful();
-    let report = run.await.unwrap().unwrap();
+    let report = run.await.unwrap();
     assert!(report.no_capacity > 0);
 }
 
+/// GitLab as installed (two-phase acceptance off): the job is accepted right after the 201,
+/// never kept with `pending`, and waits for its slot (a new instance, 1.5 s) with a note in
+/// its log; the log's keep-alives run meanwhile.
 #[tokio::test]
-async fn the_job_is_accepted_only_once_its_slot_is_acquired() {
-    // Non-preemptive, an empty fleet: the instance takes a second to create. The job is
-    // kept with PUT state=pending until then, and accepted with PUT state=running after.
+async fn a_job_is_accepted_at_once_and_then_waits_for_its_slot() {
     let fake = fake().start().await.unwrap();
     let exec = LocalExecutor::new(slow_fleet(Duration::from_millis(1500)).await, None);
     let (source, run) = spawn_source(client(&fake), exec.clone(), source_config());
+    let id = fake.enqueue(RUNNER_TOKEN, JobBuilder::new("waits").script(["echo ran"]));
+    assert!(fake.wait_finished(&[id], Duration::from_secs(30)).await);
+    let reqs = fake.requests();
+    let handout = reqs
+        .iter()
+        .find(|r| r.path == "/api/v4/jobs/request" && r.status == 201)
+        .unwrap();
+    let puts: Vec<_> = reqs
+        .iter()
+        .filter(|r| r.method == "PUT" && r.path == format!("/api/v4/jobs/{id}"))
+        .collect();
+    assert_eq!(puts[0].json().unwrap()["state"], "running");
+    assert!(
+        puts[0].at - handout.at < Duration::from_millis(500),
+        "accepted {:?} after the 201",
+        puts[0].at - handout.at
+    );
+    assert!(puts.iter().all(|p| p.json().unwrap()["state"] != "pending"));
+    let j = fake.job(id).unwrap();
+    assert_eq!(j.state, FakeJobState::Success);
+    let text = j.trace_text();
+    assert!(text.contains("Waiting for a job slot"), "{text}");
+    assert!(text.contains("ran"), "{text}");
+    assert_eq!(j.final_update.unwrap().bytesize, Some(j.trace.len() as u64));
+    source.stop_handle().graceful();
+    run.await.unwrap();
+}
+
+/// With two-phase acceptance on (and the source told so), the job is kept with
+/// `PUT state=pending` while its slot comes, and accepted only then.
+#[tokio::test]
+async fn with_two_phase_acceptance_the_job_is_accepted_once_its_slot_is_acquired() {
+    let fake = fake().two_phase(true).start().await.unwrap();
+    let exec = LocalExecutor::new(slow_fleet(Duration::from_millis(1500)).await, None);
+    let (source, run) = spawn_source(client(&fake), exec.clone(), two_phase_source_config());
     let id = fake.enqueue(RUNNER_TOKEN, JobBuilder::new("waits").script(["echo ran"]));
     assert!(fake.wait_finished(&[id], Duration::from_secs(30)).await);
     let path = format!("/api/v4/jobs/{id}");
@@ -274,23 +376,26 @@ async fn the_job_is_accepted_only_once_its_slot_is_acquired() {
         .iter()
         .find(|r| r.path == "/api/v4/jobs/request" && r.status == 201)
         .unwrap();
-    let states: Vec<(String, tokio::time::Instant)> = reqs
+    let states: Vec<(String, tokio::time::Instant, u16)> = reqs
         .iter()
         .filter(|r| r.method == "PUT" && r.path == path)
         .map(|r| {
             (
                 r.json().unwrap()["state"].as_str().unwrap().to_string(),
                 r.at,
+                r.status,
             )
         })
         .collect();
-    let first_running = states.iter().position(|(s, _)| s == "running").unwrap();
+    let first_running = states.iter().position(|(s, _, _)| s == "running").unwrap();
     assert!(
         first_running >= 1,
         "pending keep-alives come first: {states:?}"
     );
     assert!(
-        states[..first_running].iter().all(|(s, _)| s == "pending"),
+        states[..first_running]
+            .iter()
+            .all(|(s, _, status)| s == "pending" && *status == 200),
         "{states:?}"
     );
     assert!(
@@ -300,8 +405,157 @@ async fn the_job_is_accepted_only_once_its_slot_is_acquired() {
     let j = fake.job(id).unwrap();
     assert_eq!(j.state, FakeJobState::Success);
     assert_eq!(j.accepts, 1);
+    assert!(j.history.contains(&FakeJobState::WaitingForAck));
     source.stop_handle().graceful();
-    run.await.unwrap().unwrap();
+    run.await.unwrap();
+}
+
+/// A source told to wait for a slot before accepting, against a GitLab that does not wait
+/// (the default): the first `pending` answers 400, which means "already running"; the job is
+/// kept, accepted at once, and runs.
+#[tokio::test]
+async fn a_400_to_pending_means_already_running_and_the_job_is_kept() {
+    let fake = fake().start().await.unwrap();
+    let exec = LocalExecutor::new(slow_fleet(Duration::from_millis(1500)).await, None);
+    let (source, run) = spawn_source(client(&fake), exec.clone(), two_phase_source_config());
+    let id = fake.enqueue(RUNNER_TOKEN, JobBuilder::new("waits").script(["echo ran"]));
+    assert!(fake.wait_finished(&[id], Duration::from_secs(30)).await);
+    let puts: Vec<(String, u16)> = fake
+        .requests_to("PUT", &format!("/api/v4/jobs/{id}"))
+        .iter()
+        .map(|r| {
+            (
+                r.json().unwrap()["state"].as_str().unwrap().to_string(),
+                r.status,
+            )
+        })
+        .collect();
+    assert_eq!(puts[0], ("pending".to_string(), 400), "{puts:?}");
+    assert_eq!(puts[1], ("running".to_string(), 200), "{puts:?}");
+    let j = fake.job(id).unwrap();
+    assert_eq!(j.state, FakeJobState::Success, "{}", j.trace_text());
+    assert!(j.trace_text().contains("ran"));
+    source.stop_handle().graceful();
+    let report = run.await.unwrap();
+    assert_eq!(report.jobs_withdrawn, 0);
+}
+
+/// An accept that gets no usable answer (a 500 that outlasts the client's retries, a 429)
+/// does not drop the job: GitLab may think it runs. It runs, its log and final update get
+/// through, and it stays recorded until then.
+#[tokio::test]
+async fn an_unanswered_accept_still_runs_and_reports_the_job() {
+    let fake = Arc::new(fake().start().await.unwrap());
+    let hooks = Arc::new(AtStart::new(fake.clone()));
+    let exec = LocalExecutor::new(local_scaler(1, true).await, None);
+    let source = Arc::new(
+        flotilla_gitlab::JobSource::new(client(&fake), exec.clone(), source_config())
+            .with_hooks(hooks.clone()),
+    );
+    let s = source.clone();
+    let run = tokio::spawn(async move { s.run().await });
+    let mut ids = Vec::new();
+    for (i, status) in [500u16, 429, 503].into_iter().enumerate() {
+        let id = fake.enqueue(
+            RUNNER_TOKEN,
+            JobBuilder::new(format!("j{i}")).script(["echo ran anyway"]),
+        );
+        fake.script(
+            "PUT",
+            &format!("/api/v4/jobs/{id}"),
+            std::iter::repeat_n(
+                Scripted::Status {
+                    status,
+                    retry_after: None,
+                },
+                5,
+            ),
+        );
+        ids.push(id);
+    }
+    assert!(fake.wait_finished(&ids, Duration::from_secs(60)).await);
+    source.stop_handle().graceful();
+    let report = run.await.unwrap();
+    for id in &ids {
+        let j = fake.job(*id).unwrap();
+        assert_eq!(j.state, FakeJobState::Success, "{}", j.trace_text());
+        assert!(j.trace_text().contains("ran anyway"));
+        assert_eq!(exec.runs(*id), 1);
+    }
+    assert_eq!(report.accepts_unanswered, 3);
+    assert!(hooks.withdrawn.lock().unwrap().is_empty());
+    assert_eq!(hooks.finished.lock().unwrap().len(), 3);
+}
+
+/// GitLab refusing the accept (404, another client error, or `Job-Status: canceled` with a
+/// 403) gives the job up: it never runs and its record is dropped.
+#[tokio::test]
+async fn a_refused_accept_gives_the_job_up() {
+    let fake = Arc::new(fake().start().await.unwrap());
+    let hooks = Arc::new(AtStart::new(fake.clone()));
+    let exec = LocalExecutor::new(local_scaler(1, true).await, None);
+    let source = Arc::new(
+        flotilla_gitlab::JobSource::new(client(&fake), exec.clone(), source_config())
+            .with_hooks(hooks.clone()),
+    );
+    let s = source.clone();
+    let run = tokio::spawn(async move { s.run().await });
+    let mut ids = Vec::new();
+    for status in [404u16, 409, 400] {
+        let id = fake.enqueue(RUNNER_TOKEN, JobBuilder::new("refused").script(["echo no"]));
+        fake.script(
+            "PUT",
+            &format!("/api/v4/jobs/{id}"),
+            [Scripted::Status {
+                status,
+                retry_after: None,
+            }],
+        );
+        ids.push(id);
+    }
+    let canceled = fake.enqueue(RUNNER_TOKEN, JobBuilder::new("gone").script(["echo no"]));
+    fake.abort(canceled);
+    ids.push(canceled);
+    let ok = fake.enqueue(RUNNER_TOKEN, JobBuilder::new("ok").script(["echo yes"]));
+    assert!(fake.wait_finished(&[ok], Duration::from_secs(60)).await);
+    source.stop_handle().graceful();
+    let report = run.await.unwrap();
+    for id in &ids[..3] {
+        assert_eq!(exec.runs(*id), 0);
+    }
+    let withdrawn = hooks.withdrawn.lock().unwrap().clone();
+    assert_eq!(withdrawn, ids[..3].to_vec());
+    assert_eq!(report.jobs_withdrawn, 3);
+    assert_eq!(fake.job(ok).unwrap().state, FakeJobState::Success);
+}
+
+/// A job GitLab cancels while it waits for its slot ends there: it never runs, and it is
+/// reported (failed, canceled).
+#[tokio::test]
+async fn a_job_canceled_while_it_waits_for_its_slot_never_runs() {
+    let fake = fake().start().await.unwrap();
+    let exec = LocalExecutor::new(slow_fleet(Duration::from_secs(120)).await, None);
+    let mut config = source_config();
+    config.trace.force_send_interval = Duration::from_millis(300);
+    let (source, run) = spawn_source(client(&fake), exec.clone(), config);
+    let id = fake.enqueue(
+        RUNNER_TOKEN,
+        JobBuilder::new("waits").script(["echo never"]),
+    );
+    wait_for_trace(&fake, id, "Waiting for a job slot").await;
+    fake.cancel(id);
+    assert!(fake.wait_finished(&[id], Duration::from_secs(30)).await);
+    let j = fake.job(id).unwrap();
+    assert_eq!(j.state, FakeJobState::Canceled);
+    assert!(
+        j.trace_text().contains("Job canceled before it started"),
+        "{}",
+        j.trace_text()
+    );
+    assert_eq!(exec.runs(id), 0);
+    source.stop_handle().graceful();
+    let report = run.await.unwrap();
+    assert_eq!(report.jobs_canceled_waiting, 1);
 }
 
 #[tokio::test]
@@ -331,7 +585,7 @@ async fn without_a_slot_in_time_the_job_fails_as_a_system_failure() {
     );
     assert_eq!(exec.runs(starved), 0);
     source.stop_handle().graceful();
-    let report = run.await.unwrap().unwrap();
+    let report = run.await.unwrap();
     assert_eq!(report.jobs_without_slot, 1);
 }
 
@@ -365,19 +619,34 @@ async fn slow_fleet(latency: Duration) -> flotilla_scaler::Scaler {
 }
 
 /// Sees the job's state at GitLab when the source announces its start, and what was
-/// withdrawn.
+/// withdrawn and finished.
 struct AtStart {
     fake: Arc<flotilla_testkit::fake_gitlab::FakeGitLab>,
-    seen: Mutex<Vec<(i64, FakeJobState)>>,
+    seen: Mutex<Vec<(i64, FakeJobState, usize)>>,
     withdrawn: Mutex<Vec<i64>>,
     finished: Mutex<Vec<i64>>,
+}
+
+impl AtStart {
+    fn new(fake: Arc<flotilla_testkit::fake_gitlab::FakeGitLab>) -> AtStart {
+        AtStart {
+            fake,
+            seen: Mutex::new(Vec::new()),
+            withdrawn: Mutex::new(Vec::new()),
+            finished: Mutex::new(Vec::new()),
+        }
+    }
 }
 
 #[async_trait]
 impl JobHooks for AtStart {
     async fn job_started(&self, job: &StartedJob) {
         let state = self.fake.job(job.id).unwrap().state;
-        self.seen.lock().unwrap().push((job.id, state));
+        let puts = self
+            .fake
+            .requests_to("PUT", &format!("/api/v4/jobs/{}", job.id))
+            .len();
+        self.seen.lock().unwrap().push((job.id, state, puts));
     }
     async fn job_withdrawn(&self, job: &StartedJob) {
         self.withdrawn.lock().unwrap().push(job.id);
@@ -387,13 +656,13 @@ impl JobHooks for AtStart {
     }
 }
 
-/// A manager killed between accepting a job and recording it would never report it: so
-/// the job is announced to the hooks (the durable store) before the accept leaves, and a
-/// refused accept is announced as a withdrawal.
-#[tokio::test]
-async fn jobs_are_recorded_before_the_accept_and_a_refused_accept_is_a_withdrawal() {
+/// A manager killed between the 201 and recording the job would never report it: so the
+/// job is announced to the hooks (the durable store) before anything is sent about it, and a
+/// refused accept is announced as a withdrawal. Checked with GitLab as installed (the job is
+/// running from the 201 on) and with two-phase acceptance (it waits for the accept).
+async fn recorded_before_anything_is_sent(two_phase: bool) {
     use flotilla_testkit::fake_gitlab::Scripted;
-    let fake = Arc::new(fake().start().await.unwrap());
+    let fake = Arc::new(fake().two_phase(two_phase).start().await.unwrap());
     let refused = fake.enqueue(
         RUNNER_TOKEN,
         JobBuilder::new("refused").script(["echo must not run"]),
@@ -406,15 +675,15 @@ async fn jobs_are_recorded_before_the_accept_and_a_refused_accept_is_a_withdrawa
             retry_after: None,
         }],
     );
-    let hooks = Arc::new(AtStart {
-        fake: fake.clone(),
-        seen: Mutex::new(Vec::new()),
-        withdrawn: Mutex::new(Vec::new()),
-        finished: Mutex::new(Vec::new()),
-    });
+    let hooks = Arc::new(AtStart::new(fake.clone()));
     let exec = LocalExecutor::new(local_scaler(1, true).await, None);
+    let config = if two_phase {
+        two_phase_source_config()
+    } else {
+        source_config()
+    };
     let source = Arc::new(
-        flotilla_gitlab::JobSource::new(client(&fake), exec.clone(), source_config())
+        flotilla_gitlab::JobSource::new(client(&fake), exec.clone(), config)
             .with_hooks(hooks.clone()),
     );
     let s = source.clone();
@@ -427,19 +696,31 @@ async fn jobs_are_recorded_before_the_accept_and_a_refused_accept_is_a_withdrawa
     let ran = fake.enqueue(RUNNER_TOKEN, JobBuilder::new("ran").script(["echo ran"]));
     assert!(fake.wait_finished(&[ran], Duration::from_secs(60)).await);
     source.stop_handle().graceful();
-    run.await.unwrap().unwrap();
+    run.await.unwrap();
 
     assert_eq!(*hooks.withdrawn.lock().unwrap(), vec![refused]);
     assert_eq!(exec.runs(refused), 0, "a refused job never runs");
     assert_eq!(*hooks.finished.lock().unwrap(), vec![ran]);
+    let handed_out = if two_phase {
+        FakeJobState::WaitingForAck
+    } else {
+        FakeJobState::Running
+    };
     let seen = hooks.seen.lock().unwrap().clone();
     assert_eq!(
         seen,
-        vec![
-            (refused, FakeJobState::WaitingForAck),
-            (ran, FakeJobState::WaitingForAck)
-        ],
-        "each job is announced while GitLab still waits for its accept"
+        vec![(refused, handed_out, 0), (ran, handed_out, 0)],
+        "each job is announced before any PUT about it"
     );
     assert_eq!(fake.job(ran).unwrap().state, FakeJobState::Success);
+}
+
+#[tokio::test]
+async fn jobs_are_recorded_before_the_accept_and_a_refused_accept_is_a_withdrawal() {
+    recorded_before_anything_is_sent(false).await;
+}
+
+#[tokio::test]
+async fn with_two_phase_acceptance_jobs_are_recorded_before_the_accept_too() {
+    recorded_before_anything_is_sent(true).await;
 }

@@ -30,8 +30,8 @@ pub use runner::{
     FailureReason, JobCancel, JobResult, JobRunner, Outcome, RunOptions, StageReport,
 };
 pub use store::{
-    ArtifactStore, ArtifactUpload, CacheKey, CacheStore, LocalArtifactStore, LocalCacheStore,
-    StoreError,
+    ArtifactDownload, ArtifactStore, ArtifactUpload, CacheKey, CacheStore, LocalArtifactStore,
+    LocalCacheStore, StoreError,
 };
 pub use trace::{BufferSink, FileSink, TerminalSink, TraceError, TraceSink, TraceSummary};
 pub use vars::{JobVariables, RunnerIdentity};

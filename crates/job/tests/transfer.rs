@@ -411,3 +411,64 @@ async fn cache_problems_are_warnings_not_failures() {
     assert!(trace.contains("cache key \"a/b\" contains `/`"), "{trace}");
     assert!(trace.contains("script ran\n"));
 }
+
+/// `artifacts:reports` travel in their own formats (Rails' `Enums::Ci::JobArtifact`
+/// `REPORT_TYPES`): `junit` and `dotenv` as one gzip member per file, `codequality` as the raw
+/// file; a raw report matching two files fails the job instead of uploading one of them.
+#[tokio::test]
+async fn reports_are_uploaded_as_gzip_members_or_a_raw_file() {
+    let h = Harness::new();
+    let mut build = job(
+        300,
+        &[
+            "mkdir -p reports",
+            "echo '<testsuite a/>' > reports/a.xml",
+            "echo '<testsuite b/>' > reports/b.xml",
+            "echo 'BUILD_VERSION=1.2.3' > build.env",
+            "echo '[]' > gl-code-quality-report.json",
+        ],
+    );
+    let report = |kind: &str, format: &str, name: &str, paths: &[&str]| Artifact {
+        name: name.into(),
+        paths: paths.iter().map(|p| p.to_string()).collect(),
+        when: When::Always,
+        artifact_type: kind.into(),
+        artifact_format: format.into(),
+        ..Default::default()
+    };
+    build.artifacts = vec![
+        report("junit", "gzip", "junit.xml", &["reports/*.xml"]),
+        report("dotenv", "gzip", ".env", &["build.env"]),
+        report(
+            "codequality",
+            "raw",
+            "gl-code-quality-report.json",
+            &["gl-code-quality-report.json"],
+        ),
+    ];
+    let (r, trace) = h.run("reports", &build).await;
+    assert_eq!(r.outcome, Outcome::Success, "{trace}");
+    let read_gz = |kind: &str| {
+        let bytes = std::fs::read(h.artifacts.archive_path(300, kind)).unwrap();
+        let mut s = String::new();
+        flate2::read::MultiGzDecoder::new(&bytes[..])
+            .read_to_string(&mut s)
+            .unwrap();
+        s
+    };
+    assert_eq!(read_gz("junit"), "<testsuite a/>\n<testsuite b/>\n");
+    assert_eq!(read_gz("dotenv"), "BUILD_VERSION=1.2.3\n");
+    assert_eq!(
+        std::fs::read(h.artifacts.archive_path(300, "codequality")).unwrap(),
+        b"[]\n"
+    );
+
+    let mut two = job(301, &["echo 1 > a.json", "echo 2 > b.json"]);
+    two.artifacts = vec![report("codequality", "raw", "x.json", &["*.json"])];
+    let (r, trace) = h.run("raw-two", &two).await;
+    assert!(!r.outcome.is_success(), "{trace}");
+    assert!(
+        trace.contains("a raw artifact is one file, but 2 matched"),
+        "{trace}"
+    );
+}

@@ -6,8 +6,9 @@
 //! ([`snapshot`]: uncommitted changes included, ignored files excluded), handed to it like a
 //! dependency's artifacts; artifacts pass from job to job through a local artifact store, and a
 //! job with dependencies gets the working tree and their artifacts merged into one archive
-//! ([`merge`]).
+//! ([`merge`]); dotenv reports pass their variables on, as GitLab does (`dotenv`).
 
+mod dotenv;
 pub mod merge;
 pub mod payload;
 mod pipeline;

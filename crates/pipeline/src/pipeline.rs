@@ -403,6 +403,7 @@ pub async fn run_pipeline(
                         follow: config.follow.iter().any(|f| {
                             f == &pipeline.jobs[i].name || f == &pipeline.jobs[i].base_name
                         }),
+                        dotenv: crate::dotenv::inherited(pipeline, i, &store),
                     };
                     summaries[i].attempts += 1;
                     summaries[i].log = Some(ctx.log.clone());
@@ -558,6 +559,8 @@ struct JobContext {
     git_ref: String,
     log: PathBuf,
     follow: bool,
+    /// Variables from the dotenv reports of the jobs whose artifacts this one takes.
+    dotenv: Vec<flotilla_job::Variable>,
 }
 
 async fn open_sinks(
@@ -592,7 +595,7 @@ async fn run_job(
         attempt: ctx.attempt,
         log: ctx.log.clone(),
     };
-    let payload = payload::to_payload(
+    let mut payload = payload::to_payload(
         &ctx.job,
         &PayloadContext {
             job_id: ctx.job_id,
@@ -605,6 +608,10 @@ async fn run_job(
             dependencies: ctx.downloads.clone(),
         },
     );
+    payload
+        .artifacts
+        .extend(crate::dotenv::report_artifacts(&ctx.job));
+    payload.variables.extend(ctx.dotenv.iter().cloned());
     let mut sink = match open_sinks(&ctx.log, ctx.follow.then_some(ctx.job.name.as_str())).await {
         Ok(sinks) => JobTrace {
             sinks,

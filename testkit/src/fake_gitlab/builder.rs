@@ -1,8 +1,11 @@
-//! Building the jobs the fake hands out: GitLab's job payload (reference §1.4) as JSON.
+//! Building the jobs the fake hands out: GitLab's job payload as Rails renders it
+//! (`lib/api/entities/ci/job_request/response.rb` and the entities it uses, fed by
+//! `app/presenters/ci/build_runner_presenter.rb`).
 
 use serde_json::{Value, json};
 
-/// GitLab's `features.failure_reasons` as a current GitLab sends it.
+/// GitLab's `features.failure_reasons`: the keys of Rails' `Enums::Ci::CommitStatus`
+/// `failure_reasons` that a runner may send, as a current GitLab lists them.
 pub const GITLAB_FAILURE_REASONS: &[&str] = &[
     "unknown_failure",
     "script_failure",
@@ -24,6 +27,30 @@ pub const GITLAB_FAILURE_REASONS: &[&str] = &[
     "runner_configuration_error",
     "runner_external_dependency_failure",
 ];
+
+/// The format and default file name of a report type: Rails'
+/// `Enums::Ci::JobArtifact::REPORT_TYPES` and `DEFAULT_FILE_NAMES`
+/// (`app/models/concerns/enums/ci/job_artifact.rb`), for the types tests use.
+pub fn report_format(kind: &str) -> Option<(&'static str, &'static str)> {
+    Some(match kind {
+        "junit" => ("gzip", "junit.xml"),
+        "dotenv" => ("gzip", ".env"),
+        "cobertura" => ("gzip", "cobertura-coverage.xml"),
+        "jacoco" => ("gzip", "jacoco-coverage.xml"),
+        "metrics" => ("gzip", "metrics.txt"),
+        "annotations" => ("gzip", "gl-annotations.json"),
+        "cyclonedx" => ("gzip", "gl-sbom.cdx.json"),
+        "lsif" => ("zip", "lsif.json"),
+        "codequality" => ("raw", "gl-code-quality-report.json"),
+        "sast" => ("raw", "gl-sast-report.json"),
+        "secret_detection" => ("raw", "gl-secret-detection-report.json"),
+        "dependency_scanning" => ("raw", "gl-dependency-scanning-report.json"),
+        "terraform" => ("raw", "tfplan.json"),
+        "accessibility" => ("raw", "gl-accessibility.json"),
+        "performance" => ("raw", "performance.json"),
+        _ => return None,
+    })
+}
 
 /// A job to enqueue. The payload is assembled when the job is handed out, so a dependency's
 /// `artifacts_file` reflects what it uploaded by then.
@@ -104,14 +131,35 @@ impl JobBuilder {
     pub fn artifact_paths<I: IntoIterator<Item = S>, S: Into<String>>(mut self, paths: I) -> Self {
         let paths: Vec<String> = paths.into_iter().map(Into::into).collect();
         self.artifacts.push(json!({
-            "name": "artifacts", "untracked": false, "paths": paths, "exclude": [],
+            "name": "artifacts", "untracked": false, "paths": paths,
             "when": "on_success", "artifact_type": "archive", "artifact_format": "zip", "expire_in": "1 day"
         }));
         self
     }
 
-    /// Downloads the artifacts of the job with this id (its token and `artifacts_file` are
-    /// filled in at hand-out).
+    /// An `artifacts:reports:<kind>` entry of `paths`, as Rails' `BuildArtifact.for_report`
+    /// renders it: the type's format and default file name, `when: always`.
+    ///
+    /// # Panics
+    ///
+    /// When `kind` is not in [`report_format`]'s table.
+    pub fn report<I: IntoIterator<Item = S>, S: Into<String>>(
+        mut self,
+        kind: &str,
+        paths: I,
+    ) -> Self {
+        let (format, name) =
+            report_format(kind).unwrap_or_else(|| panic!("no report type {kind:?} in the table"));
+        let paths: Vec<String> = paths.into_iter().map(Into::into).collect();
+        self.artifacts.push(json!({
+            "name": name, "paths": paths, "when": "always", "expire_in": "1 day",
+            "artifact_type": kind, "artifact_format": format
+        }));
+        self
+    }
+
+    /// Downloads the artifacts of the job with this id (its `artifacts_file` is filled in at
+    /// hand-out).
     pub fn dependency(mut self, job_id: i64) -> Self {
         self.dependencies.push(job_id);
         self
@@ -145,9 +193,16 @@ impl JobBuilder {
         self
     }
 
-    /// The payload for job `id` with `token`; `dependencies` gives `(id, name, token,
-    /// artifacts_file)` of each dependency.
-    pub(crate) fn payload(&self, id: i64, token: &str, dependencies: Vec<Value>) -> Value {
+    /// The payload for job `id` with `token` at `url`; `dependencies` are the rendered
+    /// `dependencies[]`, `extra_variables` the dotenv variables its dependencies reported.
+    pub(crate) fn payload(
+        &self,
+        id: i64,
+        token: &str,
+        url: &str,
+        dependencies: Vec<Value>,
+        extra_variables: Vec<Value>,
+    ) -> Value {
         if let Some(raw) = &self.raw {
             let mut v = raw.clone();
             if let Some(o) = v.as_object_mut() {
@@ -166,30 +221,60 @@ impl JobBuilder {
                 "when": "always", "allow_failure": true
             }));
         }
+        let host = url.trim_start_matches("http://");
+        // Predefined variables come first and the job's own after them, as Rails'
+        // `Ci::Build#variables` orders them (later entries win on the runner).
+        let mut variables = vec![
+            json!({"key": "CI", "value": "true", "public": true, "masked": false}),
+            json!({"key": "GITLAB_CI", "value": "true", "public": true, "masked": false}),
+            json!({"key": "CI_JOB_ID", "value": id.to_string(), "public": true, "masked": false}),
+            json!({"key": "CI_JOB_NAME", "value": self.name, "public": true, "masked": false}),
+            json!({"key": "CI_JOB_STAGE", "value": self.stage, "public": true, "masked": false}),
+            json!({"key": "CI_JOB_TOKEN", "value": token, "public": false, "masked": true}),
+            json!({"key": "CI_PIPELINE_ID", "value": "1000", "public": true, "masked": false}),
+            json!({"key": "CI_PROJECT_ID", "value": "7", "public": true, "masked": false}),
+            json!({"key": "CI_PROJECT_NAME", "value": "project", "public": true, "masked": false}),
+            json!({"key": "CI_PROJECT_PATH", "value": "group/project", "public": true, "masked": false}),
+        ];
+        variables.extend(self.variables.iter().cloned());
+        variables.extend(extra_variables);
         let mut v = json!({
             "id": id,
             "token": token,
             "allow_git_fetch": false,
+            // Every field of `job_info.rb`, typed as Rails renders them: `instance_id` and
+            // `instance_uuid` are strings (`Gitlab::GlobalAnonymousId`), and
+            // `project_jobs_running_on_instance_runners_count` is `"+Inf"` for a runner that
+            // is not an instance runner (`Ci::BuildRunnerPresenter`).
             "job_info": {
                 "id": id, "name": self.name, "stage": self.stage, "pipeline_id": 1000,
-                "project_id": 7, "project_name": "project", "project_full_path": "group/project"
+                "project_id": 7, "project_name": "project", "project_full_path": "group/project",
+                "namespace_id": 3, "root_namespace_id": 2, "organization_id": 1,
+                "instance_id": "2b5e7d2c0a7c4d3e9f4f8a1b6c0d9e7a",
+                "instance_uuid": "7a3c1f0e-5b2d-4c8e-9f6a-0d1e2f3a4b5c",
+                "user_id": 11, "scoped_user_id": null, "time_in_queue_seconds": 0.42,
+                "project_jobs_running_on_instance_runners_count": "+Inf",
+                "queue_size": 1, "queue_depth": 0
             },
             "git_info": {
-                "repo_url": format!("http://gitlab-ci-token:{token}@gitlab.invalid/group/project.git"),
+                "repo_url": format!("http://gitlab-ci-token:{token}@{host}/group/project.git"),
+                "repo_object_format": "sha1",
                 "ref": "main", "sha": "0123456789012345678901234567890123456789",
                 "before_sha": "0000000000000000000000000000000000000000", "ref_type": "branch",
-                "refspecs": ["+refs/heads/main:refs/remotes/origin/main"], "depth": 20
+                "refspecs": ["+refs/pipelines/1000:refs/pipelines/1000", "+refs/heads/main:refs/remotes/origin/main"],
+                "depth": 20, "protected": false
             },
-            "runner_info": {"timeout": self.timeout},
-            "variables": self.variables,
+            "runner_info": {"timeout": self.timeout, "runner_session_url": null},
+            "variables": variables,
             "steps": steps,
+            "hooks": [],
             "image": null,
             "services": [],
             "artifacts": self.artifacts,
             "cache": [],
             "credentials": [],
+            "features": {"trace_sections": true, "failure_reasons": self.failure_reasons},
             "dependencies": dependencies,
-            "features": {"trace_sections": true, "failure_reasons": self.failure_reasons}
         });
         if let Some(o) = v.as_object_mut() {
             for (k, val) in &self.overrides {

@@ -1,38 +1,50 @@
-//! A fake GitLab: the runner side of GitLab's runner API (reference
-//! gitlab-runner-protocol.md §1), served on 127.0.0.1, for testing a runner end to end.
+//! A fake GitLab: the runner API as GitLab's Rails code and Workhorse answer it, served on
+//! 127.0.0.1, for testing a runner end to end.
 //!
-//! - `POST /api/v4/runners/verify`: 200 for known runner tokens, 403 otherwise.
-//! - `POST /api/v4/jobs/request`: a job queue per runner token; long polling like Workhorse
-//!   (a request whose `last_update` equals the queue's value waits up to the poll duration
-//!   for a change and then answers 204 with `Gitlab-Ci-Builds-Polling: yes`); other answers
-//!   ("Rails") carry `X-GitLab-Last-Update`; jobs go to
-//!   runners that advertise `two_phase_job_commit` as "waiting for ack" and are queued again
-//!   when no accept comes within the ack timeout (`PUT state=pending` extends it).
-//! - `PUT /api/v4/jobs/:id`: `pending` / `running` (accept, keep-alive), the final
-//!   `success` / `failed` with checksum and size validation (412 on mismatch, after which
-//!   the fake drops its copy so the runner can resend from 0), 202 while "persisting"
-//!   (configurable), 403 once the job has ended (its token is revoked).
-//! - `PATCH /api/v4/jobs/:id/trace`: appends at exactly the current size, else 416 with
-//!   `Range: 0-<size>`; `Content-Range` must be `start-end` with an inclusive end;
-//!   `Content-Type` must be set; answers carry `Job-Status` and
-//!   `X-GitLab-Trace-Update-Interval`.
-//! - `POST` / `GET /api/v4/jobs/:id/artifacts`: multipart part `file` with
-//!   `artifact_format`/`artifact_type`/`expire_in` in the query; downloads with the job's own
-//!   token or a dependant's, optionally through a redirect to a "storage" URL.
-//! - Cancellation: [`FakeGitLab::cancel`] (graceful, `canceling`) and [`FakeGitLab::abort`]
-//!   (`canceled`, the token stops working).
-//! - Fault injection ([`FaultConfig`]): a seeded share of requests answered 500 or 429 with
-//!   `Retry-After`, delayed, or dropped before or after being processed.
-//! - Planned answers ([`FakeGitLab::script`]): the next requests to a path get given
-//!   statuses (409, 429 with `Retry-After`, 503) or faults, for exact protocol tests.
-//! - Every request is recorded ([`FakeGitLab::requests`]) with its headers, body and answer.
+//! Every behaviour is written from GitLab's sources (each module cites the files); where
+//! the sources leave something open, the module says what it assumes. By default the fake is
+//! a GitLab as installed:
+//!
+//! - **acceptance**: two-phase acceptance is off (Rails' feature flag
+//!   `allow_runner_job_acknowledgement`, default disabled): a job is `running` the moment the
+//!   201 is sent, `PUT state=running` is a touch and `PUT state=pending` answers 400.
+//!   [`FakeGitLabBuilder::two_phase`] turns it on: jobs handed to a runner advertising
+//!   `two_phase_job_commit` stay `pending` until `PUT state=running`, `pending` is a
+//!   keep-alive, and a final state before the accept answers 400;
+//! - **payload**: every `job_info` field, typed as Rails renders them (string
+//!   `instance_id`/`instance_uuid`), predefined variables, and `dependencies[].token` set to
+//!   the running job's token ([`builder`]);
+//! - **job requests**: Workhorse's long polling (a 204 of its own when the queue changed or
+//!   nothing did; `Gitlab-Ci-Builds-Polling: yes` on every answer while it is on), Rails'
+//!   `X-GitLab-Last-Update` on its 204s and not on a 201, 403 for unknown runner tokens, 422
+//!   for an orphaned runner;
+//! - **updates**: `token` required in the `PUT` body, 403 (with `Job-Status` where Rails sets
+//!   it) for unknown jobs, wrong tokens and jobs no longer running; no 412 on a checksum
+//!   mismatch (it is recorded, [`FinalUpdate::trace_matched`]); with
+//!   [`FakeGitLabBuilder::live_trace`], 202 on final updates with `backoff.rb`'s schedule for
+//!   as long as asked, at most 5 minutes;
+//! - **trace**: appends at exactly the size held, else 416 with `Range: 0-<size>`; only the
+//!   start of `Content-Range` counts;
+//! - **artifacts**: uploads checked for type/format pairs, dotenv reports parsed and passed on
+//!   to dependent jobs as variables, the same upload again accepted only with the same
+//!   content; downloads authorised by the *running* job's token (401 otherwise), 404 without
+//!   an archive, redirected to "object storage" only with `direct_download=true`;
+//! - **faults** ([`FaultConfig`]): a seeded share of requests answered 500, 502 or 429 with
+//!   `Retry-After`, delayed, or dropped before or after being processed; and planned answers
+//!   ([`FakeGitLab::script`]) for exact protocol tests.
+//!
+//! Every request is recorded ([`FakeGitLab::requests`]) with its headers, body and answer.
 
+mod artifacts;
+mod backoff;
 mod builder;
 mod faults;
+mod jobs;
+mod runners;
 mod server;
 mod state;
 
-pub use builder::{GITLAB_FAILURE_REASONS, JobBuilder};
+pub use builder::{GITLAB_FAILURE_REASONS, JobBuilder, report_format};
 pub use faults::{FaultConfig, FaultKind, Scripted};
 pub use state::{
     Behaviour, FakeJob, FakeJobState, FinalUpdate, RecordedBody, RecordedRequest, UploadedArtifact,
@@ -61,35 +73,55 @@ impl FakeGitLabBuilder {
         self
     }
 
-    /// How long a long-polling job request waits for a job (default 2 s).
+    /// Workhorse's long-poll duration (default 2 s; zero turns long polling off).
     pub fn poll_duration(mut self, d: Duration) -> Self {
         self.behaviour.poll_duration = d;
         self
     }
 
-    /// The `X-GitLab-Trace-Update-Interval` sent, in seconds (default 3).
+    /// The `X-GitLab-Trace-Update-Interval` of trace PATCHes, in seconds (default 60, Rails'
+    /// `UPDATE_FREQUENCY_DEFAULT`).
     pub fn trace_update_interval(mut self, secs: u64) -> Self {
         self.behaviour.trace_update_interval = secs;
         self
     }
 
-    /// How long a handed-out job waits for its accept before it is queued again
-    /// (default 60 s).
+    /// Two-phase acceptance on (Rails' `allow_runner_job_acknowledgement`).
+    pub fn two_phase(mut self, on: bool) -> Self {
+        self.behaviour.two_phase = on;
+        self
+    }
+
+    /// Under two-phase acceptance, queue a handed-out job again when its accept does not
+    /// come within `d` (an assumption, see [`Behaviour::ack_timeout`]).
     pub fn ack_timeout(mut self, d: Duration) -> Self {
-        self.behaviour.ack_timeout = d;
+        self.behaviour.ack_timeout = Some(d);
         self
     }
 
-    /// Answers the first `n` final updates of every job with 202 (default 0).
-    pub fn persist_202s(mut self, n: u32) -> Self {
-        self.behaviour.persist_202s = n;
+    /// Live trace on: final updates are answered 202 for `d` after the first one (at most
+    /// 5 minutes), with `backoff.rb`'s intervals.
+    pub fn live_trace(mut self, d: Duration) -> Self {
+        self.behaviour.live_trace = Some(d);
         self
     }
 
-    /// Redirects artifact downloads to a storage URL on another origin (`localhost` instead
-    /// of `127.0.0.1`), like object storage (default off).
-    pub fn artifact_redirect(mut self, on: bool) -> Self {
-        self.behaviour.artifact_redirect = on;
+    /// Artifacts kept in object storage (downloads with `direct_download=true` redirect to
+    /// another origin).
+    pub fn object_storage(mut self, on: bool) -> Self {
+        self.behaviour.object_storage = on;
+        self
+    }
+
+    /// `dependencies[].token` is the running job's (default) or the dependency's own.
+    pub fn dependency_token_is_running_job(mut self, on: bool) -> Self {
+        self.behaviour.dependency_token_is_running_job = on;
+        self
+    }
+
+    /// The runner is orphaned: verify and job requests answer 422.
+    pub fn orphaned(mut self, on: bool) -> Self {
+        self.behaviour.orphaned = on;
         self
     }
 
@@ -103,9 +135,11 @@ impl FakeGitLabBuilder {
     pub async fn start(self) -> std::io::Result<FakeGitLab> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
+        let url = format!("http://{addr}");
         let mut data = Data {
             behaviour: self.behaviour,
-            storage_origin: format!("http://localhost:{}", addr.port()),
+            url: url.clone(),
+            other_origin: format!("http://localhost:{}", addr.port()),
             ..Data::default()
         };
         for t in &self.runner_tokens {
@@ -119,11 +153,7 @@ impl FakeGitLabBuilder {
         });
         let stop = CancellationToken::new();
         tokio::spawn(server::serve(listener, server.clone(), stop.clone()));
-        Ok(FakeGitLab {
-            url: format!("http://{addr}"),
-            server,
-            stop,
-        })
+        Ok(FakeGitLab { url, server, stop })
     }
 }
 
@@ -157,6 +187,12 @@ impl FakeGitLab {
     /// The base URL (`http://127.0.0.1:<port>`).
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The same server under another origin (`http://localhost:<port>`): where "object
+    /// storage" lives and where uploads may be redirected.
+    pub fn other_origin(&self) -> String {
+        self.server.lock().other_origin.clone()
     }
 
     /// Accepts another runner token.
@@ -203,16 +239,26 @@ impl FakeGitLab {
         v
     }
 
-    /// Cancels a job gracefully: it becomes `canceling` (after_script runs on the runner).
+    /// Cancels a job: a running one becomes `canceling` (the runner runs `after_script`,
+    /// then reports); one not yet running becomes `canceled` (`commit_status.rb` `cancel`).
     pub fn cancel(&self, id: i64) {
-        if let Some(j) = self.server.lock().jobs.get_mut(&id)
-            && j.state.is_active()
-        {
+        let mut d = self.server.lock();
+        let Some(j) = d.jobs.get_mut(&id) else {
+            return;
+        };
+        if j.state.is_active() {
             j.set_state(FakeJobState::Canceling);
+        } else if !j.state.is_finished() {
+            j.set_state(FakeJobState::Canceled);
+            let rt = j.runner_token.clone();
+            if let Some(q) = d.queues.get_mut(&rt) {
+                q.retain(|x| *x != id);
+            }
         }
     }
 
-    /// Cancels a job at once: it becomes `canceled` and its token stops working.
+    /// Cancels a job at once (`force_cancel`): it becomes `canceled` and its token stops
+    /// working.
     pub fn abort(&self, id: i64) {
         let mut d = self.server.lock();
         if let Some(j) = d.jobs.get_mut(&id)
@@ -223,13 +269,6 @@ impl FakeGitLab {
             if let Some(q) = d.queues.get_mut(&rt) {
                 q.retain(|x| *x != id);
             }
-        }
-    }
-
-    /// Answers the next `n` final updates of job `id` with 412 (checksum mismatch).
-    pub fn reject_checksum(&self, id: i64, n: u32) {
-        if let Some(j) = self.server.lock().jobs.get_mut(&id) {
-            j.reject_checksum = n;
         }
     }
 

@@ -3,16 +3,17 @@
 //! (not a router framework) because dropping a connection without an answer needs the
 //! connection-level control hyper gives when a service fails.
 
+use super::artifacts;
 use super::faults::{FaultKind, Faults, Scripted};
-use super::state::{
-    Data, FakeJobState, FinalUpdate, RecordedBody, RecordedRequest, UploadedArtifact,
-};
+use super::jobs;
+use super::runners;
+use super::state::{Data, RecordedBody, RecordedRequest};
 use bytes::Bytes;
 use http::{HeaderMap, Method, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,7 +22,10 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-type Resp = Response<Full<Bytes>>;
+pub(crate) type Resp = Response<Full<Bytes>>;
+
+/// The path of job requests (Workhorse's long-polling route).
+pub(crate) const JOB_REQUEST_PATH: &str = "/api/v4/jobs/request";
 
 /// Shared by every connection.
 pub(crate) struct Server {
@@ -91,475 +95,42 @@ pub(crate) async fn serve(listener: TcpListener, server: Arc<Server>, stop: Canc
     }
 }
 
-fn respond(status: u16) -> http::response::Builder {
+/// A response builder with `status`.
+pub(crate) fn respond(status: u16) -> http::response::Builder {
     Response::builder()
         .status(StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR))
 }
 
-fn empty(status: u16) -> Resp {
-    respond(status)
-        .body(Full::new(Bytes::new()))
-        .unwrap_or_default()
-}
-
-fn text(status: u16, body: impl Into<String>) -> Resp {
+/// A plain-text answer.
+pub(crate) fn text(status: u16, body: impl Into<String>) -> Resp {
     respond(status)
         .header("content-type", "text/plain")
         .body(Full::new(Bytes::from(body.into())))
         .unwrap_or_default()
 }
 
-async fn handle(server: Arc<Server>, req: http::Request<Incoming>) -> Result<Resp, DropConnection> {
-    let at = Instant::now();
-    let seq = {
-        let mut d = server.lock();
-        d.next_seq += 1;
-        d.next_seq
-    };
-    let (parts, body) = req.into_parts();
-    let bytes = body
-        .collect()
-        .await
-        .map(|c| c.to_bytes())
-        .unwrap_or_default();
-    let path = parts.uri.path().to_string();
-    let query = parts.uri.query().map(String::from);
-    let (mut fault, retry_after, slow) = server.decide(&path);
-    let mut forced_status = None;
-    match server.scripted(parts.method.as_str(), &path) {
-        Some(Scripted::Fault(k)) => fault = Some(k),
-        Some(Scripted::Status {
-            status,
-            retry_after,
-        }) => {
-            fault = None;
-            forced_status = Some((status, retry_after));
-        }
-        None => {}
-    }
-    let mut headers = BTreeMap::new();
-    for (k, v) in parts.headers.iter() {
-        headers.insert(
-            k.as_str().to_ascii_lowercase(),
-            String::from_utf8_lossy(v.as_bytes()).into_owned(),
-        );
-    }
-    let content_type = headers.get("content-type").cloned().unwrap_or_default();
-    let recorded_body = if bytes.is_empty() {
-        RecordedBody::Empty
-    } else if content_type.starts_with("multipart/") {
-        RecordedBody::Multipart { size: bytes.len() }
-    } else if let Ok(v) = serde_json::from_slice::<Value>(&bytes)
-        && content_type.contains("json")
-    {
-        RecordedBody::Json(v)
-    } else {
-        RecordedBody::Bytes(bytes.to_vec())
-    };
-    let record = |status: u16| RecordedRequest {
-        seq,
-        method: parts.method.to_string(),
-        path: path.clone(),
-        query: query.clone(),
-        headers: headers.clone(),
-        body: recorded_body.clone(),
-        status,
-        fault,
-        at,
-    };
-    let result = match fault {
-        _ if forced_status.is_some() => {
-            let (status, retry_after) = forced_status.unwrap_or((500, None));
-            let mut b = respond(status);
-            if let Some(secs) = retry_after {
-                b = b.header("retry-after", secs.to_string());
-            }
-            Ok(b.body(Full::new(Bytes::from_static(b"scripted answer")))
-                .unwrap_or_default())
-        }
-        Some(FaultKind::ServerError) => Ok(text(500, "fault injection: internal server error")),
-        Some(FaultKind::TooManyRequests) => Ok(respond(429)
-            .header("retry-after", retry_after.to_string())
-            .body(Full::new(Bytes::from_static(
-                b"fault injection: too many requests",
-            )))
-            .unwrap_or_default()),
-        Some(FaultKind::DropBefore) => Err(()),
-        Some(FaultKind::Slow) => {
-            tokio::time::sleep(slow).await;
-            Ok(route(
-                &server,
-                &parts.method,
-                &path,
-                query.as_deref(),
-                &parts.headers,
-                bytes,
-            )
-            .await)
-        }
-        Some(FaultKind::DropAfter) => {
-            let _ = route(
-                &server,
-                &parts.method,
-                &path,
-                query.as_deref(),
-                &parts.headers,
-                bytes,
-            )
-            .await;
-            Err(())
-        }
-        None => Ok(route(
-            &server,
-            &parts.method,
-            &path,
-            query.as_deref(),
-            &parts.headers,
-            bytes,
-        )
-        .await),
-    };
-    let status = result.as_ref().map(|r| r.status().as_u16()).unwrap_or(0);
-    server.lock().requests.push(record(status));
-    result.map_err(|()| DropConnection)
-}
-
-async fn route(
-    server: &Arc<Server>,
-    method: &Method,
-    path: &str,
-    query: Option<&str>,
-    headers: &HeaderMap,
-    body: Bytes,
-) -> Resp {
-    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
-    match (method.as_str(), segs.as_slice()) {
-        ("POST", ["api", "v4", "runners", "verify"]) => verify(server, &body),
-        ("POST", ["api", "v4", "jobs", "request"]) => request_job(server, &body).await,
-        ("PUT", ["api", "v4", "jobs", id]) => match id.parse() {
-            Ok(id) => update_job(server, id, headers, &body),
-            Err(_) => empty(404),
-        },
-        ("PATCH", ["api", "v4", "jobs", id, "trace"]) => match id.parse() {
-            Ok(id) => patch_trace(server, id, headers, &body),
-            Err(_) => empty(404),
-        },
-        ("POST", ["api", "v4", "jobs", id, "artifacts"]) => match id.parse() {
-            Ok(id) => upload_artifact(server, id, query, headers, body).await,
-            Err(_) => empty(404),
-        },
-        ("GET", ["api", "v4", "jobs", id, "artifacts"]) => match id.parse() {
-            Ok(id) => download_artifact(server, id, headers, true),
-            Err(_) => empty(404),
-        },
-        ("GET", ["_storage", "jobs", id, "artifacts"]) => match id.parse() {
-            Ok(id) => download_artifact(server, id, headers, false),
-            Err(_) => empty(404),
-        },
-        _ => text(404, "no such endpoint on the fake GitLab"),
-    }
-}
-
-fn json_body(body: &[u8]) -> Option<Value> {
-    serde_json::from_slice(body).ok()
-}
-
-fn verify(server: &Server, body: &[u8]) -> Resp {
-    let Some(v) = json_body(body) else {
-        return text(400, "body is not JSON");
-    };
-    let token = v.get("token").and_then(Value::as_str).unwrap_or("");
-    let mut d = server.lock();
-    let Some(id) = d.runners.get(token).copied() else {
-        return text(403, "403 Forbidden");
-    };
-    if let Some(s) = v.get("system_id").and_then(Value::as_str) {
-        d.system_ids.insert(s.to_string());
-    }
-    let body = json!({"id": id, "token": token, "token_expires_at": null});
-    respond(200)
+/// A JSON answer, like Grape's `error!`/`present` (`{"message": ...}` for errors).
+pub(crate) fn json(status: u16, body: &Value) -> Resp {
+    respond(status)
         .header("content-type", "application/json")
         .body(Full::new(Bytes::from(body.to_string())))
         .unwrap_or_default()
 }
 
-async fn request_job(server: &Arc<Server>, body: &[u8]) -> Resp {
-    let Some(v) = json_body(body) else {
-        return text(400, "body is not JSON");
-    };
-    let token = v
-        .get("token")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    let last_update = v
-        .get("last_update")
-        .and_then(Value::as_str)
-        .map(String::from);
-    let two_phase = v
-        .pointer("/info/features/two_phase_job_commit")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    let poll = {
-        let mut d = server.lock();
-        if !d.runners.contains_key(&token) {
-            return text(403, "403 Forbidden");
-        }
-        if let Some(s) = v.get("system_id").and_then(Value::as_str) {
-            d.system_ids.insert(s.to_string());
-        }
-        d.requeue_expired(Instant::now());
-        d.behaviour.poll_duration
-    };
-    // Workhorse's long poll: a request whose last_update is current waits for a change.
-    if let Some(last) = &last_update
-        && !poll.is_zero()
-    {
-        let deadline = Instant::now() + poll;
-        loop {
-            let notified = server.queue_changed.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let current = {
-                let mut d = server.lock();
-                d.requeue_expired(Instant::now());
-                d.queue_value(&token)
-            };
-            if current != *last {
-                break;
-            }
-            // Wake up in time to requeue jobs whose accept never came.
-            let ack = server
-                .lock()
-                .behaviour
-                .ack_timeout
-                .min(Duration::from_millis(500));
-            let wake = (Instant::now() + ack).min(deadline);
-            tokio::select! {
-                _ = notified => {
-                    let current = server.lock().queue_value(&token);
-                    if current != *last {
-                        return no_job(&current, true);
-                    }
-                }
-                _ = tokio::time::sleep_until(wake) => {
-                    if Instant::now() >= deadline {
-                        let current = server.lock().queue_value(&token);
-                        return no_job(&current, true);
-                    }
-                }
-            }
-        }
-    }
-    let mut d = server.lock();
-    let current = d.queue_value(&token);
-    match d.hand_out(&token, two_phase, Instant::now()) {
-        Some(payload) => respond(201)
-            .header("content-type", "application/json")
-            .header("x-gitlab-last-update", current)
-            .body(Full::new(Bytes::from(payload.to_string())))
-            .unwrap_or_default(),
-        None => no_job(&current, false),
-    }
+/// Grape's error answer: `{"message": "<status text>"}` as JSON.
+pub(crate) fn error(status: u16, message: &str) -> Resp {
+    json(status, &serde_json::json!({ "message": message }))
 }
 
-/// A 204. Workhorse's own long-poll answers (`polled`) carry `Gitlab-Ci-Builds-Polling: yes`
-/// and no queue value (only Rails sets `X-GitLab-Last-Update`), so the runner asks again with
-/// its old value, which then differs from the queue's and reaches "Rails".
-fn no_job(queue_value: &str, polled: bool) -> Resp {
-    let b = if polled {
-        respond(204).header("gitlab-ci-builds-polling", "yes")
-    } else {
-        respond(204).header("x-gitlab-last-update", queue_value)
-    };
-    b.body(Full::new(Bytes::new())).unwrap_or_default()
+/// The body as JSON, when it is.
+pub(crate) fn json_body(body: &[u8]) -> Option<Value> {
+    serde_json::from_slice(body).ok()
 }
 
-fn job_token(headers: &HeaderMap, body: Option<&Value>) -> String {
-    headers
-        .get("job-token")
-        .and_then(|v| v.to_str().ok())
-        .map(String::from)
-        .or_else(|| {
-            body.and_then(|b| b.get("token"))
-                .and_then(Value::as_str)
-                .map(String::from)
-        })
-        .unwrap_or_default()
-}
-
-fn with_status(status: u16, state: FakeJobState) -> http::response::Builder {
-    respond(status).header("job-status", state.as_str())
-}
-
-fn update_job(server: &Server, id: i64, headers: &HeaderMap, body: &[u8]) -> Resp {
-    let Some(v) = json_body(body) else {
-        return text(400, "body is not JSON");
-    };
-    let token = job_token(headers, Some(&v));
-    let state = v
-        .get("state")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    let mut d = server.lock();
-    d.requeue_expired(Instant::now());
-    let interval = d.behaviour.trace_update_interval;
-    let persist = d.behaviour.persist_202s;
-    let Some(job) = d.jobs.get(&id) else {
-        return empty(404);
-    };
-    if job.token != token {
-        return text(403, "403 Forbidden");
-    }
-    let current = job.state;
-    if current.is_finished() {
-        // GitLab revokes the job token when the job ends.
-        return with_status(403, current)
-            .body(Full::new(Bytes::new()))
-            .unwrap_or_default();
-    }
-    let ok = |s: FakeJobState| {
-        with_status(200, s)
-            .body(Full::new(Bytes::new()))
-            .unwrap_or_default()
-    };
-    match state.as_str() {
-        "pending" => match current {
-            FakeJobState::WaitingForAck => {
-                let ack = d.behaviour.ack_timeout;
-                if let Some(job) = d.jobs.get_mut(&id) {
-                    job.ack_deadline = Some(Instant::now() + ack);
-                }
-                ok(current)
-            }
-            FakeJobState::Pending => text(409, "the job is no longer assigned to this runner"),
-            _ => ok(current),
-        },
-        "running" => match current {
-            FakeJobState::WaitingForAck => {
-                if let Some(job) = d.jobs.get_mut(&id) {
-                    job.set_state(FakeJobState::Running);
-                    job.accepts += 1;
-                    job.ack_deadline = None;
-                }
-                ok(FakeJobState::Running)
-            }
-            FakeJobState::Pending => text(409, "the job is no longer assigned to this runner"),
-            _ => ok(current),
-        },
-        "success" | "failed" => {
-            if !current.is_active() {
-                return text(400, "the job was not accepted");
-            }
-            let seen = d.persisting.entry(id).or_insert(0);
-            if *seen < persist {
-                *seen += 1;
-                return with_status(202, current)
-                    .header("x-gitlab-trace-update-interval", interval.to_string())
-                    .body(Full::new(Bytes::new()))
-                    .unwrap_or_default();
-            }
-            let Some(job) = d.jobs.get_mut(&id) else {
-                return empty(404);
-            };
-            let checksum = v
-                .pointer("/output/checksum")
-                .and_then(Value::as_str)
-                .map(String::from);
-            let bytesize = v.pointer("/output/bytesize").and_then(Value::as_u64);
-            let actual = format!("crc32:{:08x}", crc32fast::hash(&job.trace));
-            let mismatch = checksum.as_ref().is_some_and(|c| *c != actual)
-                || bytesize.is_some_and(|b| b != job.trace.len() as u64);
-            if job.reject_checksum > 0 || mismatch {
-                job.reject_checksum = job.reject_checksum.saturating_sub(1);
-                // The runner resends the whole trace from offset 0 (feature trace_reset).
-                job.trace.clear();
-                return with_status(412, current)
-                    .body(Full::new(Bytes::new()))
-                    .unwrap_or_default();
-            }
-            let end = match (state.as_str(), current) {
-                ("success", _) => FakeJobState::Success,
-                ("failed", FakeJobState::Canceling) => FakeJobState::Canceled,
-                _ => FakeJobState::Failed,
-            };
-            job.final_update = Some(FinalUpdate {
-                state: state.clone(),
-                failure_reason: v
-                    .get("failure_reason")
-                    .and_then(Value::as_str)
-                    .map(String::from),
-                exit_code: v.get("exit_code").and_then(Value::as_i64),
-                checksum,
-                bytesize,
-            });
-            job.final_updates += 1;
-            job.set_state(end);
-            ok(end)
-        }
-        _ => text(400, "unknown state"),
-    }
-}
-
-fn patch_trace(server: &Server, id: i64, headers: &HeaderMap, body: &[u8]) -> Resp {
-    let token = job_token(headers, None);
-    let mut d = server.lock();
-    let interval = d.behaviour.trace_update_interval;
-    let Some(job) = d.jobs.get_mut(&id) else {
-        return empty(404);
-    };
-    if job.token != token {
-        return text(403, "403 Forbidden");
-    }
-    if !job.state.is_active() {
-        return with_status(403, job.state)
-            .body(Full::new(Bytes::new()))
-            .unwrap_or_default();
-    }
-    if headers.get("content-type").is_none_or(|v| v.is_empty()) {
-        return text(
-            400,
-            "missing Content-Type (GitLab would read the trace as JSON)",
-        );
-    }
-    let Some(range) = headers.get("content-range").and_then(|v| v.to_str().ok()) else {
-        return text(400, "missing Content-Range");
-    };
-    let Some((start, end)) = range
-        .split_once('-')
-        .and_then(|(a, b)| Some((a.trim().parse::<u64>().ok()?, b.trim().parse::<u64>().ok()?)))
-    else {
-        return text(400, "malformed Content-Range");
-    };
-    if body.is_empty() || end != start + body.len() as u64 - 1 {
-        return text(
-            400,
-            format!(
-                "Content-Range {range} does not match a body of {} bytes (the end is inclusive)",
-                body.len()
-            ),
-        );
-    }
-    let size = job.trace.len() as u64;
-    if start != size {
-        return with_status(416, job.state)
-            .header("range", format!("0-{size}"))
-            .body(Full::new(Bytes::new()))
-            .unwrap_or_default();
-    }
-    job.trace.extend_from_slice(body);
-    job.patches += 1;
-    with_status(202, job.state)
-        .header("range", format!("0-{}", job.trace.len()))
-        .header("x-gitlab-trace-update-interval", interval.to_string())
-        .body(Full::new(Bytes::new()))
-        .unwrap_or_default()
-}
-
-fn query_param(query: Option<&str>, name: &str) -> Option<String> {
+/// One query parameter, percent-decoded.
+pub(crate) fn query_param(query: Option<&str>, name: &str) -> Option<String> {
     query?.split('&').find_map(|kv| {
-        let (k, v) = kv.split_once('=')?;
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
         (k == name).then(|| percent_decode(v))
     })
 }
@@ -588,101 +159,182 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-async fn upload_artifact(
-    server: &Server,
-    id: i64,
-    query: Option<&str>,
-    headers: &HeaderMap,
-    body: Bytes,
-) -> Resp {
-    let token = job_token(headers, None);
+async fn handle(server: Arc<Server>, req: http::Request<Incoming>) -> Result<Resp, DropConnection> {
+    let at = Instant::now();
+    let seq = {
+        let mut d = server.lock();
+        d.next_seq += 1;
+        d.next_seq
+    };
+    let (parts, body) = req.into_parts();
+    let bytes = body
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    let path = parts.uri.path().to_string();
+    let query = parts.uri.query().map(String::from);
+    let (mut fault, retry_after, slow) = server.decide(&path);
+    let mut forced = None;
+    match server.scripted(parts.method.as_str(), &path) {
+        Some(Scripted::Fault(k)) => fault = Some(k),
+        Some(other) => {
+            fault = None;
+            forced = Some(other);
+        }
+        None => {}
+    }
+    let mut headers = BTreeMap::new();
+    for (k, v) in parts.headers.iter() {
+        headers.insert(
+            k.as_str().to_ascii_lowercase(),
+            String::from_utf8_lossy(v.as_bytes()).into_owned(),
+        );
+    }
+    let content_type = headers.get("content-type").cloned().unwrap_or_default();
+    let recorded_body = if bytes.is_empty() {
+        RecordedBody::Empty
+    } else if content_type.starts_with("multipart/") {
+        RecordedBody::Multipart { size: bytes.len() }
+    } else if let Ok(v) = serde_json::from_slice::<Value>(&bytes)
+        && content_type.contains("json")
     {
-        let d = server.lock();
-        let Some(job) = d.jobs.get(&id) else {
-            return empty(404);
-        };
-        if job.token != token || !job.state.is_active() {
-            return text(403, "403 Forbidden");
-        }
-    }
-    let Some(boundary) = headers
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|ct| multer::parse_boundary(ct).ok())
-    else {
-        return text(400, "not multipart/form-data");
+        RecordedBody::Json(v)
+    } else {
+        RecordedBody::Bytes(bytes.to_vec())
     };
-    let stream = futures::stream::once(async move { Ok::<Bytes, std::io::Error>(body) });
-    let mut multipart = multer::Multipart::new(stream, boundary);
-    let mut file = None;
-    loop {
-        match multipart.next_field().await {
-            Ok(Some(field)) => {
-                if field.name() == Some("file") {
-                    let name = field.file_name().unwrap_or("").to_string();
-                    match field.bytes().await {
-                        Ok(b) => file = Some((name, b.to_vec())),
-                        Err(e) => return text(400, format!("reading part file: {e}")),
-                    }
-                }
+    let host = headers.get("host").cloned().unwrap_or_default();
+    let request = Request {
+        method: &parts.method,
+        path: &path,
+        query: query.as_deref(),
+        headers: &parts.headers,
+    };
+    let result = match (forced, fault) {
+        (
+            Some(Scripted::Status {
+                status,
+                retry_after,
+            }),
+            _,
+        ) => {
+            let mut b = respond(status);
+            if let Some(secs) = retry_after {
+                b = b.header("retry-after", secs.to_string());
             }
-            Ok(None) => break,
-            Err(e) => return text(400, format!("multipart: {e}")),
+            Ok(b.body(Full::new(Bytes::from_static(b"scripted answer")))
+                .unwrap_or_default())
         }
-    }
-    let Some((filename, data)) = file else {
-        return text(400, "missing part file");
+        (Some(Scripted::Redirect { status, location }), _) => Ok(respond(status)
+            .header("location", location)
+            .body(Full::new(Bytes::new()))
+            .unwrap_or_default()),
+        (_, Some(FaultKind::ServerError)) => Ok(error(500, "500 Internal Server Error")),
+        (_, Some(FaultKind::BadGateway)) => Ok(text(502, "fault injection: bad gateway")),
+        (_, Some(FaultKind::TooManyRequests)) => Ok(respond(429)
+            .header("retry-after", retry_after.to_string())
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from_static(
+                b"{\"message\":\"429 Too Many Requests\"}",
+            )))
+            .unwrap_or_default()),
+        (_, Some(FaultKind::DropBefore)) => Err(()),
+        (_, Some(FaultKind::Slow)) => {
+            tokio::time::sleep(slow).await;
+            Ok(route(&server, &request, bytes).await)
+        }
+        (_, Some(FaultKind::DropAfter)) => {
+            let _ = route(&server, &request, bytes).await;
+            Err(())
+        }
+        _ => Ok(route(&server, &request, bytes).await),
     };
-    let artifact = UploadedArtifact {
-        filename,
-        artifact_type: query_param(query, "artifact_type").unwrap_or_else(|| "archive".into()),
-        artifact_format: query_param(query, "artifact_format").unwrap_or_else(|| "zip".into()),
-        expire_in: query_param(query, "expire_in").unwrap_or_default(),
-        data,
+    // Workhorse sets `Gitlab-Ci-Builds-Polling: yes` on every answer to a job request while
+    // long polling is on, before it reads the body or proxies to Rails
+    // (`workhorse/internal/builds/register.go` `RegisterHandler`): the header says long
+    // polling is configured, not that this request waited.
+    let result = result.map(|mut r| {
+        if path == JOB_REQUEST_PATH && !server.lock().behaviour.poll_duration.is_zero() {
+            r.headers_mut().insert(
+                "gitlab-ci-builds-polling",
+                http::HeaderValue::from_static("yes"),
+            );
+        }
+        r
+    });
+    let (status, response_headers) = match &result {
+        Ok(r) => (
+            r.status().as_u16(),
+            r.headers()
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.as_str().to_ascii_lowercase(),
+                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                    )
+                })
+                .collect(),
+        ),
+        Err(()) => (0, BTreeMap::new()),
     };
-    let mut d = server.lock();
-    if let Some(job) = d.jobs.get_mut(&id) {
-        job.artifacts.push(artifact);
-    }
-    respond(201)
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from_static(b"{}")))
-        .unwrap_or_default()
+    server.lock().requests.push(RecordedRequest {
+        seq,
+        method: parts.method.to_string(),
+        host,
+        path: path.clone(),
+        query,
+        headers,
+        body: recorded_body,
+        status,
+        response_headers,
+        fault,
+        at,
+    });
+    result.map_err(|()| DropConnection)
 }
 
-fn download_artifact(server: &Server, id: i64, headers: &HeaderMap, api: bool) -> Resp {
-    let d = server.lock();
-    let Some(job) = d.jobs.get(&id) else {
-        return empty(404);
-    };
-    if api {
-        let token = job_token(headers, None);
-        // The job's own token, or the token of a job that depends on it.
-        let allowed = job.token == token
-            || d.jobs
-                .values()
-                .any(|j| j.token == token && j.builder.dependencies.contains(&id));
-        if !allowed {
-            return text(403, "403 Forbidden");
-        }
-        if d.behaviour.artifact_redirect {
-            return respond(302)
-                .header(
-                    "location",
-                    format!(
-                        "{}/_storage/jobs/{id}/artifacts?signature=fake-signature",
-                        d.storage_origin
-                    ),
-                )
-                .body(Full::new(Bytes::new()))
-                .unwrap_or_default();
-        }
+/// What a route sees of a request.
+pub(crate) struct Request<'a> {
+    pub method: &'a Method,
+    pub path: &'a str,
+    pub query: Option<&'a str>,
+    pub headers: &'a HeaderMap,
+}
+
+impl Request<'_> {
+    /// A header as text.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
     }
-    match job.artifacts.iter().find(|a| a.artifact_type == "archive") {
-        Some(a) => respond(200)
-            .header("content-type", "application/zip")
-            .body(Full::new(Bytes::from(a.data.clone())))
-            .unwrap_or_default(),
-        None => text(404, "404 Not Found"),
+}
+
+async fn route(server: &Arc<Server>, req: &Request<'_>, body: Bytes) -> Resp {
+    let segs: Vec<&str> = req.path.trim_matches('/').split('/').collect();
+    match (req.method.as_str(), segs.as_slice()) {
+        ("POST", ["api", "v4", "runners", "verify"]) => runners::verify(server, &body),
+        ("POST", ["api", "v4", "jobs", "request"]) => {
+            runners::request_job(server, req, &body).await
+        }
+        ("PUT", ["api", "v4", "jobs", id]) => match id.parse() {
+            Ok(id) => jobs::update_job(server, id, req, &body),
+            Err(_) => error(404, "404 Not Found"),
+        },
+        ("PATCH", ["api", "v4", "jobs", id, "trace"]) => match id.parse() {
+            Ok(id) => jobs::patch_trace(server, id, req, &body),
+            Err(_) => error(404, "404 Not Found"),
+        },
+        ("POST", ["api", "v4", "jobs", id, "artifacts"]) => match id.parse() {
+            Ok(id) => artifacts::upload(server, id, req, body).await,
+            Err(_) => error(404, "404 Not Found"),
+        },
+        ("GET", ["api", "v4", "jobs", id, "artifacts"]) => match id.parse() {
+            Ok(id) => artifacts::download(server, id, req),
+            Err(_) => error(404, "404 Not Found"),
+        },
+        ("GET", ["_storage", "jobs", id, "artifacts"]) => match id.parse() {
+            Ok(id) => artifacts::from_storage(server, id),
+            Err(_) => error(404, "404 Not Found"),
+        },
+        _ => error(404, "404 Not Found"),
     }
 }

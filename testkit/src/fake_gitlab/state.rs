@@ -7,14 +7,15 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// A job's state on the fake.
+/// A job's state on the fake (Rails' `Ci::Build` statuses a runner sees).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FakeJobState {
     /// Queued, not handed out.
     Pending,
-    /// Handed out under two-phase commit; waiting for `PUT state=running`.
+    /// Handed out under two-phase acceptance; still `pending` in Rails until the runner's
+    /// `PUT state=running` (`Ci::UpdateBuildStateService#handle_runner_ack_workflow`).
     WaitingForAck,
-    /// Accepted and running.
+    /// Running.
     Running,
     /// Cancel requested gracefully (`Job-Status: canceling`).
     Canceling,
@@ -27,7 +28,7 @@ pub enum FakeJobState {
 }
 
 impl FakeJobState {
-    /// The `Job-Status` header value.
+    /// The `Job-Status` header value (`job.status`).
     pub fn as_str(self) -> &'static str {
         match self {
             FakeJobState::Pending | FakeJobState::WaitingForAck => "pending",
@@ -47,7 +48,8 @@ impl FakeJobState {
         )
     }
 
-    /// Whether the job takes trace and artifacts (running, or canceling).
+    /// Whether a runner may work on it (`processing_on_runner?`: running or canceling,
+    /// `lib/api/ci/helpers/runner.rb`).
     pub fn is_active(self) -> bool {
         matches!(self, FakeJobState::Running | FakeJobState::Canceling)
     }
@@ -64,8 +66,10 @@ pub struct UploadedArtifact {
     pub artifact_format: String,
     /// `expire_in` from the query (empty when absent).
     pub expire_in: String,
-    /// The archive.
+    /// The file.
     pub data: Vec<u8>,
+    /// For a `dotenv` report, the variables it defines.
+    pub dotenv: Vec<(String, String)>,
 }
 
 /// The final update GitLab applied.
@@ -81,6 +85,10 @@ pub struct FinalUpdate {
     pub checksum: Option<String>,
     /// `output.bytesize`, when sent.
     pub bytesize: Option<u64>,
+    /// Whether checksum and size matched the trace GitLab holds. Rails only counts a
+    /// mismatch in a metric (`Ci::UpdateBuildStateService#validate_build_trace!`); it does not
+    /// refuse the update.
+    pub trace_matched: bool,
 }
 
 /// One job on the fake.
@@ -100,9 +108,14 @@ pub struct FakeJob {
     pub trace: Vec<u8>,
     /// Trace PATCHes applied.
     pub patches: u32,
+    /// Whether a trace PATCH from offset 0 said `debug_trace=true` (Rails then restricts
+    /// who may read the log, `Ci::AppendBuildTraceService#first_debug_chunk?`).
+    pub debug_trace: bool,
     /// Times it was handed out.
     pub handouts: u32,
-    /// Times it was accepted (`PUT state=running` from waiting).
+    /// When it was handed out, each time.
+    pub handed_out_at: Vec<Instant>,
+    /// Times it became `running`.
     pub accepts: u32,
     /// The applied final update.
     pub final_update: Option<FinalUpdate>,
@@ -114,7 +127,8 @@ pub struct FakeJob {
     pub payload: Option<Value>,
     pub(crate) builder: JobBuilder,
     pub(crate) ack_deadline: Option<Instant>,
-    pub(crate) reject_checksum: u32,
+    /// When the first final update arrived (Rails' `Ci::BuildPendingState#created_at`).
+    pub(crate) pending_state_at: Option<Instant>,
 }
 
 impl FakeJob {
@@ -133,6 +147,11 @@ impl FakeJob {
     /// How many times the job entered a finished state.
     pub fn times_finished(&self) -> usize {
         self.history.iter().filter(|s| s.is_finished()).count()
+    }
+
+    /// `crc32:%08x` of the trace GitLab holds.
+    pub fn trace_checksum(&self) -> String {
+        format!("crc32:{:08x}", crc32fast::hash(&self.trace))
     }
 }
 
@@ -159,6 +178,8 @@ pub struct RecordedRequest {
     pub seq: u64,
     /// The HTTP method.
     pub method: String,
+    /// The `Host` header (`127.0.0.1:port`, or `localhost:port` for the other origin).
+    pub host: String,
     /// The path.
     pub path: String,
     /// The query string, if any.
@@ -169,6 +190,8 @@ pub struct RecordedRequest {
     pub body: RecordedBody,
     /// The status answered (0 when the connection was dropped before answering).
     pub status: u16,
+    /// Headers of the answer.
+    pub response_headers: BTreeMap<String, String>,
     /// The fault injected, if any.
     pub fault: Option<FaultKind>,
     /// When it arrived.
@@ -183,6 +206,13 @@ impl RecordedRequest {
             .map(String::as_str)
     }
 
+    /// A header of the answer.
+    pub fn response_header(&self, name: &str) -> Option<&str> {
+        self.response_headers
+            .get(&name.to_ascii_lowercase())
+            .map(String::as_str)
+    }
+
     /// The JSON body, if it was JSON.
     pub fn json(&self) -> Option<&Value> {
         match &self.body {
@@ -192,30 +222,49 @@ impl RecordedRequest {
     }
 }
 
-/// Settings of the fake's behaviour.
+/// Settings of the fake's behaviour. The defaults are a GitLab as installed: two-phase
+/// acceptance off, live trace off, no object storage.
 #[derive(Debug, Clone)]
 pub struct Behaviour {
-    /// How long a job request with a current `last_update` waits for a job.
+    /// Workhorse's `apiCiLongPollingDuration`: how long a job request with a current
+    /// `last_update` waits for a change (zero turns long polling off).
     pub poll_duration: Duration,
-    /// `X-GitLab-Trace-Update-Interval`, seconds.
+    /// `X-GitLab-Trace-Update-Interval` on trace PATCHes, seconds (`Gitlab::Ci::Trace`:
+    /// 60, or 3 while someone watches the log).
     pub trace_update_interval: u64,
-    /// How long a handed-out job waits for its accept before it is queued again.
-    pub ack_timeout: Duration,
-    /// How many final updates of each job are answered 202 ("trace still persisting")
-    /// before one is applied.
-    pub persist_202s: u32,
-    /// Redirect artifact downloads to a storage URL (like object storage).
-    pub artifact_redirect: bool,
+    /// The feature flag `allow_runner_job_acknowledgement`: jobs handed to a runner that
+    /// advertises `two_phase_job_commit` stay `pending` until its `PUT state=running`.
+    pub two_phase: bool,
+    /// Under `two_phase`, queue a handed-out job again when no accept came within this long
+    /// (an assumption: Rails' two-phase design lists the timeout as a future enhancement).
+    pub ack_timeout: Option<Duration>,
+    /// The setting `ci_job_live_trace_enabled`: a final update is answered 202 (with the
+    /// backoff of `lib/gitlab/ci/runner/backoff.rb`) for this long after the first one while
+    /// the trace's live chunks are persisted, at most `ACCEPT_TIMEOUT` (5 minutes), after
+    /// which Rails applies it anyway.
+    pub live_trace: Option<Duration>,
+    /// Artifacts in object storage: a download with `direct_download=true` is redirected
+    /// (302) to a storage URL on another origin; without it Workhorse serves the file.
+    pub object_storage: bool,
+    /// The feature flag `ci_expose_running_job_token_for_artifacts`: `dependencies[].token` is
+    /// the running job's token (on), or the dependency's own (off).
+    pub dependency_token_is_running_job: bool,
+    /// The runner's owner (project or group) is gone: verify and job requests answer
+    /// `422 Runner is orphaned` (`lib/api/ci/runner.rb`).
+    pub orphaned: bool,
 }
 
 impl Default for Behaviour {
     fn default() -> Self {
         Behaviour {
             poll_duration: Duration::from_secs(2),
-            trace_update_interval: 3,
-            ack_timeout: Duration::from_secs(60),
-            persist_202s: 0,
-            artifact_redirect: false,
+            trace_update_interval: 60,
+            two_phase: false,
+            ack_timeout: None,
+            live_trace: None,
+            object_storage: false,
+            dependency_token_is_running_job: true,
+            orphaned: false,
         }
     }
 }
@@ -232,13 +281,16 @@ pub(crate) struct Data {
     pub requests: Vec<RecordedRequest>,
     pub next_seq: u64,
     pub system_ids: HashSet<String>,
-    pub persisting: HashMap<i64, u32>,
     pub token_counter: u64,
-    /// The storage origin artifact downloads redirect to (another origin than the API's).
-    pub storage_origin: String,
+    /// The API's own URL.
+    pub url: String,
+    /// Another origin on the same server (`localhost` instead of `127.0.0.1`): object
+    /// storage, and where uploads may be redirected.
+    pub other_origin: String,
 }
 
 impl Data {
+    /// The runner's queue value (Rails' `runner_queue_value`, in Redis).
     pub fn queue_value(&self, runner_token: &str) -> String {
         format!(
             "q{}",
@@ -246,7 +298,8 @@ impl Data {
         )
     }
 
-    fn bump(&mut self, runner_token: &str) {
+    /// `tick_runner_queue`: any change to what the runner may pick.
+    pub fn tick(&mut self, runner_token: &str) {
         *self
             .queue_values
             .entry(runner_token.to_string())
@@ -262,6 +315,7 @@ impl Data {
         self.next_id += 1;
         let id = self.next_id;
         self.token_counter += 1;
+        // Rails' job tokens: `glcbt-` + a partition prefix + random (`Ci::Build::TOKEN_PREFIX`).
         let token = format!(
             "glcbt-64_fakejob{id:05}x{:08x}",
             (self.token_counter * 2654435761) as u32
@@ -276,7 +330,9 @@ impl Data {
                 history: vec![FakeJobState::Pending],
                 trace: Vec::new(),
                 patches: 0,
+                debug_trace: false,
                 handouts: 0,
+                handed_out_at: Vec::new(),
                 accepts: 0,
                 final_update: None,
                 final_updates: 0,
@@ -284,14 +340,14 @@ impl Data {
                 payload: None,
                 builder,
                 ack_deadline: None,
-                reject_checksum: 0,
+                pending_state_at: None,
             },
         );
         self.queues
             .entry(runner_token.to_string())
             .or_default()
             .push_back(id);
-        self.bump(runner_token);
+        self.tick(runner_token);
         id
     }
 
@@ -313,44 +369,79 @@ impl Data {
             job.ack_deadline = None;
             let rt = job.runner_token.clone();
             self.queues.entry(rt.clone()).or_default().push_front(id);
-            self.bump(&rt);
+            self.tick(&rt);
         }
     }
 
-    /// Hands out the next job of `runner_token`'s queue.
+    /// The job whose token this is, if it is one GitLab accepts as a job token now: job
+    /// tokens authenticate only while their job runs (`Ci::AuthJobFinder`).
+    pub fn active_job_by_token(&self, token: &str) -> Option<&FakeJob> {
+        self.jobs
+            .values()
+            .find(|j| j.token == token && j.state.is_active())
+    }
+
+    /// Hands out the next job of `runner_token`'s queue (`Ci::RegisterJobService`).
+    /// `two_phase`: the runner advertised `two_phase_job_commit`.
     pub fn hand_out(&mut self, runner_token: &str, two_phase: bool, now: Instant) -> Option<Value> {
+        let wait_for_ack = two_phase && self.behaviour.two_phase;
         let ack_timeout = self.behaviour.ack_timeout;
+        let running_token_for_deps = self.behaviour.dependency_token_is_running_job;
         let id = self.queues.get_mut(runner_token)?.pop_front()?;
-        let deps: Vec<Value> = {
+        let (deps, extra): (Vec<Value>, Vec<Value>) = {
             let job = self.jobs.get(&id)?;
-            job.builder
+            let mut deps = Vec::new();
+            let mut extra = Vec::new();
+            for d in job
+                .builder
                 .dependencies
                 .iter()
                 .filter_map(|d| self.jobs.get(d))
-                .map(|d| {
-                    let file = d
-                        .artifacts
-                        .iter()
-                        .find(|a| a.artifact_type == "archive")
-                        .map(|a| json!({"filename": a.filename, "size": a.data.len()}));
-                    json!({"id": d.id, "name": d.builder.name, "token": d.token, "artifacts_file": file})
-                })
-                .collect()
+            {
+                // `artifacts_file` only when the dependency has an archive
+                // (`dependency.rb`: `if: job.available_artifacts?`).
+                let file = d
+                    .artifacts
+                    .iter()
+                    .find(|a| a.artifact_type == "archive")
+                    .map(|a| json!({"filename": a.filename, "size": a.data.len()}));
+                let token = if running_token_for_deps {
+                    &job.token
+                } else {
+                    &d.token
+                };
+                let mut dep = json!({"id": d.id, "name": d.builder.name, "token": token});
+                if let (Some(file), Some(o)) = (file, dep.as_object_mut()) {
+                    o.insert("artifacts_file".into(), file);
+                }
+                deps.push(dep);
+                // Rails passes dotenv reports on as variables (`Ci::Build#dependency_variables`).
+                for a in d.artifacts.iter().filter(|a| a.artifact_type == "dotenv") {
+                    for (k, v) in &a.dotenv {
+                        extra.push(json!({"key": k, "value": v, "public": false, "masked": false}));
+                    }
+                }
+            }
+            (deps, extra)
         };
+        let url = self.url.clone();
         let job = self.jobs.get_mut(&id)?;
-        let payload = job.builder.payload(id, &job.token, deps);
+        let payload = job.builder.payload(id, &job.token, &url, deps, extra);
         job.handouts += 1;
+        job.handed_out_at.push(now);
         job.payload = Some(payload.clone());
-        if two_phase {
+        if wait_for_ack {
             job.set_state(FakeJobState::WaitingForAck);
-            job.ack_deadline = Some(now + ack_timeout);
+            job.ack_deadline = ack_timeout.map(|t| now + t);
         } else {
             job.set_state(FakeJobState::Running);
             job.accepts += 1;
         }
-        // Assigning a job changes the runner's queue (Rails ticks it), so a runner echoing
-        // the value it got with this job reaches "Rails" again for the next one.
-        self.bump(runner_token);
+        // Assumed (the sources read do not settle it): assigning a job ticks the runner's
+        // queue, so a runner echoing the value it had reaches Rails again for the next one.
+        // A 201 carries no `X-GitLab-Last-Update`, so a runner could not learn a new value
+        // from it anyway.
+        self.tick(runner_token);
         Some(payload)
     }
 }

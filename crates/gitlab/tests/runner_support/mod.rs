@@ -6,8 +6,8 @@
 use async_trait::async_trait;
 use flotilla_fleet::Secret;
 use flotilla_gitlab::{
-    Client, ClientConfig, GitLabArtifactStore, Info, JobSource, RetryPolicy, SlotExecutor,
-    SourceConfig, TraceOptions,
+    Acceptance, Client, ClientConfig, GitLabArtifactStore, Info, JobSource, RetryPolicy,
+    SlotExecutor, SourceConfig, SourceReport, TraceOptions,
 };
 use flotilla_job::{
     ArtifactStore, BufferSink, JobCancel, JobPayload, JobResult, JobRunner, LocalCacheStore,
@@ -22,7 +22,8 @@ use std::time::Duration;
 
 pub const RUNNER_TOKEN: &str = "glrt-test_runner_token_0123456789";
 
-/// A fake GitLab with our runner token and short timings.
+/// A fake GitLab (GitLab as installed: two-phase acceptance off) with our runner token and
+/// short timings.
 pub fn fake() -> FakeGitLabBuilder {
     FakeGitLab::builder()
         .runner_token(RUNNER_TOKEN)
@@ -74,9 +75,21 @@ pub fn source_config() -> SourceConfig {
         request_concurrency: 1,
         check_interval: Duration::from_millis(100),
         instance_acquire_timeout: Some(Duration::from_secs(20)),
-        pending_keepalive_interval: Duration::from_millis(300),
+        acceptance: Acceptance::Immediately,
+        unhealthy_requests_limit: 3,
+        unhealthy_interval: Duration::from_secs(2),
         shutdown_timeout: Duration::from_secs(10),
         trace: trace_options(),
+    }
+}
+
+/// [`source_config`] for a GitLab known to wait for the acknowledgement (two-phase on).
+pub fn two_phase_source_config() -> SourceConfig {
+    SourceConfig {
+        acceptance: Acceptance::WhenSlotReady {
+            interval: Duration::from_millis(300),
+        },
+        ..source_config()
     }
 }
 
@@ -218,10 +231,7 @@ pub fn spawn_source(
     client: Arc<Client>,
     executor: Arc<LocalExecutor>,
     config: SourceConfig,
-) -> (
-    Arc<JobSource>,
-    tokio::task::JoinHandle<Result<flotilla_gitlab::SourceReport, flotilla_gitlab::ClientError>>,
-) {
+) -> (Arc<JobSource>, tokio::task::JoinHandle<SourceReport>) {
     let source = Arc::new(JobSource::new(client, executor, config));
     let s = source.clone();
     let handle = tokio::spawn(async move { s.run().await });
@@ -241,4 +251,21 @@ pub async fn wait_for_trace(fake: &FakeGitLab, id: i64, text: &str) {
         })
         .await;
     assert!(found.is_some(), "job {id} never printed {text:?}");
+}
+
+/// Waits up to 20 s until the job's accept (`PUT state=running`) was answered, so that
+/// answers scripted for its path next reach the PUTs after it.
+pub async fn wait_for_accept(fake: &FakeGitLab, id: i64) {
+    let path = format!("/api/v4/jobs/{id}");
+    for _ in 0..1000 {
+        if fake
+            .requests_to("PUT", &path)
+            .iter()
+            .any(|r| r.path == path && r.status != 0)
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("job {id} was never accepted");
 }

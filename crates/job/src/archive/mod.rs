@@ -10,11 +10,13 @@
 mod collect;
 mod extract;
 mod paths;
+mod report;
 mod ziptime;
 
 pub use collect::{ArchiveSpec, CollectReport, collect_zip};
 pub use extract::{ExtractReport, extract_zip, inspect_zip};
 pub use paths::{PathFilter, PathRejection, check_symlink, normalize_pattern, normalize_relative};
+pub use report::{ReportFormat, zip_to_gzip, zip_to_raw};
 pub use ziptime::{unix_time, zip_time};
 
 use crate::env::{EnvError, Environment, ExecCommand, ExecSpec, ExitStatus, Place};

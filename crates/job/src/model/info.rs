@@ -38,9 +38,10 @@ pub struct JobInfo {
     /// The organization id.
     #[serde(deserialize_with = "nullable")]
     pub organization_id: i64,
-    /// The GitLab instance id.
+    /// The GitLab instance id: a string (`Gitlab::GlobalAnonymousId.instance_id` in Rails,
+    /// `InstanceID string` in GitLab Runner's `common/spec/spec.go`).
     #[serde(deserialize_with = "nullable")]
-    pub instance_id: i64,
+    pub instance_id: String,
     /// The GitLab instance uuid.
     #[serde(deserialize_with = "nullable")]
     pub instance_uuid: String,
@@ -53,9 +54,10 @@ pub struct JobInfo {
     /// How long the job waited in GitLab's queue.
     #[serde(deserialize_with = "nullable")]
     pub time_in_queue_seconds: f64,
-    /// Jobs of this project running on instance runners (GitLab sends a string or a number).
+    /// Jobs of this project running on instance runners: a string such as `3`, `60+` or
+    /// `+Inf` (Rails' `Ci::BuildRunnerPresenter`; `string` in GitLab Runner's spec).
     #[serde(deserialize_with = "nullable")]
-    pub project_jobs_running_on_instance_runners_count: Option<serde_json::Value>,
+    pub project_jobs_running_on_instance_runners_count: String,
     /// The queue size when the job was picked.
     #[serde(deserialize_with = "nullable")]
     pub queue_size: i64,

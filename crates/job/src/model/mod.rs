@@ -1,12 +1,15 @@
 //! The job model: GitLab's job payload (the body of a `201` from `POST /api/v4/jobs/request`).
 //!
-//! Decoding is lenient like GitLab Runner's: unknown fields are ignored, missing or `null`
-//! fields take their defaults. A payload that does not fit (a string where a number belongs)
-//! is a [`PayloadError`] naming the field path, e.g. `steps[0].timeout`.
+//! Decoding is lenient: unknown fields are ignored, missing or `null` fields take their
+//! defaults, and [`JobPayload::from_value_lenient`] also leaves informational fields of an
+//! unexpected type at their defaults. A payload that does not fit elsewhere (a string where a
+//! step's timeout belongs) is a [`PayloadError`] naming the field path, e.g.
+//! `steps[0].timeout`; its message never repeats the offending value.
 
 mod artifact;
 mod image;
 mod info;
+mod lenient;
 mod nullable;
 mod step;
 mod variable;
@@ -14,6 +17,7 @@ mod variable;
 pub use artifact::{Artifact, ArtifactsFile, Cache, CachePolicy, Credential, Dependency};
 pub use image::{DockerOptions, ExecutorOptions, Image, KubernetesOptions, Port};
 pub use info::{DEFAULT_JOB_TIMEOUT_SECS, Features, GitInfo, JobInfo, RunnerInfo};
+pub use lenient::LenientPayload;
 pub use step::{
     HOOK_POST_GET_SOURCES, HOOK_PRE_GET_SOURCES, Hook, STEP_AFTER_SCRIPT, STEP_SCRIPT, Step, When,
 };
@@ -100,26 +104,42 @@ pub struct JobPayload {
 pub struct PayloadError {
     /// The path of the offending field, e.g. `steps[0].timeout` (`.` for the document).
     pub path: String,
-    /// What was wrong with it.
+    /// What was wrong with it (quoted values replaced by `…`: they may be secrets).
     pub message: String,
+}
+
+impl PayloadError {
+    /// An error at `path`; literals quoted in `message` are redacted.
+    pub fn new(path: impl Into<String>, message: impl AsRef<str>) -> PayloadError {
+        PayloadError {
+            path: path.into(),
+            message: lenient::redact_literals(message.as_ref()),
+        }
+    }
 }
 
 impl JobPayload {
     /// Decodes a payload from JSON bytes.
     pub fn from_json(bytes: &[u8]) -> Result<JobPayload, PayloadError> {
         let de = &mut serde_json::Deserializer::from_slice(bytes);
-        serde_path_to_error::deserialize(de).map_err(|e| PayloadError {
-            path: e.path().to_string(),
-            message: e.inner().to_string(),
-        })
+        serde_path_to_error::deserialize(de)
+            .map_err(|e| PayloadError::new(e.path().to_string(), e.inner().to_string()))
     }
 
     /// Decodes a payload from an already parsed JSON value.
     pub fn from_value(value: serde_json::Value) -> Result<JobPayload, PayloadError> {
-        serde_path_to_error::deserialize(value).map_err(|e| PayloadError {
-            path: e.path().to_string(),
-            message: e.inner().to_string(),
-        })
+        serde_path_to_error::deserialize(value)
+            .map_err(|e| PayloadError::new(e.path().to_string(), e.inner().to_string()))
+    }
+
+    /// Whether `CI_DEBUG_TRACE` is on, read as the script engine reads it (the last
+    /// definition wins; `1`, `t` or `true` in any case, see [`crate::vars::truthy`]).
+    pub fn debug_trace(&self) -> bool {
+        self.variables
+            .iter()
+            .rev()
+            .find(|v| v.key == "CI_DEBUG_TRACE")
+            .is_some_and(|v| crate::vars::truthy(&v.value))
     }
 
     /// The step with this name, if any.

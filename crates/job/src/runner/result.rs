@@ -50,12 +50,30 @@ impl FailureReason {
         }
     }
 
+    /// The reason with this wire name, if it is one of this runner's.
+    pub fn from_wire(name: &str) -> Option<FailureReason> {
+        [
+            FailureReason::ScriptFailure,
+            FailureReason::RunnerSystemFailure,
+            FailureReason::JobExecutionTimeout,
+            FailureReason::ImagePullFailure,
+            FailureReason::UnknownFailure,
+            FailureReason::RunnerConfigurationError,
+            FailureReason::RunnerExternalDependencyFailure,
+            FailureReason::RunnerInterrupted,
+            FailureReason::JobCanceled,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == name)
+    }
+
     /// The reason to report to a GitLab that accepts `supported` (its
     /// `features.failure_reasons`) besides the always-supported ones: the reason itself if
     /// accepted, else its older, wider category (`image_pull_failure` and
     /// `runner_external_dependency_failure` → `runner_system_failure`,
-    /// `runner_configuration_error` → `script_failure`), else `unknown_failure` if accepted,
-    /// else `script_failure`.
+    /// `runner_configuration_error` → `script_failure`), else `unknown_failure`, which every
+    /// GitLab knows (GitLab Runner's `common/failure_reason_mapper.go` `Map`; Rails maps any
+    /// reason it does not know to it too, `Ci::UpdateBuildStateService#failure_reason`).
     pub fn for_gitlab(self, supported: &[String]) -> FailureReason {
         let accepted = |r: FailureReason| {
             Self::ALWAYS_SUPPORTED.contains(&r) || supported.iter().any(|s| s == r.as_str())
@@ -70,14 +88,7 @@ impl FailureReason {
             FailureReason::RunnerConfigurationError => Some(FailureReason::ScriptFailure),
             _ => None,
         };
-        if let Some(w) = wider {
-            return w;
-        }
-        if accepted(FailureReason::UnknownFailure) {
-            FailureReason::UnknownFailure
-        } else {
-            FailureReason::ScriptFailure
-        }
+        wider.unwrap_or(FailureReason::UnknownFailure)
     }
 }
 
@@ -154,7 +165,11 @@ mod tests {
         );
         assert_eq!(
             FailureReason::JobCanceled.for_gitlab(&none),
-            FailureReason::ScriptFailure
+            FailureReason::UnknownFailure
+        );
+        assert_eq!(
+            FailureReason::RunnerInterrupted.for_gitlab(&none),
+            FailureReason::UnknownFailure
         );
         let newer = vec![
             "image_pull_failure".to_string(),
@@ -168,6 +183,11 @@ mod tests {
             FailureReason::RunnerInterrupted.for_gitlab(&newer),
             FailureReason::UnknownFailure
         );
+        assert_eq!(
+            FailureReason::from_wire("runner_interrupted"),
+            Some(FailureReason::RunnerInterrupted)
+        );
+        assert_eq!(FailureReason::from_wire("stuck_or_timeout_failure"), None);
         assert_eq!(
             FailureReason::JobCanceled.for_gitlab(&["job_canceled".to_string()]),
             FailureReason::JobCanceled

@@ -3,9 +3,11 @@
 use super::guard::Stop;
 use super::result::FailureReason;
 use super::run::{Run, env_failure};
-use crate::archive::{ArchiveError, ArchiveSpec, collect_zip, extract_zip};
+use crate::archive::{
+    ArchiveError, ArchiveSpec, ReportFormat, collect_zip, extract_zip, zip_to_gzip, zip_to_raw,
+};
 use crate::model::{Artifact, Cache, Dependency};
-use crate::store::{ArtifactUpload, CacheKey};
+use crate::store::{ArtifactDownload, ArtifactUpload, CacheKey};
 
 /// How one download attempt went wrong.
 enum Attempt {
@@ -226,9 +228,13 @@ impl Run<'_, '_> {
         let file = self.scratch_file("artifacts");
         let store = self.runner.artifacts;
         let env = self.runner.env;
+        let download = ArtifactDownload {
+            dependency: dep,
+            token: &self.job.token,
+        };
         let fetched =
             super::guard::guarded(&self.cancel, self.pre_limits(None), self.grace(), |_| {
-                store.download(dep, &file)
+                store.download(&download, &file)
             })
             .await
             .map_err(Attempt::Stopped)?;
@@ -407,14 +413,14 @@ impl Run<'_, '_> {
 
     async fn upload_one(&mut self, artifact: &Artifact) -> Result<(), Option<Stop>> {
         let kind = artifact.artifact_type().to_owned();
-        if artifact.artifact_format() != "zip" {
+        let Some(format) = ReportFormat::parse(artifact.artifact_format()) else {
             self.warn(&format!(
-                "artifact format {:?} ({kind}) is not supported; only zip archives are uploaded",
+                "artifact format {:?} ({kind}) is not supported (zip, gzip and raw are); not uploaded",
                 artifact.artifact_format()
             ))
             .await;
             return Err(None);
-        }
+        };
         let paths: Vec<String> = artifact.paths.iter().map(|p| self.vars.expand(p)).collect();
         let exclude: Vec<String> = artifact
             .exclude
@@ -457,6 +463,36 @@ impl Run<'_, '_> {
             self.error("No files to upload").await;
             return Err(None);
         }
+        // Reports other than zip are rewritten in their own format (GitLab Runner's
+        // `--artifact-format`): one gzip member per file, or the single raw file.
+        let upload_file = match format {
+            ReportFormat::Zip => file.clone(),
+            ReportFormat::Gzip | ReportFormat::Raw => {
+                let out = self.scratch_file("report");
+                let (zip, target) = (file.clone(), out.clone());
+                let converted = tokio::task::spawn_blocking(move || match format {
+                    ReportFormat::Gzip => zip_to_gzip(&zip, &target).map(|_| ()),
+                    _ => zip_to_raw(&zip, &target),
+                })
+                .await;
+                let _ = tokio::fs::remove_file(&file).await;
+                match converted {
+                    Ok(Ok(())) => out,
+                    Ok(Err(e)) => {
+                        let msg = format!("writing the {kind} report as {}: {e}", format.as_str());
+                        self.error(&msg).await;
+                        self.fail(FailureReason::ScriptFailure, None, msg);
+                        return Err(None);
+                    }
+                    Err(e) => {
+                        let msg = format!("writing the {kind} report: {e}");
+                        self.error(&msg).await;
+                        self.fail(FailureReason::RunnerSystemFailure, None, msg);
+                        return Err(None);
+                    }
+                }
+            }
+        };
         let display_name = if artifact.name.is_empty() {
             "artifacts"
         } else {
@@ -470,16 +506,16 @@ impl Run<'_, '_> {
             token: &job.token,
             name: &name,
             artifact_type: &kind,
-            artifact_format: "zip",
+            artifact_format: format.as_str(),
             expire_in: &expire_in,
         };
         let uploaded =
             super::guard::guarded(&self.cancel, self.post_limits(None), self.grace(), |_| {
-                store.upload(&upload, &file)
+                store.upload(&upload, &upload_file)
             })
             .await
             .map_err(Some)?;
-        let _ = tokio::fs::remove_file(&file).await;
+        let _ = tokio::fs::remove_file(&upload_file).await;
         match uploaded {
             Ok(()) => {
                 self.notice(&format!(

@@ -25,14 +25,30 @@ pub struct ArtifactUpload<'a> {
     pub expire_in: &'a str,
 }
 
+/// A dependency's artifacts to download for a running job.
+#[derive(Debug, Clone, Copy)]
+pub struct ArtifactDownload<'a> {
+    /// The job whose artifacts to fetch.
+    pub dependency: &'a Dependency,
+    /// The token of the job that is running and needs them. Current GitLab authorises the
+    /// download with the running job's token only (`authenticate_job_via_dependent_job!` in
+    /// `lib/api/ci/runner.rb`); older ones accepted it too.
+    pub token: &'a Secret<String>,
+}
+
 /// Keeps the artifacts jobs upload and hands them to the jobs that depend on them.
 #[async_trait]
 pub trait ArtifactStore: Send + Sync {
     /// Stores the archive at `archive` (a local zip file) for `upload.job_id`.
     async fn upload(&self, upload: &ArtifactUpload<'_>, archive: &Path) -> Result<(), StoreError>;
 
-    /// Writes the `archive` artifact of `dependency` to `dest`; false when there is none.
-    async fn download(&self, dependency: &Dependency, dest: &Path) -> Result<bool, StoreError>;
+    /// Writes the `archive` artifact of `download.dependency` to `dest`; false when there is
+    /// none (the job then fails: a dependency announced with artifacts must have them).
+    async fn download(
+        &self,
+        download: &ArtifactDownload<'_>,
+        dest: &Path,
+    ) -> Result<bool, StoreError>;
 }
 
 /// Artifacts in a local directory: `<root>/<job id>/<artifact type>.zip`.
@@ -62,7 +78,11 @@ impl ArtifactStore for LocalArtifactStore {
         place_atomically(archive, &dest).await
     }
 
-    async fn download(&self, dependency: &Dependency, dest: &Path) -> Result<bool, StoreError> {
-        copy_if_exists(&self.archive_path(dependency.id, "archive"), dest).await
+    async fn download(
+        &self,
+        download: &ArtifactDownload<'_>,
+        dest: &Path,
+    ) -> Result<bool, StoreError> {
+        copy_if_exists(&self.archive_path(download.dependency.id, "archive"), dest).await
     }
 }

@@ -6,7 +6,7 @@ mod artifact;
 mod atomic;
 mod cache;
 
-pub use artifact::{ArtifactStore, ArtifactUpload, LocalArtifactStore};
+pub use artifact::{ArtifactDownload, ArtifactStore, ArtifactUpload, LocalArtifactStore};
 pub use cache::{CacheKey, CacheStore, LocalCacheStore};
 
 /// A store operation failed.

@@ -11,6 +11,16 @@ pub use predefined::{PredefinedContext, RunnerIdentity, predefined_defaults, run
 use crate::model::Variable;
 use std::collections::HashMap;
 
+/// Whether a variable's value means "on" to the script engine: `1`, `t` or `true`, in any
+/// case, surrounding blanks ignored. GitLab Runner's `CI_DEBUG_TRACE` check reads it the same
+/// way, so the trace's `debug_trace` flag and the script's tracing never disagree.
+pub fn truthy(value: &str) -> bool {
+    matches!(
+        value.trim().to_ascii_lowercase().as_str(),
+        "1" | "t" | "true"
+    )
+}
+
 /// The deduplicated, expanded variables of one job. `Debug` redacts masked and non-public
 /// values.
 #[derive(Clone, Default)]
@@ -96,12 +106,7 @@ impl JobVariables {
     /// Whether a variable is set to a true value (`true`, `1`, `yes`... like Go's ParseBool,
     /// case-insensitively).
     pub fn bool(&self, key: &str) -> bool {
-        matches!(
-            self.value(key)
-                .map(|v| v.trim().to_ascii_lowercase())
-                .as_deref(),
-            Some("1" | "t" | "true")
-        )
+        self.value(key).is_some_and(truthy)
     }
 
     /// Sets (or replaces) a variable without expanding it.
