@@ -192,6 +192,7 @@ fn scaler_config(a: &AutoscalerConfig, local: bool) -> ScalerConfig {
             },
         },
         delete_instances_on_shutdown: a.delete_instances_on_shutdown,
+        keep_instance_with_acquisitions: a.state_storage.keep_instance_with_acquisitions,
         preexisting: if local {
             Preexisting::Adopt
         } else {

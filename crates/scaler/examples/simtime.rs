@@ -14,14 +14,18 @@ fn main() {
         let t = std::time::Instant::now();
         let r = flotilla_testkit::sim::run(&p);
         println!(
-            "seed {seed}: {:?} jobs={} completed={} lost={} peak={} increases={} decreases={} violations={:?}",
+            "seed {seed}: {:?} jobs={} served={} timed_out={} lost={} restarts={} peak={} \
+             increases={} decreases={} checks={} violations={:?}",
             t.elapsed(),
             r.jobs,
-            r.completed,
+            r.served,
+            r.timed_out,
             r.lost,
+            r.restarts,
             r.peak_instances,
             r.increases,
             r.decreases,
+            r.checks,
             r.violations
         );
     }
