@@ -155,7 +155,7 @@ fn reconcile(
 }
 
 /// Lists the group and reconciles the ledger with it.
-async fn update(shared: &Arc<Shared>) {
+pub(crate) async fn update(shared: &Arc<Shared>) {
     let listing = match shared.group.update().await {
         Ok(l) => l,
         Err(e) => {
@@ -206,7 +206,7 @@ async fn ready_up(shared: Arc<Shared>, instance: ReadyUpInstance) {
 }
 
 /// What a tick leaves for the loop to know.
-struct TickOutcome {
+pub(crate) struct TickOutcome {
     /// A state change is expected: poll fast.
     expecting: bool,
     /// The throttle or backoff held an increase back until then.
@@ -303,7 +303,7 @@ fn plan(shared: &Shared) -> Plan {
 }
 
 /// Decides once and applies the decision.
-async fn tick(shared: &Arc<Shared>) -> TickOutcome {
+pub(crate) async fn tick(shared: &Arc<Shared>) -> TickOutcome {
     let Plan {
         mut increase,
         mut delete,

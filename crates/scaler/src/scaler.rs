@@ -457,6 +457,14 @@ impl Scaler {
         f(&self.shared.lock().ledger)
     }
 
+    /// Runs one listing and one decision now, as the driver does each tick (for the
+    /// benchmark of a whole tick; the driver keeps its own schedule).
+    #[doc(hidden)]
+    pub async fn drive_once(&self) {
+        driver::update(&self.shared).await;
+        driver::tick(&self.shared).await;
+    }
+
     /// Stops the driver and its tasks at once, as a crash would: no drain, no deletion, no
     /// provider shutdown. For the simulation's restarts.
     #[doc(hidden)]

@@ -9,8 +9,11 @@
 //! instance that comes back after that is recognised from a short memory of departed
 //! instances, so it is neither taken for someone else's nor handed out as new.
 
-use super::{Cause, Departed, Instance, Ledger, LostCause, Readiness, Removal, RemovalReason};
-use super::{DEPARTED_FOR, DEPARTED_MAX, Key, MISSING_LISTINGS, Preexisting, Slot};
+use super::index::FreeIndex;
+use super::instance::{Instance, Key, Readiness, Removal, Slot};
+use super::ledgers::{DEPARTED_FOR, DEPARTED_MAX, Departed, Ledger, MISSING_LISTINGS, refile};
+use super::rules::Rules;
+use crate::cause::{Cause, LostCause, Preexisting, RemovalReason};
 use flotilla_fleet::{InstanceId, InstanceStatus, State};
 use tokio::time::Instant;
 
@@ -60,7 +63,7 @@ impl Ledger {
 
     /// Whether an instance of `cause` is someone else's under this ledger's policy.
     fn foreign_cause(&self, cause: Cause) -> bool {
-        cause == Cause::Preexisted && self.preexisting != Preexisting::Adopt
+        cause == Cause::Preexisted && self.rules.preexisting != Preexisting::Adopt
     }
 
     /// Reconciles the ledger with a provider listing (the truth).
@@ -69,69 +72,36 @@ impl Ledger {
         self.epoch = self.epoch.wrapping_add(1);
         let epoch = self.epoch;
         for entry in listing {
-            if !self.instances.contains_key(&entry.id) {
-                if entry.state == State::Deleted {
-                    continue;
-                }
-                let i = self.arrival(entry, now);
-                out.appeared.push((entry.id.clone(), i.cause));
-                out.changed.push(entry.id.clone());
-                self.instances.insert(entry.id.clone(), i);
-            }
-            let Some(i) = self.instances.get_mut(&entry.id) else {
-                continue;
-            };
-            i.seen = epoch;
-            i.missing = 0;
-            i.missing_since = None;
-            let was = i.state;
-            if was != entry.state && out.changed.last().is_none_or(|c| *c != entry.id) {
-                out.changed.push(entry.id.clone());
-            }
-            i.state = entry.state;
-            let cause = i.cause;
-            let waiting = i.readiness == Readiness::Waiting;
-            let has_removal = i.removal.is_some();
-            let foreign = self.foreign_cause(cause);
-            if entry.state == State::Running && waiting && !foreign && !has_removal {
-                // New, restored from the store, or back from a glitch before its ready-up:
-                // the driver runs the hook now.
-                out.became_running.push(entry.id.clone());
-            }
-            if cause == Cause::Requested && was != entry.state {
-                match entry.state {
-                    State::Timeout => out.timed_out.push(entry.id.clone()),
-                    State::Running => out.created.push(entry.id.clone()),
-                    _ => {}
-                }
-            }
-            if !foreign
-                && matches!(
-                    entry.state,
-                    State::Deleting | State::Deleted | State::Timeout
-                )
-            {
-                // Dying: its jobs are lost, its reservations move.
-                if !has_removal && let Some(i) = self.instances.get_mut(&entry.id) {
-                    let timeout = entry.state == State::Timeout;
-                    let mut r = Removal::decided(
-                        if timeout {
-                            RemovalReason::Timeout
-                        } else {
-                            RemovalReason::RemovedFromOutside
-                        },
+            // One lookup per listed instance: this runs over the whole fleet every listing.
+            let dying = match self.instances.get_mut(&entry.id) {
+                Some(i) => note(&self.rules, &mut self.free, i, entry, epoch, now, &mut out),
+                None => {
+                    if entry.state == State::Deleted {
+                        continue;
+                    }
+                    let mut i = self.arrival(entry, now);
+                    out.appeared.push((entry.id.clone(), i.cause));
+                    out.changed.push(entry.id.clone());
+                    let dying = note(
+                        &self.rules,
+                        &mut self.free,
+                        &mut i,
+                        entry,
+                        epoch,
                         now,
+                        &mut out,
                     );
-                    // A timed-out instance still has to be deleted; one the provider is
-                    // deleting needs nothing more from us.
-                    r.accepted = !timeout;
-                    i.removal = Some(r);
+                    self.instances.insert(entry.id.clone(), i);
+                    dying
                 }
+            };
+            if dying {
+                // Its jobs are lost, its reservations move.
                 let lost = self.lose_acquisitions_of(&entry.id, LostCause::InstanceDeleting);
                 out.lost.extend(lost);
                 self.rebind_reservations_of(&entry.id);
+                self.reindex(&entry.id);
             }
-            self.reindex(&entry.id);
         }
         self.settle_missing(epoch, now, &mut out);
         self.prune_departed(now);
@@ -239,4 +209,60 @@ impl Ledger {
             self.departed.remove(&oldest);
         }
     }
+}
+
+/// Applies one listing entry to a known instance; returns whether it is one of ours that is
+/// dying (its jobs must be told).
+fn note(
+    rules: &Rules,
+    free: &mut FreeIndex,
+    i: &mut Instance,
+    entry: &InstanceStatus,
+    epoch: u64,
+    now: Instant,
+    out: &mut Observed,
+) -> bool {
+    i.seen = epoch;
+    i.missing = 0;
+    i.missing_since = None;
+    let was = i.state;
+    if was != entry.state && out.changed.last().is_none_or(|c| *c != entry.id) {
+        out.changed.push(entry.id.clone());
+    }
+    i.state = entry.state;
+    let foreign = rules.foreign(i);
+    if entry.state == State::Running
+        && i.readiness == Readiness::Waiting
+        && !foreign
+        && i.removal.is_none()
+    {
+        // New, restored from the store, or back from a glitch before its ready-up: the
+        // driver runs the hook now.
+        out.became_running.push(entry.id.clone());
+    }
+    if i.cause == Cause::Requested && was != entry.state {
+        match entry.state {
+            State::Timeout => out.timed_out.push(entry.id.clone()),
+            State::Running => out.created.push(entry.id.clone()),
+            _ => {}
+        }
+    }
+    let dying = !foreign && i.dying();
+    if dying && i.removal.is_none() {
+        let timeout = entry.state == State::Timeout;
+        let mut r = Removal::decided(
+            if timeout {
+                RemovalReason::Timeout
+            } else {
+                RemovalReason::RemovedFromOutside
+            },
+            now,
+        );
+        // A timed-out instance still has to be deleted; one the provider is deleting needs
+        // nothing more from us.
+        r.accepted = !timeout;
+        i.removal = Some(r);
+    }
+    refile(rules, free, i);
+    dying && (i.acquired > 0 || i.reserved > 0)
 }

@@ -1,8 +1,10 @@
 //! The job-source operations on the ledgers: reserve, acquire, release, and the driver's
 //! operations on one instance (ready-up, health, removal, requests).
 
-use super::{Key, KeyState, Ledger, LostCause, Readiness, Removal, Slot, SlotRef};
-use super::{RemovalReason, TryAcquire};
+use super::instance::{Key, Readiness, Removal, Slot, SlotRef};
+use super::keys::{KeyState, TryAcquire};
+use super::ledgers::Ledger;
+use crate::cause::{LostCause, RemovalReason};
 use crate::error::ScalerError;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -154,7 +156,7 @@ impl Ledger {
             Some(i) => {
                 i.use_count = i.use_count.saturating_add(1);
                 i.idle_since = now;
-                self.max_use_count > 0 && i.use_count >= self.max_use_count
+                self.rules.used_up(i)
             }
             None => false,
         };
@@ -413,7 +415,7 @@ impl Ledger {
     /// work (taskscaler !109); its running jobs go on, and it is removed once they end.
     /// Returns whether this failure crossed the threshold.
     pub fn health_failure(&mut self, id: &str) -> bool {
-        let threshold = self.failure_threshold;
+        let threshold = self.rules.failure_threshold;
         let crossed = match self.instances.get_mut(id) {
             Some(i) => {
                 i.health_failures = i.health_failures.saturating_add(1);
@@ -431,7 +433,7 @@ impl Ledger {
     /// Records a passed health check of `id`: the failure streak ends.
     pub fn health_ok(&mut self, id: &str) {
         if let Some(i) = self.instances.get_mut(id)
-            && i.health_failures < self.failure_threshold
+            && i.health_failures < self.rules.failure_threshold
         {
             i.health_failures = 0;
         }
