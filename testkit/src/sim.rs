@@ -70,6 +70,8 @@ pub struct SimReport {
     pub foreign_taken_for_ours: u64,
     /// The scaler's own instances taken for someone else's in exchange.
     pub swapped: u64,
+    /// Times the policy in force changed (schedule periods, across the DST change).
+    pub policy_switches: u64,
     /// Restarts of the scaler from its store.
     pub restarts: u64,
     /// The longest wait for a slot, in seconds.

@@ -37,6 +37,10 @@ pub(crate) async fn delete_all(shared: &Arc<Shared>) -> usize {
         let (ids, events, done) = {
             let now = shared.clock.now();
             let mut inner = shared.lock();
+            // The driver has stopped: requests that will not come are given up on here.
+            inner
+                .ledger
+                .expire_requested(shared.config.request_timeout, now);
             let ours: Vec<String> = inner
                 .ledger
                 .instances()

@@ -171,3 +171,33 @@ async fn a_throttle_limit_of_zero_does_not_spin() {
     assert_eq!(g.call_count("increase"), 1);
     drop(s);
 }
+
+/// Heartbeats that fail on other jobs' acquire attempts count towards the instance's
+/// failure threshold, but crossing it does not end the job already running there.
+#[tokio::test(start_paused = true)]
+async fn failed_acquire_heartbeats_do_not_end_running_jobs() {
+    let g = fake(FakeConfig::default());
+    let mut cfg = config(4, 5);
+    cfg.acquire_heartbeat = true;
+    let s = start(g.clone(), cfg, policy(0, 600)).await;
+    let a = s.acquire("running", None).await.unwrap();
+    let x = a.instance_id().to_string();
+    g.set_unhealthy(&x, true);
+    // Other jobs try the instance (it has free slots and is preferred), fail its heartbeat,
+    // and go elsewhere.
+    let mut others = Vec::new();
+    for i in 0..3 {
+        let b = s.acquire(&format!("other{i}"), None).await.unwrap();
+        assert_ne!(b.instance_id(), x);
+        others.push(b);
+    }
+    let snap = s.snapshot();
+    assert!(snap.ledger.unhealthy(snap.ledger.instance(&x).unwrap()));
+    pass(30).await;
+    assert!(!a.lost_token().is_cancelled(), "the running job goes on");
+    assert_eq!(g.instance(&x).unwrap().delete_requests, 0);
+    for b in &others {
+        s.release(b.key());
+    }
+    s.release(a.key());
+}

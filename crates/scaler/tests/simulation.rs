@@ -53,6 +53,7 @@ fn run_seeds(
                         t.lost += r.lost;
                         t.running_at_crash += r.running_at_crash;
                         t.restarts += r.restarts;
+                        t.policy_switches += r.policy_switches;
                         t.checks += r.checks;
                         t.longest_wait_secs = t.longest_wait_secs.max(r.longest_wait_secs);
                     }
@@ -76,7 +77,8 @@ fn describe(totals: &SimReport, count: u64) -> String {
     format!(
         "{count} seeds: {} jobs, {} served within instance_acquire_timeout ({:.3}%), {} timed \
          out, {} interrupted by {} restarts ({} running at the crash), {} lost their instance, \
-         {} acquires dropped, {} reservations unused, longest wait {:.0}s, {} invariant checks",
+         {} acquires dropped, {} reservations unused, {} policy switches, longest wait {:.0}s, \
+         {} invariant checks",
         totals.jobs,
         totals.served,
         100.0 * totals.served_ratio(),
@@ -87,6 +89,7 @@ fn describe(totals: &SimReport, count: u64) -> String {
         totals.lost,
         totals.dropped,
         totals.unused_reservations,
+        totals.policy_switches,
         totals.longest_wait_secs,
         totals.checks
     )
@@ -115,6 +118,8 @@ fn many_seeds() {
     assert!(totals.jobs > count * 10, "the workload ran jobs");
     assert!(totals.restarts >= count, "every seed restarts");
     assert!(totals.running_at_crash > 0, "jobs ran at crashes");
+    assert!(totals.policy_switches >= count, "policies switched");
+    assert!(totals.dropped > 0 && totals.unused_reservations > 0);
 }
 
 /// Log timestamps in the simulation's virtual time (seconds since the first line).

@@ -47,7 +47,7 @@ pub struct SimParams {
     pub scaler: ScalerConfig,
     /// The policies, in configuration order.
     pub policies: Vec<SimPolicy>,
-    /// When the run starts (around a daylight saving time change in Europe/Berlin).
+    /// When the run starts (shortly before a daylight saving time change in Europe/Berlin).
     pub start_utc: DateTime<Utc>,
     /// The provider's behaviour.
     pub provider: FakeConfig,
@@ -123,28 +123,39 @@ impl SimParams {
             m => churn / m as f64,
         };
         let cost = mean(job) / per_instance + churn_share;
-        let load = rng.random_range(0.1..0.35);
+        // Instances that run few jobs spend much of their life being created and deleted;
+        // their fleets queue sooner.
+        let load = if max_use_count > 0 {
+            rng.random_range(0.1..0.25)
+        } else {
+            rng.random_range(0.1..0.35)
+        };
         let arrival_rate = load * max_instances as f64 / cost;
+        // A burst never asks for more than half of the slots the limit allows at once.
+        let concurrent = (max_instances as f64 * per_instance) as usize;
+        let burst_max = (cap * 2).min(concurrent / 2).max(1);
 
         let mut policies = vec![SimPolicy {
             policy: policy(&mut rng, reserve_first),
             periods: vec![],
             timezone: "UTC".into(),
         }];
-        // 02:00-02:59 in Berlin does not exist on the spring change and happens twice on
-        // the autumn one; the run crosses the change (01:00 UTC).
+        // The run starts between 00:15 and 00:59 UTC on a day Berlin changes its clocks
+        // (01:00 UTC) and crosses the change. 02:00-03:59 in Berlin begins at the change in
+        // spring (the clocks jump from 02:00 to 03:00) and the hour 02:00-02:59 comes twice
+        // in autumn, so the last matching policy switches at the change either way; the
+        // UTC policy adds a switch before it.
         policies.push(SimPolicy {
             policy: policy(&mut rng, reserve_first),
-            periods: vec!["* 2 * * *".into()],
+            periods: vec!["* 2-3 * * *".into()],
             timezone: "Europe/Berlin".into(),
         });
-        if rng.random_bool(0.5) {
-            policies.push(SimPolicy {
-                policy: policy(&mut rng, reserve_first),
-                periods: vec![format!("{}-59 0 * * *", rng.random_range(20..50))],
-                timezone: "UTC".into(),
-            });
-        }
+        let autumn_first = rng.random_range(15..45);
+        policies.push(SimPolicy {
+            policy: policy(&mut rng, reserve_first),
+            periods: vec![format!("{autumn_first}-59 0 * * *")],
+            timezone: "UTC".into(),
+        });
         let spring = rng.random_bool(0.5);
         let start_utc = Utc
             .with_ymd_and_hms(
@@ -152,7 +163,7 @@ impl SimParams {
                 if spring { 3 } else { 10 },
                 if spring { 29 } else { 25 },
                 0,
-                rng.random_range(15..60),
+                rng.random_range(5..40),
                 0,
             )
             .single()
@@ -172,9 +183,19 @@ impl SimParams {
             .collect();
         let mut restarts = restarts;
         restarts.sort();
+        // The longest wait the provider can explain without the fleet being saturated: an
+        // instance created, failing (timeout or ready-up) and created again, a deletion to
+        // make room, a creation backoff, the grace of a failed increase's requests, a
+        // request never served, a restart, and a minute of listings and decisions.
+        let doubt_grace = Duration::from_secs(60);
+        // An instance removed from outside before any listing showed it leaves a request
+        // that is never served; it counts as capacity until `request_timeout`.
+        let request_timeout = Duration::from_secs(120);
         let liveness_grace = (create.1 + ready.1) * 2
             + delete.1
             + backoff_max
+            + doubt_grace
+            + request_timeout
             + restart_gap
             + Duration::from_secs(60);
         SimParams {
@@ -182,7 +203,7 @@ impl SimParams {
             duration,
             arrival_rate,
             burst_probability: rng.random_range(0.0..0.08),
-            burst_max: (cap * 2).max(2),
+            burst_max,
             job,
             cancel_fraction: rng.random_range(0.0..0.1),
             drop_fraction: rng.random_range(0.01..0.05),
@@ -200,7 +221,7 @@ impl SimParams {
                 reservation_lease: secs(&mut rng, 60, 300),
                 backoff_base: Duration::from_secs(1),
                 backoff_max,
-                request_timeout: Duration::from_secs(600),
+                request_timeout,
                 preexisting,
                 keep_instance_with_acquisitions: rng.random_bool(0.3),
                 scale_throttle: ScaleThrottle {

@@ -56,6 +56,8 @@ pub(super) struct World {
     waiting: Mutex<BTreeMap<u64, (Instant, u64)>>,
     flagged: Mutex<HashSet<u64>>,
     leaked: Mutex<HashSet<InstanceId>>,
+    /// The policy in force at the last check.
+    policy: Mutex<Option<Option<usize>>>,
     last_saturated: Mutex<Instant>,
     uses: Mutex<HashMap<InstanceId, u32>>,
     crashed_on: Mutex<HashSet<InstanceId>>,
@@ -194,6 +196,15 @@ impl World {
         let Some(scaler) = self.current() else {
             return;
         };
+        if let Some(d) = scaler.last_decision() {
+            let mut last = lock(&self.policy);
+            if *last != Some(d.policy_index) {
+                if last.is_some() {
+                    self.report().policy_switches += 1;
+                }
+                *last = Some(d.policy_index);
+            }
+        }
         if let Err(e) = scaler.check_invariants() {
             self.violation(format!("after {what}: ledger: {e}"));
         }
@@ -348,6 +359,7 @@ impl World {
             waiting: Mutex::new(BTreeMap::new()),
             flagged: Mutex::new(HashSet::new()),
             leaked: Mutex::new(HashSet::new()),
+            policy: Mutex::new(None),
             last_saturated: Mutex::new(now),
             uses: Mutex::new(HashMap::new()),
             crashed_on: Mutex::new(HashSet::new()),
@@ -370,6 +382,17 @@ impl World {
                 lock(&world.foreign).insert(id);
             }
         }
+        let report = world.clone().run_world().await;
+        // The scaler's provider and hooks hold the world: break the cycle, or every seed
+        // would keep its store (and its open files) alive.
+        lock(&world.scaler).take();
+        lock(&world.tasks).clear();
+        report
+    }
+
+    async fn run_world(self: Arc<Self>) -> SimReport {
+        let world = self;
+        let fake = world.fake.clone();
         match world.start_scaler(0, Persisted::default()).await {
             Ok(s) => *lock(&world.scaler) = Some(s),
             Err(e) => {

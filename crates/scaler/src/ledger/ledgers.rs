@@ -15,8 +15,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// Listings an instance may be missing from before the ledger takes it for gone (unless
-/// its deletion was confirmed, which takes it out at once).
+/// its deletion was confirmed, which takes it out at once) ...
 pub const MISSING_LISTINGS: u32 = 3;
+
+/// ... and for at least this long: with listings every two seconds while a change is
+/// expected, three listings are too short to outlast a flapping provider API.
+pub const MISSING_FOR: Duration = Duration::from_secs(60);
 
 /// What the ledger remembers of an instance that left, so that it is recognised if it
 /// comes back (a listing that lagged longer than [`MISSING_LISTINGS`]).

@@ -34,7 +34,7 @@ pub use crate::cause::{Cause, LostCause, Preexisting, RemovalReason};
 pub use crate::counts::SlotCounts;
 pub use instance::{Instance, Key, Readiness, Removal, Slot, SlotRef};
 pub use keys::{KeyState, TryAcquire};
-pub use ledgers::{Ledger, MISSING_LISTINGS};
+pub use ledgers::{Ledger, MISSING_FOR, MISSING_LISTINGS};
 pub use observe::Observed;
 pub(crate) use requests::doubt_grace as requests_doubt_grace;
 pub use slots::ReserveOptions;

@@ -5,13 +5,15 @@
 //! partial or empty listings when their API glitches. So an instance missing from a listing
 //! keeps what the ledger knows about it (cause, use count, jobs) until its deletion is
 //! confirmed (the provider listed it as deleted) or it has been missing from
-//! [`MISSING_LISTINGS`] listings in a row. Meanwhile it takes no new work. An
+//! [`MISSING_LISTINGS`] listings in a row over at least [`MISSING_FOR`]. Meanwhile it takes no new work. An
 //! instance that comes back after that is recognised from a short memory of departed
 //! instances, so it is neither taken for someone else's nor handed out as new.
 
 use super::index::FreeIndex;
 use super::instance::{Instance, Key, Readiness, Removal, Slot};
-use super::ledgers::{DEPARTED_FOR, DEPARTED_MAX, Departed, Ledger, MISSING_LISTINGS, refile};
+use super::ledgers::{
+    DEPARTED_FOR, DEPARTED_MAX, Departed, Ledger, MISSING_FOR, MISSING_LISTINGS, refile,
+};
 use super::rules::Rules;
 use crate::cause::{Cause, LostCause, Preexisting, RemovalReason};
 use flotilla_fleet::{InstanceId, InstanceStatus, State};
@@ -155,8 +157,10 @@ impl Ledger {
             let confirmed = i.state == State::Deleted || self.forget_missing_at_once;
             if !confirmed {
                 i.missing += 1;
-                i.missing_since.get_or_insert(now);
-                if i.missing < MISSING_LISTINGS {
+                let since = *i.missing_since.get_or_insert(now);
+                if i.missing < MISSING_LISTINGS
+                    || now.saturating_duration_since(since) < MISSING_FOR
+                {
                     self.reindex(&id);
                     self.rebind_reservations_of(&id);
                     continue;

@@ -108,13 +108,16 @@ impl Requests {
         before - self.total()
     }
 
-    /// Matches one new instance to the oldest request known to have reached the provider;
-    /// else to a doubted one; else to one given up on.
+    /// Matches one new instance to the newest request known to have reached the provider;
+    /// else to a doubted one; else to one given up on. Newest first: a request that will
+    /// never be served (its instance vanished before any listing showed it) then ages out
+    /// at `request_timeout`, instead of being renewed by every later arrival and holding
+    /// phantom capacity forever.
     pub(crate) fn consume(&mut self) -> bool {
         let pick = self
             .pending
             .iter()
-            .position(|r| r.doubted_until.is_none())
+            .rposition(|r| r.doubted_until.is_none())
             .or(if self.pending.is_empty() {
                 None
             } else {

@@ -146,7 +146,11 @@ async fn vanished_instance_loses_its_jobs_and_moves_reservations() {
     for _ in 1..MISSING_LISTINGS {
         assert!(l.observe(&running(&rest), now).lost.is_empty());
     }
-    let obs = l.observe(&running(&rest), now);
+    assert!(
+        l.observe(&running(&rest), now).lost.is_empty(),
+        "not for long enough"
+    );
+    let obs = l.observe(&running(&rest), now + MISSING_FOR);
     assert_eq!(
         obs.lost,
         vec![("job".to_string(), LostCause::InstanceRemoved)]
@@ -246,4 +250,26 @@ async fn pending_cancel_and_unassign() {
     assert_eq!(l.instance("a").unwrap().use_count, 0);
     assert_eq!(l.fulfil_pending(now).len(), 1);
     l.check_invariants().unwrap();
+}
+
+/// A request whose instance never shows up (it vanished before any listing) must age out
+/// at the request timeout, not be renewed by every later arrival: arrivals are matched to
+/// the newest request.
+#[tokio::test(start_paused = true)]
+async fn a_request_never_served_ages_out() {
+    let now = Instant::now();
+    let timeout = Duration::from_secs(600);
+    let mut l = Ledger::new(1, 0, 3);
+    l.add_requested(1, now);
+    let mut listed = Vec::new();
+    for k in 1..=5u64 {
+        let t = now + Duration::from_secs(100 * k);
+        l.add_requested(1, t);
+        listed.push(InstanceStatus::new(format!("i{k}"), State::Running));
+        l.observe(&listed, t);
+        assert_eq!(l.expire_requested(timeout, t), 0);
+        assert_eq!(l.requested_in_flight(), 1, "the phantom");
+    }
+    assert_eq!(l.expire_requested(timeout, now + timeout), 1);
+    assert_eq!(l.requested_in_flight(), 0);
 }
