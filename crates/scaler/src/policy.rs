@@ -252,8 +252,9 @@ mod tests {
         let weekday =
             ScheduledPolicy::new(p(6), &["* 8-17 * * mon-fri".into()], Some("Europe/Berlin"))
                 .unwrap();
-        let weekend = ScheduledPolicy::new(p(0), &["* * * * sat,sun".into()], None).unwrap();
-        let base = ScheduledPolicy::new(p(1), &[], None).unwrap();
+        // Explicit zones: an unset one is the host's local time, which tests must not read.
+        let weekend = ScheduledPolicy::new(p(0), &["* * * * sat,sun".into()], Some("UTC")).unwrap();
+        let base = ScheduledPolicy::new(p(1), &[], Some("UTC")).unwrap();
         let s = Schedule::new(vec![base, weekday, weekend]);
         // Monday 2026-11-23 09:30 Berlin = 08:30 UTC.
         let mon = Utc.with_ymd_and_hms(2026, 11, 23, 8, 30, 0).unwrap();
@@ -268,7 +269,7 @@ mod tests {
 
     #[test]
     fn no_match_uses_default() {
-        let only_jan = ScheduledPolicy::new(p(5), &["* * * jan *".into()], None).unwrap();
+        let only_jan = ScheduledPolicy::new(p(5), &["* * * jan *".into()], Some("UTC")).unwrap();
         let s = Schedule::new(vec![only_jan]);
         let nov = Utc.with_ymd_and_hms(2026, 11, 23, 8, 30, 0).unwrap();
         assert_eq!(s.active(nov), (None, Policy::default()));
