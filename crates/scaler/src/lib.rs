@@ -14,6 +14,8 @@
 //! Time comes from a [`Clock`] on tokio's instant, so a paused runtime drives it all in
 //! virtual time; the simulation tests do exactly that.
 
+#![warn(missing_docs)]
+
 mod acquisition;
 mod cause;
 mod clock;
