@@ -74,6 +74,12 @@ pub struct SimReport {
     pub policy_switches: u64,
     /// Restarts of the scaler from its store.
     pub restarts: u64,
+    /// Ready-ups that failed.
+    pub ready_up_failures: u64,
+    /// Listings that came back empty, stale (the previous one) or partial.
+    pub listing_glitches: u64,
+    /// Provider calls that failed (`update`, `increase`, and `increase` after creating).
+    pub provider_errors: u64,
     /// The longest wait for a slot, in seconds.
     pub longest_wait_secs: f64,
     /// Most of the scaler's own instances at once.

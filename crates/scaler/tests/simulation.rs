@@ -54,6 +54,10 @@ fn run_seeds(
                         t.running_at_crash += r.running_at_crash;
                         t.restarts += r.restarts;
                         t.policy_switches += r.policy_switches;
+                        t.ready_up_failures += r.ready_up_failures;
+                        t.listing_glitches += r.listing_glitches;
+                        t.provider_errors += r.provider_errors;
+                        t.foreign_taken_for_ours += r.foreign_taken_for_ours;
                         t.checks += r.checks;
                         t.longest_wait_secs = t.longest_wait_secs.max(r.longest_wait_secs);
                     }
@@ -77,8 +81,9 @@ fn describe(totals: &SimReport, count: u64) -> String {
     format!(
         "{count} seeds: {} jobs, {} served within instance_acquire_timeout ({:.3}%), {} timed \
          out, {} interrupted by {} restarts ({} running at the crash), {} lost their instance, \
-         {} acquires dropped, {} reservations unused, {} policy switches, longest wait {:.0}s, \
-         {} invariant checks",
+         {} acquires dropped, {} reservations unused, {} policy switches, {} ready-up failures, \
+         {} listing glitches, {} provider errors, {} foreign instances taken for ours, longest \
+         wait {:.0}s, {} invariant checks",
         totals.jobs,
         totals.served,
         100.0 * totals.served_ratio(),
@@ -90,6 +95,10 @@ fn describe(totals: &SimReport, count: u64) -> String {
         totals.dropped,
         totals.unused_reservations,
         totals.policy_switches,
+        totals.ready_up_failures,
+        totals.listing_glitches,
+        totals.provider_errors,
+        totals.foreign_taken_for_ours,
         totals.longest_wait_secs,
         totals.checks
     )
@@ -120,6 +129,7 @@ fn many_seeds() {
     assert!(totals.running_at_crash > 0, "jobs ran at crashes");
     assert!(totals.policy_switches >= count, "policies switched");
     assert!(totals.dropped > 0 && totals.unused_reservations > 0);
+    assert!(totals.ready_up_failures > 0 && totals.provider_errors > 0 && totals.lost > 0);
 }
 
 /// Log timestamps in the simulation's virtual time (seconds since the first line).

@@ -447,6 +447,15 @@ impl World {
             }
         }
         let r = world.report().clone();
+        // Not vacuous: the faults this seed was to inject happened.
+        if r.restarts < world.p.restarts.len() as u64 || r.listing_glitches == 0 {
+            world.violation(format!(
+                "the seed injected too few faults: {} restarts of {}, {} listing glitches",
+                r.restarts,
+                world.p.restarts.len(),
+                r.listing_glitches
+            ));
+        }
         if r.served_ratio() < world.p.min_served {
             world.violation(format!(
                 "only {} of {} jobs got a slot within instance_acquire_timeout ({:.1}%)",
@@ -802,6 +811,9 @@ impl Hooks for SimHooks {
         let failed = w.chance(w.p.ready_up_failure_rate);
         w.record(("ready-up", instance.id.clone(), failed));
         if failed {
+            w.report().ready_up_failures += 1;
+        }
+        if failed {
             Err("instance_ready_command exited with 1".into())
         } else {
             Ok(())
@@ -821,17 +833,25 @@ impl InstanceGroup for Watched {
     async fn update(&self) -> Result<Vec<InstanceStatus>, FleetError> {
         let w = &self.0;
         w.check("listing");
-        let listing = w.fake.update().await?;
+        let listing = match w.fake.update().await {
+            Ok(l) => l,
+            Err(e) => {
+                w.report().provider_errors += 1;
+                return Err(e);
+            }
+        };
         let mut l = lock(&w.listings);
         if !l.empty_done && w.start.elapsed() >= w.p.empty_listing_at {
             l.empty_done = true;
             w.record("empty listing");
+            w.report().listing_glitches += 1;
             return Ok(Vec::new());
         }
         if w.chance(w.p.lag_rate)
             && let Some(prev) = &l.last
         {
             w.record("lagging listing");
+            w.report().listing_glitches += 1;
             return Ok(prev.clone());
         }
         l.last = Some(listing.clone());
@@ -842,6 +862,7 @@ impl InstanceGroup for Watched {
                 .filter(|_| rng.random_bool(0.7))
                 .collect();
             w.record(("partial listing", partial.len()));
+            w.report().listing_glitches += 1;
             return Ok(partial);
         }
         Ok(listing)
@@ -852,6 +873,9 @@ impl InstanceGroup for Watched {
         w.report().increases += 1;
         let r = w.fake.increase(n).await;
         w.record(("increase", n, r.as_ref().ok().copied()));
+        if r.is_err() {
+            w.report().provider_errors += 1;
+        }
         w.check("increase");
         r
     }
