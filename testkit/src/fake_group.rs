@@ -42,6 +42,10 @@ pub struct FakeConfig {
     pub creation_timeout_rate: f64,
     /// Probability that a heartbeat of a healthy instance fails anyway.
     pub heartbeat_failure_rate: f64,
+    /// Probability that an `increase` creates some of the instances and then reports an
+    /// error anyway (the AWS plugin sets the desired capacity and can then fail; fleeting's
+    /// `Increase` returns no ids either way).
+    pub increase_error_after_create_rate: f64,
 }
 
 impl Default for FakeConfig {
@@ -58,6 +62,7 @@ impl Default for FakeConfig {
             decrease_failure_rate: 0.0,
             creation_timeout_rate: 0.0,
             heartbeat_failure_rate: 0.0,
+            increase_error_after_create_rate: 0.0,
         }
     }
 }
@@ -77,6 +82,8 @@ pub struct FakeInstance {
     pub unhealthy: bool,
     /// How many times `decrease` was asked to delete it.
     pub delete_requests: u32,
+    /// Added with [`FakeInstanceGroup::add_running`], not created by `increase`.
+    pub preexisting: bool,
 }
 
 impl FakeInstance {
@@ -152,9 +159,20 @@ impl FakeInstanceGroup {
                 deleting: None,
                 unhealthy: false,
                 delete_requests: 0,
+                preexisting: true,
             },
         );
         id
+    }
+
+    /// Instances `increase` created that are not gone yet (deleting ones included).
+    pub fn created_alive(&self) -> usize {
+        let now = Instant::now();
+        self.lock()
+            .instances
+            .values()
+            .filter(|i| !i.preexisting && i.state(now) != State::Deleted)
+            .count()
     }
 
     /// Removes an instance as if someone deleted it outside flotilla: it vanishes from the
@@ -301,6 +319,11 @@ impl InstanceGroup for FakeInstanceGroup {
         if allowed > 0 && Self::chance(&mut inner.rng, self.config.partial_increase_rate) {
             allowed = inner.rng.random_range(0..allowed);
         }
+        let error_after = allowed > 0
+            && Self::chance(&mut inner.rng, self.config.increase_error_after_create_rate);
+        if error_after {
+            allowed = inner.rng.random_range(1..=allowed);
+        }
         for _ in 0..allowed {
             let id = format!("fake-{}", inner.next_id);
             inner.next_id += 1;
@@ -315,8 +338,15 @@ impl InstanceGroup for FakeInstanceGroup {
                     deleting: None,
                     unhealthy: false,
                     delete_requests: 0,
+                    preexisting: false,
                 },
             );
+        }
+        if error_after {
+            return Err(FleetError::provider(
+                "increase",
+                "injected failure after creating some instances",
+            ));
         }
         Ok(allowed)
     }

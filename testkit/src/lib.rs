@@ -9,6 +9,8 @@
 //! - [`fake_gitlab`]: [`fake_gitlab::FakeGitLab`], the runner side of GitLab's runner API
 //!   over HTTP on 127.0.0.1, with fault injection and a record of every request.
 //! - [`containers`]: containers a test made, found and removed by label ([`containers::LabelGuard`]).
+//! - `sim` (feature `sim`): the scaler's deterministic simulation, journaling into the real
+//!   SQLite store.
 //! - `docker_fleet` (feature `docker-fleet`): a docker instance group with a scaler and a
 //!   dispatcher at shell or docker isolation, whose containers are removed even on panic.
 
@@ -19,6 +21,7 @@ pub mod fake_gitlab;
 pub mod fake_group;
 pub mod images;
 pub mod infra;
+#[cfg(feature = "sim")]
 pub mod sim;
 
 pub use fake_group::{FakeConfig, FakeInstanceGroup};

@@ -1,5 +1,6 @@
 //! Runs simulation seeds one by one and prints what each did (a debugging aid for the
 //! scaler's simulation; `cargo run --release -p flotilla-scaler --example simtime -- FIRST N`).
+//! `SIM_LEGACY=timeouts` or `SIM_LEGACY=missing` puts bug 1 or bug 3 of issue 12 back.
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -7,21 +8,33 @@ fn main() {
     let n: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(10);
     let verbose = args.next().is_some();
     for seed in first..first + n {
-        let p = flotilla_testkit::sim::SimParams::random(seed);
+        let mut p = flotilla_testkit::sim::SimParams::random(seed);
+        match std::env::var("SIM_LEGACY").as_deref() {
+            Ok("timeouts") => {
+                p.provider.creation_timeout_rate = 0.25;
+                p.scaler.legacy.timeouts_never_deleted = true;
+            }
+            Ok("missing") => p.scaler.legacy.forget_missing_at_once = true,
+            _ => {}
+        }
         if verbose {
             println!("{p:#?}");
         }
         let t = std::time::Instant::now();
         let r = flotilla_testkit::sim::run(&p);
         println!(
-            "seed {seed}: {:?} jobs={} completed={} lost={} peak={} increases={} decreases={} violations={:?}",
+            "seed {seed}: {:?} jobs={} served={} timed_out={} lost={} restarts={} peak={} \
+             increases={} decreases={} checks={} violations={:?}",
             t.elapsed(),
             r.jobs,
-            r.completed,
+            r.served,
+            r.timed_out,
             r.lost,
+            r.restarts,
             r.peak_instances,
             r.increases,
             r.decreases,
+            r.checks,
             r.violations
         );
     }

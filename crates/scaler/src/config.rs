@@ -66,10 +66,29 @@ pub struct ScalerConfig {
     /// is considered lost.
     pub request_timeout: Duration,
     /// What to do with instances in the group that this scaler never created.
-    pub preexisting: crate::ledger::Preexisting,
+    pub preexisting: crate::cause::Preexisting,
     /// Shortest time between two decisions when events (acquires, reservations) wake the
     /// driver early: a burst of jobs gets one decision, not one per job.
     pub decision_debounce: Duration,
+    /// Keep an instance restored from the store that had jobs when the previous process
+    /// stopped (`[runners.autoscaler.state_storage] keep_instance_with_acquisitions`);
+    /// otherwise it is removed for safety, as GitLab does.
+    pub keep_instance_with_acquisitions: bool,
+    /// Test-only switches that put fixed bugs back, so the simulation can show it catches
+    /// them. Never set outside tests.
+    #[doc(hidden)]
+    pub legacy: Legacy,
+}
+
+/// Test-only switches restoring old, wrong behaviour (issue 12's mutation demonstration).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Legacy {
+    /// Bug 1: instances the provider reports as timed out are never deleted.
+    pub timeouts_never_deleted: bool,
+    /// Bug 3: an instance missing from one listing is forgotten at once (and comes back as
+    /// a new, unused one).
+    pub forget_missing_at_once: bool,
 }
 
 impl Default for ScalerConfig {
@@ -92,8 +111,10 @@ impl Default for ScalerConfig {
             backoff_base: Duration::from_secs(1),
             backoff_max: Duration::from_secs(5 * 60),
             request_timeout: Duration::from_secs(20 * 60),
-            preexisting: crate::ledger::Preexisting::Adopt,
+            preexisting: crate::cause::Preexisting::Adopt,
             decision_debounce: Duration::from_secs(1),
+            keep_instance_with_acquisitions: false,
+            legacy: Legacy::default(),
         }
     }
 }

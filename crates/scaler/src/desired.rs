@@ -16,15 +16,21 @@
 //! - Scale up when free usable slots fall short of demand, by whole instances, never past
 //!   `max_instances` counting every instance still listed (removing ones included) plus those
 //!   requested.
-//! - Otherwise scale down: idle instances (no job) past `idle_time`, oldest idle first, as
-//!   long as the free slots left still cover demand. Instances already being removed are
-//!   neither capacity nor candidates, so slow deletions never eat the scale-down budget.
+//! - The idle target's in-use capacity is every running job, on any instance.
+//! - Otherwise scale down: idle instances (no job, no reservation) past `idle_time`, oldest
+//!   idle first, as long as the free slots left still cover demand. Instances already being
+//!   removed are neither capacity nor candidates, so slow deletions never eat the
+//!   scale-down budget.
 //! - Independently, remove instances that cannot serve: timed out, failed ready-up, past the
-//!   health-failure threshold, or used up with no job left; and retry deletions that showed
-//!   no effect after `deletion_retry_interval`.
+//!   health-failure threshold or used up with no job left; retry deletions that were
+//!   rejected (with a backoff) or showed no effect after `deletion_retry_interval`.
+//! - Instances left alone (`Preexisting::Ignore`) are not counted against `max_instances`;
+//!   instances missing from the last listing are counted but are not capacity.
 
+use crate::cause::{Preexisting, RemovalReason};
 use crate::config::ScalerConfig;
-use crate::ledger::{Ledger, Preexisting, Readiness, RemovalReason, SlotCounts};
+use crate::counts::SlotCounts;
+use crate::ledger::{Instance, Ledger, Readiness, Removal};
 use crate::policy::Policy;
 use flotilla_fleet::{InstanceId, State};
 use std::fmt;
@@ -124,6 +130,37 @@ pub struct Inputs<'a> {
     pub now: Instant,
 }
 
+/// Whether an instance in `state` still has to be deleted by us: live, or timed out (the
+/// provider gave up creating it but it is still there, counting against the limit).
+fn needs_deletion(state: State, config: &ScalerConfig) -> bool {
+    state.is_live() || (state == State::Timeout && !config.legacy.timeouts_never_deleted)
+}
+
+/// Whether a deletion request is due: never sent; rejected, and its backoff is over
+/// (`backoff_base` doubling per rejection, up to `deletion_retry_interval`); or accepted
+/// without effect for `deletion_retry_interval`.
+fn deletion_due(r: &Removal, config: &ScalerConfig, now: Instant) -> bool {
+    let Some(at) = r.last_attempt else {
+        return true;
+    };
+    let wait = if r.accepted {
+        config.deletion_retry_interval
+    } else {
+        let exp = r.attempts.saturating_sub(1).min(20);
+        config
+            .backoff_base
+            .max(config.update_interval_when_expecting)
+            .saturating_mul(1u32 << exp)
+            .min(config.deletion_retry_interval)
+    };
+    now.saturating_duration_since(at) >= wait
+}
+
+/// Whether an instance holds neither a job nor a reservation.
+fn unheld(i: &Instance) -> bool {
+    i.acquired() == 0 && i.reserved() == 0
+}
+
 /// Decides what the fleet needs now. Pure: no I/O, no clock, no randomness.
 pub fn desired(input: Inputs<'_>) -> Decision {
     let Inputs {
@@ -140,38 +177,42 @@ pub fn desired(input: Inputs<'_>) -> Decision {
 
     let mut usable_instances = 0usize;
     let mut free_slots = requested * cap;
-    let mut in_use = 0usize;
     let mut removing = 0usize;
+    let mut ours = 0usize;
     let mut remove = Vec::new();
     let mut retry_remove = Vec::new();
     let mut candidates = Vec::new();
 
     for i in ledger.instances() {
-        if i.cause == crate::ledger::Cause::Preexisted {
-            match ledger.preexisting() {
-                Preexisting::Adopt => {}
-                Preexisting::Ignore => continue,
-                Preexisting::Remove => {
-                    if i.removal.is_none() && i.state.is_live() {
-                        remove.push((i.id.clone(), RemovalReason::Reconcile));
-                        continue;
-                    }
-                }
-            }
+        if ledger.left_alone(i) {
+            // Someone else's: not ours to use, delete or count.
+            continue;
+        }
+        ours += 1;
+        if i.cause == crate::cause::Cause::Preexisted
+            && ledger.preexisting() == Preexisting::Remove
+            && i.removal.is_none()
+            && i.state.is_live()
+        {
+            remove.push((i.id.clone(), RemovalReason::Reconcile));
+            continue;
         }
         if let Some(r) = &i.removal {
             removing += 1;
-            // A deletion that has not taken effect is requested again.
-            let due = match r.last_attempt {
-                None => true,
-                Some(at) => {
-                    !r.accepted
-                        || now.saturating_duration_since(at) >= config.deletion_retry_interval
-                }
-            };
-            if i.state.is_live() && due && !ledger.shutting_down() {
+            // Jobs told their instance was lost may still be tearing down there.
+            if i.missing == 0
+                && ledger.lost_on(&i.id) == 0
+                && needs_deletion(i.state, config)
+                && deletion_due(r, config, now)
+                && !ledger.shutting_down()
+            {
                 retry_remove.push(i.id.clone());
             }
+            continue;
+        }
+        if i.missing > 0 {
+            // Missing from the last listing: neither capacity nor a candidate until the
+            // next listings tell whether it is gone.
             continue;
         }
         if i.state == State::Timeout {
@@ -183,7 +224,10 @@ pub fn desired(input: Inputs<'_>) -> Decision {
             continue;
         }
         if ledger.unhealthy(i) {
-            remove.push((i.id.clone(), RemovalReason::Unhealthy));
+            // No new work (taskscaler !109); removed once its jobs end.
+            if i.acquired() == 0 {
+                remove.push((i.id.clone(), RemovalReason::Unhealthy));
+            }
             continue;
         }
         if ledger.used_up(i) {
@@ -197,8 +241,9 @@ pub fn desired(input: Inputs<'_>) -> Decision {
         }
         usable_instances += 1;
         free_slots += i.not_acquired();
-        in_use += i.acquired();
-        if i.acquired() == 0
+        // A reserved slot keeps its instance: the job behind the reservation must not wait
+        // for a cold instance. Reservations are not demand either (below).
+        if unheld(i)
             && i.state == State::Running
             && i.readiness == Readiness::Ready
             && now.saturating_duration_since(i.idle_since) >= policy.idle_time
@@ -206,6 +251,9 @@ pub fn desired(input: Inputs<'_>) -> Decision {
             candidates.push(i);
         }
     }
+    // "current in-use capacity": every running job, including those on instances that
+    // take no more work (used up, unhealthy).
+    let in_use = ledger.acquired_total();
 
     let idle_target = policy.idle_target(in_use);
     let demand = counts.pending + idle_target;
@@ -213,7 +261,7 @@ pub fn desired(input: Inputs<'_>) -> Decision {
         (0, p) => p,
         (m, p) => m.min(p),
     };
-    let total = ledger.instances().count() + requested;
+    let total = ours + requested;
 
     let mut increase = 0usize;
     let mut required: i64 = 0;

@@ -3,38 +3,28 @@
 //! One task per scaler, level-triggered: every update re-derives the ledger from the
 //! listing, every tick re-decides from the ledger. Provider calls are made without the lock
 //! held; every ledger change that matters is made *before* the provider is asked (an
-//! increase is recorded as requested, an instance is marked for removal), so a crash or a
-//! concurrent acquire never sees a half-applied decision.
+//! increase is recorded as requested, an instance is marked for removal), so a concurrent
+//! acquire never sees a half-applied decision.
+//!
+//! Journal writes are gathered under the lock and committed in one transaction per phase
+//! after the lock is released, but always before the provider call they describe. That is
+//! safe because the ledger change they record has already taken effect in memory (an
+//! instance marked for removal takes no new work; requested instances count as capacity),
+//! and nothing outside the process learns of it until the commit succeeded: a crash in
+//! between loses only a decision the store never promised, which the next process makes
+//! again from the listing. When the commit fails, the provider is not asked.
 
-use crate::config::ScalerConfig;
+use crate::cause::{Cause, RemovalReason};
+use crate::creation::Failure;
 use crate::desired::{Inputs, desired};
+use crate::hooks::ReadyUpInstance;
 use crate::journal::JournalEvent;
-use crate::ledger::{Cause, LostCause, Readiness, RemovalReason};
-use crate::scaler::Shared;
-use crate::throttle::{Backoff, TokenBucket};
-use flotilla_fleet::State;
+use crate::ledger::{Observed, Readiness, requests_doubt_grace};
+use crate::shared::{Inner, Shared};
+use flotilla_fleet::{InstanceStatus, State};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
-
-/// The driver's own state: creation throttle and backoff.
-pub(crate) struct DriverState {
-    throttle: TokenBucket,
-    backoff: Backoff,
-}
-
-impl DriverState {
-    pub(crate) fn new(config: &ScalerConfig, now: Instant) -> Self {
-        DriverState {
-            throttle: TokenBucket::new(
-                config.scale_throttle.limit,
-                config.scale_throttle.burst,
-                now,
-            ),
-            backoff: Backoff::new(config.backoff_base, config.backoff_max),
-        }
-    }
-}
 
 /// The driver loop; returns when the scaler's stop token is cancelled.
 pub(crate) async fn run(shared: Arc<Shared>) {
@@ -77,63 +67,53 @@ pub(crate) async fn run(shared: Arc<Shared>) {
     }
 }
 
-/// Records `event`; logs and returns false when the journal cannot.
-fn journal(shared: &Shared, event: JournalEvent) -> bool {
-    match shared.journal.record(&event) {
-        Ok(()) => true,
-        Err(e) => {
-            tracing::error!(error = %e, ?event, "cannot record scaler state; holding the action back");
-            false
-        }
-    }
-}
-
-/// Records the instances an observation touched.
-fn journal_observed(
-    shared: &Shared,
-    inner: &crate::scaler::Inner,
-    observed: &crate::ledger::Observed,
+/// The journal events describing what an observation changed.
+pub(crate) fn observed_events(
+    inner: &Inner,
+    observed: &Observed,
     requested_before: usize,
-) {
+) -> Vec<JournalEvent> {
+    let mut events = Vec::with_capacity(observed.changed.len() + observed.gone.len() + 1);
     for id in &observed.changed {
         if let Some(record) = inner.ledger.record_of(id) {
-            journal(shared, JournalEvent::Instance(record));
+            events.push(JournalEvent::Instance(record));
         }
     }
     for (id, _) in &observed.gone {
-        journal(shared, JournalEvent::InstanceGone(id.clone()));
+        events.push(JournalEvent::InstanceGone(id.clone()));
+    }
+    for key in &observed.released {
+        events.push(JournalEvent::Released { key: key.clone() });
     }
     let requested = inner.ledger.requested_in_flight();
     if requested != requested_before {
-        journal(shared, JournalEvent::RequestedInFlight(requested));
+        events.push(JournalEvent::RequestedInFlight(requested));
     }
+    events
 }
 
-/// Lists the group and reconciles the ledger with it.
-async fn update(shared: &Arc<Shared>) {
-    let listing = match shared.group.update().await {
-        Ok(l) => l,
-        Err(e) => {
-            tracing::warn!(error = %e, "instance group update failed; keeping the last listing");
-            return;
-        }
-    };
+/// Reconciles the ledger with `listing`; returns the journal events to commit and the
+/// ready-ups to start.
+fn reconcile(
+    shared: &Shared,
+    listing: &[InstanceStatus],
+) -> (Vec<JournalEvent>, Vec<ReadyUpInstance>) {
     let now = shared.clock.now();
     let mut inner = shared.lock();
+    let inner = &mut *inner;
     let requested_before = inner.ledger.requested_in_flight();
-    let observed = inner.ledger.observe(&listing, now);
-    journal_observed(shared, &inner, &observed, requested_before);
-    for (id, _) in observed.appeared.iter().filter(|(id, c)| {
-        *c == Cause::Preexisted
-            && inner
-                .ledger
-                .instance(id)
-                .is_some_and(|i| inner.ledger.foreign(i))
-    }) {
-        tracing::warn!(instance = %id, "instance in the group was not created by this scaler; leaving it alone");
-    }
+    let observed = inner.ledger.observe(listing, now);
+    let mut events = observed_events(inner, &observed, requested_before);
     for (id, cause) in &observed.appeared {
-        tracing::info!(instance = %id, cause = ?cause, "instance appeared");
+        let left_alone = inner
+            .ledger
+            .instance(id)
+            .is_some_and(|i| inner.ledger.foreign(i));
+        if left_alone {
+            tracing::warn!(instance = %id, "instance in the group was not created by this scaler; leaving it alone");
+        } else {
+            tracing::info!(instance = %id, cause = ?cause, "instance appeared");
+        }
     }
     for (id, reason) in &observed.gone {
         match reason {
@@ -141,156 +121,230 @@ async fn update(shared: &Arc<Shared>) {
             None => tracing::warn!(instance = %id, "instance unexpectedly removed"),
         }
     }
-    shared.signal_lost(&mut inner, observed.lost);
+    for id in &observed.timed_out {
+        let delay = inner.creation.failure(Failure::Timeout, now);
+        tracing::warn!(instance = %id, backoff = ?delay, "instance creation timed out; it will be deleted");
+    }
+    if !observed.created.is_empty() {
+        inner.creation.success(Failure::Timeout);
+    }
+    shared.signal_lost(inner, observed.lost);
     let mut starts = Vec::new();
     for id in observed.became_running {
+        let Some(i) = inner.ledger.instance(&id) else {
+            continue;
+        };
+        let (cause, acquisitions) = (i.cause, i.restored_acquisitions.clone());
+        if !acquisitions.is_empty() && !shared.config.keep_instance_with_acquisitions {
+            tracing::warn!(instance = %id, jobs = ?acquisitions, "instance had jobs when the previous process stopped; removing it for safety");
+            inner
+                .ledger
+                .mark_removal(&id, RemovalReason::AcquisitionsAtRestart, now);
+            events.extend(inner.ledger.record_of(&id).map(JournalEvent::Instance));
+            continue;
+        }
         inner.ledger.ready_up_started(&id);
-        let cause = inner
-            .ledger
-            .instance(&id)
-            .map(|i| i.cause)
-            .unwrap_or(Cause::Preexisted);
-        starts.push((id, cause));
+        starts.push(ReadyUpInstance {
+            id,
+            cause,
+            acquisitions,
+        });
     }
-    shared.fulfil(&mut inner);
-    drop(inner);
-    for (id, cause) in starts {
-        tokio::spawn(ready_up(shared.clone(), id, cause));
+    shared.fulfil(inner);
+    (events, starts)
+}
+
+/// Lists the group and reconciles the ledger with it.
+pub(crate) async fn update(shared: &Arc<Shared>) {
+    let listing = match shared.group.update().await {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(error = %e, "instance group update failed; keeping the last listing");
+            return;
+        }
+    };
+    let (events, starts) = reconcile(shared, &listing);
+    // What the provider said is true whether or not it is recorded; a failed write is
+    // written again with the next change to the same instance, and a restart relists.
+    shared.record_all(&events);
+    for instance in starts {
+        shared.tasks.spawn(ready_up(shared.clone(), instance));
     }
 }
 
 /// Runs one instance's ready-up hook and records the result.
-async fn ready_up(shared: Arc<Shared>, id: String, cause: Cause) {
-    let result = shared.hooks.ready_up(&*shared.group, &id, cause).await;
+async fn ready_up(shared: Arc<Shared>, instance: ReadyUpInstance) {
+    let result = tokio::select! {
+        biased;
+        _ = shared.stop.cancelled() => return,
+        r = shared.hooks.ready_up_instance(&*shared.group, &instance) => r,
+    };
     let now = shared.clock.now();
     let mut inner = shared.lock();
+    // Only the instances this scaler just created say anything about creating more.
+    let ours = instance.cause == Cause::Requested;
     match &result {
         Ok(()) => {
-            tracing::debug!(instance = %id, "instance ready");
-            inner.driver.backoff.success();
+            tracing::debug!(instance = %instance.id, "instance ready");
+            if ours {
+                inner.creation.success(Failure::ReadyUp);
+            }
         }
         Err(e) => {
-            let delay = inner.driver.backoff.failure(now);
-            tracing::warn!(instance = %id, error = %e, backoff = ?delay, "ready-up failed; the instance will be removed");
+            if ours {
+                let delay = inner.creation.failure(Failure::ReadyUp, now);
+                tracing::warn!(instance = %instance.id, error = %e, backoff = ?delay, "ready-up failed; the instance will be removed");
+            } else {
+                tracing::warn!(instance = %instance.id, error = %e, "ready-up failed; the instance will be removed");
+            }
         }
     }
-    inner.ledger.ready_up_done(&id, result, now);
+    inner.ledger.ready_up_done(&instance.id, result, now);
     shared.fulfil(&mut inner);
     drop(inner);
     shared.wake.notify_one();
 }
 
 /// What a tick leaves for the loop to know.
-struct TickOutcome {
+pub(crate) struct TickOutcome {
     /// A state change is expected: poll fast.
     expecting: bool,
     /// The throttle or backoff held an increase back until then.
     retry_at: Option<Instant>,
 }
 
-/// Decides once and applies the decision.
-async fn tick(shared: &Arc<Shared>) -> TickOutcome {
+/// What one decision asks of the provider, with the events to commit first.
+struct Plan {
+    increase: usize,
+    delete: Vec<String>,
+    events: Vec<JournalEvent>,
+    retry_at: Option<Instant>,
+}
+
+/// Decides under the lock and applies the decision to the ledger.
+fn plan(shared: &Shared) -> Plan {
     let now = shared.clock.now();
     let utc = shared.clock.utc();
     let mut retry_at = None;
-    let (increase, delete) = {
-        let mut inner = shared.lock();
-        let inner = &mut *inner;
-        if !inner.ledger.expire_reservations(now).is_empty() {
-            shared.fulfil(inner);
+    let mut events = Vec::new();
+    let mut inner = shared.lock();
+    let inner = &mut *inner;
+    if !inner.ledger.expire_reservations(now).is_empty() {
+        shared.fulfil(inner);
+    }
+    let lost_requests = inner
+        .ledger
+        .expire_requested(shared.config.request_timeout, now);
+    if lost_requests > 0 {
+        events.push(JournalEvent::RequestedInFlight(
+            inner.ledger.requested_in_flight(),
+        ));
+        tracing::warn!(
+            count = lost_requests,
+            "requested instances never appeared; no longer counting them"
+        );
+    }
+    let (policy_index, policy) = inner.schedule.active(utc);
+    let decision = desired(Inputs {
+        ledger: &inner.ledger,
+        policy: &policy,
+        policy_index,
+        config: &shared.config,
+        provider_max: shared.info.max_size,
+        now,
+    });
+    let changed = inner.last.as_ref() != Some(&decision.explanation);
+    if decision.increase > 0 || !decision.remove.is_empty() {
+        tracing::info!(decision = %decision.explanation, "scaling");
+    } else if changed {
+        tracing::debug!(decision = %decision.explanation, "capacity");
+    }
+    let mut delete = Vec::new();
+    for (id, reason) in &decision.remove {
+        if inner.ledger.mark_removal(id, *reason, now) {
+            tracing::info!(instance = %id, reason = %reason, "instance marked for removal");
+            delete.push(id.clone());
         }
-        let lost_requests = inner
-            .ledger
-            .expire_requested(shared.config.request_timeout, now);
-        if lost_requests > 0 {
-            journal(
-                shared,
-                JournalEvent::RequestedInFlight(inner.ledger.requested_in_flight()),
-            );
-            tracing::warn!(
-                count = lost_requests,
-                "requested instances never appeared; no longer counting them"
-            );
-        }
-        let (policy_index, policy) = inner.schedule.active(utc);
-        let decision = desired(Inputs {
-            ledger: &inner.ledger,
-            policy: &policy,
-            policy_index,
-            config: &shared.config,
-            provider_max: shared.info.max_size,
-            now,
-        });
-        let changed = inner.last.as_ref() != Some(&decision.explanation);
-        if decision.increase > 0 || !decision.remove.is_empty() {
-            tracing::info!(decision = %decision.explanation, "scaling");
-        } else if changed {
-            tracing::debug!(decision = %decision.explanation, "capacity");
-        }
-        let mut delete = Vec::new();
-        for (id, reason) in &decision.remove {
-            if inner.ledger.mark_removal(id, *reason, now) {
-                tracing::info!(instance = %id, reason = %reason, "instance marked for removal");
-                // Recorded before the provider hears of it.
-                let recorded = inner
-                    .ledger
-                    .record_of(id)
-                    .is_some_and(|r| journal(shared, JournalEvent::Instance(r)));
-                if recorded {
-                    delete.push(id.clone());
-                }
+    }
+    delete.extend(decision.retry_remove.iter().cloned());
+    // Every deletion request is preceded by a committed record of the removal, retries
+    // included (their first record may have failed).
+    for id in &delete {
+        events.extend(inner.ledger.record_of(id).map(JournalEvent::Instance));
+    }
+    let mut increase = decision.increase;
+    if increase > 0 {
+        if let Some(until) = inner.creation.blocked_until(now) {
+            tracing::debug!(?until, "creation backing off after failures");
+            retry_at = Some(until);
+            increase = 0;
+        } else {
+            let allowed = inner.creation.throttle.available(increase, now);
+            if allowed < increase {
+                retry_at = Some(inner.creation.throttle.next_token_at(now).max(now));
             }
+            inner.creation.throttle.take(allowed, now);
+            increase = allowed;
         }
-        delete.extend(decision.retry_remove.iter().cloned());
-        let mut increase = decision.increase;
+    }
+    if increase > 0 {
+        inner.ledger.add_requested(increase, now);
+        events.push(JournalEvent::RequestedInFlight(
+            inner.ledger.requested_in_flight(),
+        ));
+    }
+    inner.last = Some(decision.explanation);
+    Plan {
+        increase,
+        delete,
+        events,
+        retry_at,
+    }
+}
+
+/// Decides once and applies the decision.
+pub(crate) async fn tick(shared: &Arc<Shared>) -> TickOutcome {
+    let Plan {
+        mut increase,
+        mut delete,
+        events,
+        mut retry_at,
+    } = plan(shared);
+    // One transaction for the whole decision, outside the lock, before the provider hears.
+    if !shared.record_all(&events) {
         if increase > 0 {
-            if let Some(until) = inner.driver.backoff.blocked_until(now) {
-                tracing::debug!(?until, "creation backing off after failures");
-                retry_at = Some(until);
-                increase = 0;
-            } else {
-                let allowed = inner.driver.throttle.available(increase, now);
-                if allowed < increase {
-                    retry_at = Some(inner.driver.throttle.next_token_at(now).max(now));
-                }
-                inner.driver.throttle.take(allowed, now);
-                increase = allowed;
-            }
+            shared.lock().ledger.cancel_requested(increase);
         }
-        if increase > 0 {
-            inner.ledger.add_requested(increase, now);
-            // Recorded before the provider is asked, so a crash cannot lose track of them.
-            let total = inner.ledger.requested_in_flight();
-            if !journal(shared, JournalEvent::RequestedInFlight(total)) {
-                inner.ledger.cancel_requested(increase);
-                increase = 0;
-            }
-        }
-        inner.last = Some(decision.explanation);
-        (increase, delete)
-    };
+        increase = 0;
+        delete.clear();
+    }
 
     if increase > 0 {
         let result = shared.group.increase(increase).await;
         let now = shared.clock.now();
         let mut inner = shared.lock();
+        let before = inner.ledger.requested_in_flight();
         match result {
             Ok(got) => {
+                inner.creation.success(Failure::Increase);
                 if got < increase {
                     tracing::warn!(asked = increase, got, "provider requested fewer instances");
                     inner.ledger.cancel_requested(increase - got);
-                    let total = inner.ledger.requested_in_flight();
-                    journal(shared, JournalEvent::RequestedInFlight(total));
                 }
             }
             Err(e) => {
-                inner.ledger.cancel_requested(increase);
-                let total = inner.ledger.requested_in_flight();
-                journal(shared, JournalEvent::RequestedInFlight(total));
-                let delay = inner.driver.backoff.failure(now);
+                // It may have had an effect: instances that appear soon are ours.
+                let grace = requests_doubt_grace(shared.config.update_interval_when_expecting);
+                inner.ledger.doubt_requested(increase, grace, now);
+                let delay = inner.creation.failure(Failure::Increase, now);
                 tracing::warn!(error = %e, backoff = ?delay, "increase failed");
                 retry_at = Some(now + delay);
             }
+        }
+        let after = inner.ledger.requested_in_flight();
+        drop(inner);
+        if after != before {
+            shared.record_all(&[JournalEvent::RequestedInFlight(after)]);
         }
     }
     if !delete.is_empty() {
@@ -323,86 +377,11 @@ async fn tick(shared: &Arc<Shared>) -> TickOutcome {
         || l.instances().any(|i| {
             matches!(i.state, State::Creating | State::Deleting)
                 || i.removal.is_some()
+                || i.missing > 0
                 || i.readiness == Readiness::InProgress
         });
     TickOutcome {
         expecting,
         retry_at,
-    }
-}
-
-/// Deletes every instance at shutdown and confirms it, polling every
-/// `shutdown_deletion_interval` up to `shutdown_deletion_retries` times. Returns how many
-/// instances remain.
-pub(crate) async fn delete_all(shared: &Arc<Shared>) -> usize {
-    let retries = shared.config.shutdown_deletion_retries;
-    for attempt in 0..=retries {
-        let listed = shared.group.update().await;
-        let listed_ok = listed.is_ok();
-        match listed {
-            Ok(listing) => {
-                let now = shared.clock.now();
-                let mut inner = shared.lock();
-                let requested_before = inner.ledger.requested_in_flight();
-                let mut observed = inner.ledger.observe(&listing, now);
-                journal_observed(shared, &inner, &observed, requested_before);
-                for (_, cause) in observed.lost.iter_mut() {
-                    *cause = LostCause::Shutdown;
-                }
-                shared.signal_lost(&mut inner, observed.lost);
-            }
-            Err(e) => tracing::warn!(error = %e, "update during shutdown failed"),
-        }
-        let ids: Vec<String> = {
-            let now = shared.clock.now();
-            let mut inner = shared.lock();
-            let live: Vec<String> = inner
-                .ledger
-                .instances()
-                .filter(|i| i.state.is_live() || i.state == State::Timeout)
-                .map(|i| i.id.clone())
-                .collect();
-            let mut recorded = Vec::with_capacity(live.len());
-            for id in live {
-                inner.ledger.mark_removal(&id, RemovalReason::Shutdown, now);
-                if let Some(r) = inner.ledger.record_of(&id)
-                    && journal(shared, JournalEvent::Instance(r))
-                {
-                    recorded.push(id);
-                }
-            }
-            let live = recorded;
-            // Done only when a fresh listing shows nothing (a failed listing proves nothing,
-            // and instances requested just before shutdown may not be listed yet).
-            if listed_ok
-                && inner.ledger.instances().count() == 0
-                && inner.ledger.requested_in_flight() == 0
-            {
-                return 0;
-            }
-            live
-        };
-        if !ids.is_empty() {
-            match shared.group.decrease(&ids).await {
-                Ok(ok) => tracing::info!(
-                    requested = ids.len(),
-                    accepted = ok.len(),
-                    attempt,
-                    "deleting instances at shutdown"
-                ),
-                Err(e) => tracing::warn!(error = %e, "deletion at shutdown failed"),
-            }
-        }
-        if attempt < retries {
-            tokio::time::sleep(shared.config.shutdown_deletion_interval).await;
-        }
-    }
-    // Last look.
-    match shared.group.update().await {
-        Ok(listing) => listing.iter().filter(|s| s.state != State::Deleted).count(),
-        Err(_) => {
-            let inner = shared.lock();
-            inner.ledger.instances().count() + inner.ledger.requested_in_flight()
-        }
     }
 }

@@ -1,6 +1,6 @@
 //! What the scaler's API can refuse or fail with.
 
-use crate::ledger::SlotCounts;
+use crate::counts::SlotCounts;
 use std::time::Duration;
 
 /// An error from [`crate::Scaler`]'s job-source API.

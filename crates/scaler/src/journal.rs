@@ -2,11 +2,14 @@
 //! here *before* it takes effect outside (an increase is recorded before the provider is
 //! asked, a removal before `decrease`, an acquisition before the job gets its slot).
 //!
-//! The scaler calls the journal synchronously with its lock held, so implementations must be
-//! quick (a local SQLite transaction). An error makes the operation fail loudly rather than
-//! act on something that was not recorded.
+//! The scaler calls the journal synchronously but, wherever correctness allows, *without*
+//! its lock held: the driver gathers a tick's events under the lock and commits them in one
+//! transaction ([`Journal::record_all`]) after releasing it, before the provider hears of
+//! anything they describe. Implementations must still be quick (a local SQLite
+//! transaction). An error makes the operation fail loudly rather than act on something that
+//! was not recorded.
 
-use crate::ledger::{Cause, RemovalReason};
+use crate::cause::{Cause, RemovalReason};
 use flotilla_fleet::State;
 
 /// One instance as the journal keeps it.
@@ -60,6 +63,15 @@ pub struct JournalError(pub String);
 pub trait Journal: Send + Sync {
     /// Records `event`; returns only once it is durable against a process crash.
     fn record(&self, event: &JournalEvent) -> Result<(), JournalError>;
+
+    /// Records `events` all or nothing (one transaction); returns only once they are
+    /// durable. The default records them one by one, for journals without transactions.
+    fn record_all(&self, events: &[JournalEvent]) -> Result<(), JournalError> {
+        for e in events {
+            self.record(e)?;
+        }
+        Ok(())
+    }
 }
 
 /// A journal that keeps nothing (tests, `flotilla exec`).

@@ -79,19 +79,24 @@ pub struct ScheduledPolicy {
     /// The policy.
     pub policy: Policy,
     periods: Vec<(String, Cron)>,
+    /// `None`: the system's local time.
     timezone: Option<Tz>,
+    /// A period matches every minute: no need to look at the clock.
+    always: bool,
 }
 
 impl ScheduledPolicy {
     /// A policy active during `periods` (5-field cron expressions read as minute ranges, such
-    /// as `* 8-15 * * mon-fri`) in `timezone` (`None`: UTC).
+    /// as `* 8-15 * * mon-fri`) in `timezone`. Unset, empty or `Local` is the system's local
+    /// time, as in GitLab's configuration ("timezone: default: system local"); any other
+    /// name must be in the tz database.
     pub fn new(
         policy: Policy,
         periods: &[String],
         timezone: Option<&str>,
     ) -> Result<Self, PolicyError> {
         let timezone = match timezone {
-            None | Some("") => None,
+            None | Some("") | Some("Local") => None,
             Some(name) => {
                 Some(Tz::from_str(name).map_err(|_| PolicyError::TimeZone(name.to_string()))?)
             }
@@ -115,10 +120,14 @@ impl ScheduledPolicy {
             })?;
             parsed.push((p, cron));
         }
+        let always = parsed
+            .iter()
+            .any(|(p, _)| p.split_whitespace().all(|f| f == "*"));
         Ok(ScheduledPolicy {
             policy,
             periods: parsed,
             timezone,
+            always,
         })
     }
 
@@ -131,12 +140,13 @@ impl ScheduledPolicy {
                 .map(|c| vec![("* * * * *".to_string(), c)])
                 .unwrap_or_default(),
             timezone: None,
+            always: true,
         }
     }
 
     /// Whether one of the periods contains the minute of `at`.
     pub fn is_active(&self, at: DateTime<Utc>) -> bool {
-        if self.periods.is_empty() {
+        if self.always || self.periods.is_empty() {
             return true;
         }
         let minute = at
@@ -147,7 +157,9 @@ impl ScheduledPolicy {
             Some(tz) => cron
                 .is_time_matching(&minute.with_timezone(&tz))
                 .unwrap_or(false),
-            None => cron.is_time_matching(&minute).unwrap_or(false),
+            None => cron
+                .is_time_matching(&minute.with_timezone(&chrono::Local))
+                .unwrap_or(false),
         })
     }
 
@@ -240,8 +252,9 @@ mod tests {
         let weekday =
             ScheduledPolicy::new(p(6), &["* 8-17 * * mon-fri".into()], Some("Europe/Berlin"))
                 .unwrap();
-        let weekend = ScheduledPolicy::new(p(0), &["* * * * sat,sun".into()], None).unwrap();
-        let base = ScheduledPolicy::new(p(1), &[], None).unwrap();
+        // Explicit zones: an unset one is the host's local time, which tests must not read.
+        let weekend = ScheduledPolicy::new(p(0), &["* * * * sat,sun".into()], Some("UTC")).unwrap();
+        let base = ScheduledPolicy::new(p(1), &[], Some("UTC")).unwrap();
         let s = Schedule::new(vec![base, weekday, weekend]);
         // Monday 2026-11-23 09:30 Berlin = 08:30 UTC.
         let mon = Utc.with_ymd_and_hms(2026, 11, 23, 8, 30, 0).unwrap();
@@ -256,7 +269,7 @@ mod tests {
 
     #[test]
     fn no_match_uses_default() {
-        let only_jan = ScheduledPolicy::new(p(5), &["* * * jan *".into()], None).unwrap();
+        let only_jan = ScheduledPolicy::new(p(5), &["* * * jan *".into()], Some("UTC")).unwrap();
         let s = Schedule::new(vec![only_jan]);
         let nov = Utc.with_ymd_and_hms(2026, 11, 23, 8, 30, 0).unwrap();
         assert_eq!(s.active(nov), (None, Policy::default()));

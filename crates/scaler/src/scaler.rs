@@ -1,91 +1,27 @@
-//! The scaler handle: the API job sources use (reserve, acquire, release) and the shared
-//! state the driver works on.
+//! The scaler handle: the API job sources use (reserve, acquire, release), its builder, and
+//! shutdown.
 
+use crate::acquisition::{Acquisition, PendingGuard};
 use crate::clock::Clock;
 use crate::config::ScalerConfig;
+use crate::creation::Creation;
 use crate::desired::Explanation;
-use crate::driver::{self, DriverState};
+use crate::driver;
 use crate::error::ScalerError;
 use crate::hooks::{Hooks, NoHooks};
 use crate::journal::{Journal, JournalEvent, NoJournal, Persisted};
-use crate::ledger::{Key, KeyState, Ledger, LostCause, SlotCounts, SlotRef, TryAcquire};
+use crate::ledger::{KeyState, Ledger, ReserveOptions, SlotCounts, SlotRef, TryAcquire};
 use crate::policy::Schedule;
-use flotilla_fleet::{ConnectInfo, FleetError, InstanceGroup, ProviderInfo, Settings};
+use crate::shared::{Inner, LostSignal, Shared};
+use crate::sweep;
+use flotilla_fleet::{InstanceGroup, ProviderInfo, Settings};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, SystemTime};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::sync::{Notify, oneshot};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-
-/// What the scaler tells an acquisition when its instance dies.
-#[derive(Debug, Default)]
-struct LostSignal {
-    token: CancellationToken,
-    cause: OnceLock<LostCause>,
-}
-
-/// State shared by the API and the driver. Never locked across an `.await`.
-pub(crate) struct Inner {
-    pub(crate) ledger: Ledger,
-    pub(crate) schedule: Schedule,
-    pub(crate) waiters: HashMap<Key, oneshot::Sender<SlotRef>>,
-    signals: HashMap<Key, Arc<LostSignal>>,
-    pub(crate) last: Option<Explanation>,
-    pub(crate) driver: DriverState,
-}
-
-pub(crate) struct Shared {
-    pub(crate) inner: Mutex<Inner>,
-    pub(crate) group: Arc<dyn InstanceGroup>,
-    pub(crate) journal: Arc<dyn Journal>,
-    pub(crate) config: ScalerConfig,
-    pub(crate) clock: Clock,
-    pub(crate) hooks: Arc<dyn Hooks>,
-    pub(crate) info: ProviderInfo,
-    /// Wakes the driver for an early decision.
-    pub(crate) wake: Notify,
-    /// Wakes shutdown's drain when a job releases.
-    pub(crate) released: Notify,
-    pub(crate) stop: CancellationToken,
-}
-
-impl Shared {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Hands slots to waiters after capacity changed. Call with the lock held.
-    pub(crate) fn fulfil(&self, inner: &mut Inner) {
-        let now = self.clock.now();
-        for (key, slot) in inner.ledger.fulfil_pending(now) {
-            match inner.waiters.remove(&key) {
-                Some(tx) => {
-                    if let Err(slot) = tx.send(slot) {
-                        // The waiter went away between its timeout and now.
-                        let _ = slot;
-                        inner.ledger.release(&key, now);
-                    }
-                }
-                None => {
-                    // No one waits for this key any more.
-                    inner.ledger.release(&key, now);
-                }
-            }
-        }
-    }
-
-    /// Tells acquisitions that their instance died.
-    pub(crate) fn signal_lost(&self, inner: &mut Inner, lost: Vec<(Key, LostCause)>) {
-        for (key, cause) in lost {
-            if let Some(sig) = inner.signals.get(&key) {
-                let _ = sig.cause.set(cause);
-                sig.token.cancel();
-            }
-            tracing::warn!(key = %key, cause = %cause, "acquisition lost its instance");
-        }
-    }
-}
+use tokio_util::task::TaskTracker;
 
 /// Builds a [`Scaler`].
 pub struct ScalerBuilder {
@@ -141,8 +77,9 @@ impl ScalerBuilder {
     }
 
     /// What the durable store knew before a restart: instances are adopted (they run their
-    /// ready-up again), instances requested but never seen count as requested, and the slots
-    /// jobs held are free (those jobs ended with the old process).
+    /// ready-up again), instances requested but never seen count as requested. The jobs
+    /// that held slots ended with the old process: their slots start free, and an instance
+    /// that ran one is removed for safety unless `keep_instance_with_acquisitions`.
     pub fn restore(mut self, persisted: Persisted) -> Self {
         self.restore = persisted;
         self
@@ -179,19 +116,36 @@ impl ScalerBuilder {
             self.config.max_use_count,
             self.config.failure_threshold,
         )
-        .with_preexisting(self.config.preexisting);
+        .with_preexisting(self.config.preexisting)
+        .with_forget_missing_at_once(self.config.legacy.forget_missing_at_once);
         for i in self.restore.instances {
             ledger.restore(i.id, i.state, i.cause, i.use_count, i.removal, now);
         }
+        // Recorded before the provider was asked, so the provider may never have heard of
+        // them: they count as capacity for a short grace only.
         ledger.add_requested(self.restore.requested_in_flight, now);
+        ledger.doubt_requested(
+            self.restore.requested_in_flight,
+            crate::ledger::requests_doubt_grace(self.config.update_interval_when_expecting),
+            now,
+        );
+        let mut released = Vec::with_capacity(self.restore.acquisitions.len());
         for (key, instance, slot) in &self.restore.acquisitions {
             tracing::warn!(key = %key, instance = %instance, slot, "a job held this slot when the previous process stopped; the slot is free again");
-            // The old process is gone: its jobs no longer hold their slots.
-            self.journal
-                .record(&JournalEvent::Released { key: key.clone() })
-                .map_err(|e| ScalerError::Journal(e.to_string()))?;
+            ledger.note_restored_acquisition(instance, key);
+            // The old process is gone: its jobs no longer hold their slots. The record stays
+            // while it is the only proof that the instance ran a job at a crash (it is removed
+            // for safety, and a second crash before that must not forget it); it goes with
+            // the instance.
+            let kept = self.config.keep_instance_with_acquisitions;
+            if kept || ledger.instance(instance).is_none() {
+                released.push(JournalEvent::Released { key: key.clone() });
+            }
         }
-        let driver = DriverState::new(&self.config, now);
+        self.journal
+            .record_all(&released)
+            .map_err(|e| ScalerError::Journal(e.to_string()))?;
+        let creation = Creation::new(&self.config, now);
         let shared = Arc::new(Shared {
             inner: Mutex::new(Inner {
                 ledger,
@@ -199,7 +153,7 @@ impl ScalerBuilder {
                 waiters: HashMap::new(),
                 signals: HashMap::new(),
                 last: None,
-                driver,
+                creation,
             }),
             group: self.group,
             journal: self.journal,
@@ -210,6 +164,7 @@ impl ScalerBuilder {
             wake: Notify::new(),
             released: Notify::new(),
             stop: CancellationToken::new(),
+            tasks: TaskTracker::new(),
         });
         let task = tokio::spawn(driver::run(shared.clone()));
         Ok(Scaler {
@@ -264,13 +219,22 @@ impl Scaler {
         let utc = self.shared.clock.utc();
         let mut inner = self.shared.lock();
         let (_, policy) = inner.schedule.active(utc);
-        let r = inner.ledger.reserve(
-            key,
-            policy.preemptive(),
-            self.shared.config.max_slots(),
-            self.shared.config.reservation_lease,
-            now,
-        );
+        let preemptive = policy.preemptive();
+        let idle_target = policy.idle_target(inner.ledger.acquired_total());
+        let options = ReserveOptions {
+            preemptive,
+            max_slots: self.shared.config.max_slots(),
+            lease: self.shared.config.reservation_lease,
+            // taskscaler !60: reservations may hold the idle capacity, not more, so long
+            // polls cannot keep surplus instances alive.
+            max_bound: (preemptive && idle_target > 0).then_some(idle_target),
+            // A non-preemptive reservation is a promise; binding it to an instance due for
+            // idle removal would only keep that instance alive.
+            stale_before: (!preemptive)
+                .then(|| now.checked_sub(policy.idle_time))
+                .flatten(),
+        };
+        let r = inner.ledger.reserve_with(key, options, now);
         drop(inner);
         if r.is_ok() {
             self.shared.wake.notify_one();
@@ -312,47 +276,56 @@ impl Scaler {
                     .heartbeat(&*self.shared.group, &slot.instance);
                 if let Err(e) = check.await {
                     tracing::warn!(instance = %slot.instance, error = %e, "heartbeat before acquisition failed");
-                    let mut inner = self.shared.lock();
-                    let lost = inner.ledger.health_failure(&slot.instance);
-                    self.shared.signal_lost(&mut inner, lost);
-                    drop(inner);
+                    // Counts towards the instance's failure threshold; the jobs already
+                    // running there go on (taskscaler !109).
+                    self.shared.lock().ledger.health_failure(&slot.instance);
                     self.shared.wake.notify_one();
                     requeue = true;
                     continue;
                 }
                 self.shared.lock().ledger.health_ok(&slot.instance);
             }
-            let signal = Arc::new(LostSignal::default());
-            let mut inner = self.shared.lock();
-            // Recorded before the job may use the slot; if it cannot be, the job does not get it.
-            let use_count = inner
+            let use_count = self
+                .shared
+                .lock()
                 .ledger
                 .instance(&slot.instance)
                 .map(|i| i.use_count)
                 .unwrap_or(0);
-            if let Err(e) = self.shared.journal.record(&JournalEvent::Acquired {
+            // Recorded before the job may use the slot, outside the lock (the assignment is
+            // already in the ledger, so no one else can take the slot meanwhile); if it
+            // cannot be recorded, the job does not get it.
+            let recorded = self.shared.journal.record(&JournalEvent::Acquired {
                 key: key.to_string(),
                 instance: slot.instance.clone(),
                 slot: slot.slot,
                 use_count,
-            }) {
+            });
+            let signal = Arc::new(LostSignal::default());
+            let mut inner = self.shared.lock();
+            guard.armed = false;
+            if let Err(e) = recorded {
                 tracing::error!(key = %key, error = %e, "cannot record the acquisition; giving the slot back");
-                drop(inner);
+                match inner.ledger.key(key) {
+                    Some(KeyState::Acquired { .. }) => {
+                        inner.ledger.undo_assignment(key);
+                    }
+                    _ => {
+                        inner.ledger.release(key, self.shared.clock.now());
+                    }
+                }
+                self.shared.fulfil(&mut inner);
                 return Err(ScalerError::Journal(e.to_string()));
             }
-            guard.armed = false;
-            // The instance may have died while we checked it.
+            // The instance may have died while we checked or recorded it.
             match inner.ledger.key(key) {
                 Some(KeyState::Acquired { slot: s }) if *s == slot => {}
-                Some(KeyState::Lost { cause, .. }) => {
-                    let _ = signal.cause.set(*cause);
-                    signal.token.cancel();
-                }
+                Some(KeyState::Lost { cause, .. }) => signal.fire(*cause),
                 _ => {}
             }
             inner.signals.insert(key.to_string(), signal.clone());
             drop(inner);
-            if self.shared.lock_policy_needs_idle() {
+            if self.shared.policy_needs_idle() {
                 self.shared.wake.notify_one();
             }
             return Ok(Acquisition {
@@ -423,35 +396,13 @@ impl Scaler {
 
     /// Ends `key`: its slot becomes free (or its reservation or wait is dropped).
     pub fn release(&self, key: &str) {
-        let now = self.shared.clock.now();
-        let mut inner = self.shared.lock();
-        inner.signals.remove(key);
-        inner.waiters.remove(key);
-        let held = matches!(
-            inner.ledger.key(key),
-            Some(KeyState::Acquired { .. } | KeyState::Lost { .. })
-        );
-        if inner.ledger.release(key, now) {
-            if held
-                && let Err(e) = self.shared.journal.record(&JournalEvent::Released {
-                    key: key.to_string(),
-                })
-            {
-                // The slot is free in memory; after a restart the stale record is dropped.
-                tracing::error!(key = %key, error = %e, "cannot record a release");
-            }
-            self.shared.fulfil(&mut inner);
-        }
-        drop(inner);
-        self.shared.released.notify_waiters();
+        self.shared.release(key);
     }
 
-    /// Reports that a job could not reach its instance (counts towards `failure_threshold`).
+    /// Reports that a job could not reach its instance (counts towards `failure_threshold`;
+    /// past it the instance takes no new jobs, and the running ones go on).
     pub fn report_failure(&self, instance: &str) {
-        let mut inner = self.shared.lock();
-        let lost = inner.ledger.health_failure(instance);
-        self.shared.signal_lost(&mut inner, lost);
-        drop(inner);
+        self.shared.lock().ledger.health_failure(instance);
         self.shared.wake.notify_one();
     }
 
@@ -481,16 +432,26 @@ impl Scaler {
         Ok(())
     }
 
-    /// Instances the scaler holds (any state, removing ones included) plus those it has
-    /// requested: what counts against `max_instances`.
+    /// Instances the scaler holds (any state, removing ones included, instances left alone
+    /// excluded) plus those it has requested: what counts against `max_instances`.
     pub fn fleet_size(&self) -> usize {
         let inner = self.shared.lock();
-        inner.ledger.instances().count() + inner.ledger.requested_in_flight()
+        inner
+            .ledger
+            .instances()
+            .filter(|i| !inner.ledger.left_alone(i))
+            .count()
+            + inner.ledger.requested_in_flight()
     }
 
     /// The last decision's explanation (cheap: no copy of the ledgers).
     pub fn last_decision(&self) -> Option<Explanation> {
         self.shared.lock().last.clone()
+    }
+
+    /// Slot counts (cheap: no copy of the ledgers).
+    pub fn counts(&self) -> SlotCounts {
+        self.shared.lock().ledger.counts()
     }
 
     /// A snapshot of the ledgers and the last decision.
@@ -503,9 +464,36 @@ impl Scaler {
         }
     }
 
+    /// Runs `f` on the ledger under the lock (for tests and the simulation's invariant
+    /// checks, without copying the ledger).
+    #[doc(hidden)]
+    pub fn inspect<T>(&self, f: impl FnOnce(&Ledger) -> T) -> T {
+        f(&self.shared.lock().ledger)
+    }
+
+    /// Runs one listing and one decision now, as the driver does each tick (for the
+    /// benchmark of a whole tick; the driver keeps its own schedule).
+    #[doc(hidden)]
+    pub async fn drive_once(&self) {
+        driver::update(&self.shared).await;
+        driver::tick(&self.shared).await;
+    }
+
+    /// Stops the driver and its tasks at once, as a crash would: no drain, no deletion, no
+    /// provider shutdown. For the simulation's restarts.
+    #[doc(hidden)]
+    pub fn abandon(&self) {
+        self.shared.stop.cancel();
+        self.shared.tasks.close();
+        let task = self.driver.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(task) = task {
+            task.abort();
+        }
+    }
+
     /// Shuts down: hands out nothing more, waits up to `drain` for running jobs, stops the
-    /// driver, deletes every instance when `delete_instances_on_shutdown` is set, then shuts
-    /// the provider down.
+    /// driver and waits for its ready-up tasks, deletes every instance of its own when
+    /// `delete_instances_on_shutdown` is set, then shuts the provider down.
     pub async fn shutdown(&self, drain: Duration) -> ShutdownReport {
         let dropped = {
             let mut inner = self.shared.lock();
@@ -532,10 +520,18 @@ impl Scaler {
         if let Some(task) = task {
             let _ = task.await;
         }
+        // Ready-ups see the stop and end; none may touch the provider after its shutdown.
+        self.shared.tasks.close();
+        self.shared.tasks.wait().await;
         let remaining = if self.shared.config.delete_instances_on_shutdown {
-            driver::delete_all(&self.shared).await
+            sweep::delete_all(&self.shared).await
         } else {
-            self.shared.lock().ledger.instances().count()
+            let inner = self.shared.lock();
+            inner
+                .ledger
+                .instances()
+                .filter(|i| !inner.ledger.left_alone(i))
+                .count()
         };
         if let Err(e) = self.shared.group.shutdown().await {
             tracing::warn!(error = %e, "provider shutdown failed");
@@ -547,108 +543,11 @@ impl Scaler {
     }
 }
 
-impl Shared {
-    fn lock_policy_needs_idle(&self) -> bool {
-        let utc = self.clock.utc();
-        let inner = self.lock();
-        inner.schedule.active(utc).1.idle_target(0) > 0
-    }
-}
-
 /// What shutdown left behind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ShutdownReport {
     /// Jobs that had not released when the drain timed out.
     pub jobs_still_running: usize,
-    /// Instances left in the group (0 after a confirmed deletion).
+    /// Instances of this scaler left in the group (0 after a confirmed deletion).
     pub instances_remaining: usize,
-}
-
-/// Removes a queued key if `acquire` is dropped or fails before it completes.
-struct PendingGuard<'a> {
-    shared: &'a Shared,
-    key: &'a str,
-    armed: bool,
-}
-
-impl Drop for PendingGuard<'_> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let now = self.shared.clock.now();
-        let mut inner = self.shared.lock();
-        inner.waiters.remove(self.key);
-        match inner.ledger.key(self.key) {
-            Some(KeyState::Pending { .. }) => {
-                inner.ledger.cancel_pending(self.key);
-            }
-            Some(KeyState::Acquired { .. }) => {
-                inner.ledger.release(self.key, now);
-                self.shared.fulfil(&mut inner);
-            }
-            _ => {}
-        }
-    }
-}
-
-/// A slot handed to a job. Release it with [`Scaler::release`] when the job ends.
-pub struct Acquisition {
-    key: String,
-    slot: SlotRef,
-    signal: Arc<LostSignal>,
-    shared: Arc<Shared>,
-    info: tokio::sync::Mutex<Option<ConnectInfo>>,
-}
-
-impl std::fmt::Debug for Acquisition {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Acquisition")
-            .field("key", &self.key)
-            .field("instance", &self.slot.instance)
-            .field("slot", &self.slot.slot)
-            .finish()
-    }
-}
-
-impl Acquisition {
-    /// The key it was acquired with.
-    pub fn key(&self) -> &str {
-        &self.key
-    }
-
-    /// The instance's id.
-    pub fn instance_id(&self) -> &str {
-        &self.slot.instance
-    }
-
-    /// The slot index within the instance (`0..capacity_per_instance`), stable and never
-    /// held by two jobs at once.
-    pub fn slot(&self) -> usize {
-        self.slot.slot
-    }
-
-    /// How to connect to the instance; fetched from the provider once and again when the
-    /// credentials expire.
-    pub async fn connect_info(&self) -> Result<ConnectInfo, FleetError> {
-        let mut cached = self.info.lock().await;
-        if let Some(info) = cached.as_ref()
-            && !info.expired(SystemTime::now(), Duration::from_secs(5))
-        {
-            return Ok(info.clone());
-        }
-        let info = self.shared.group.connect_info(&self.slot.instance).await?;
-        *cached = Some(info.clone());
-        Ok(info)
-    }
-
-    /// A token cancelled when the instance dies under the job.
-    pub fn lost_token(&self) -> CancellationToken {
-        self.signal.token.clone()
-    }
-
-    /// Why the instance was lost, once it was.
-    pub fn lost_cause(&self) -> Option<LostCause> {
-        self.signal.cause.get().copied()
-    }
 }

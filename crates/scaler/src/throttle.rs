@@ -3,6 +3,10 @@
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// How far ahead "never" is for a bucket that does not refill: far beyond any listing
+/// interval, so the driver's own schedule wakes it first.
+pub const NEVER: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// A token bucket: `limit` tokens per second, at most `burst` stored.
 #[derive(Debug, Clone)]
 pub struct TokenBucket {
@@ -49,14 +53,17 @@ impl TokenBucket {
         self.tokens = (self.tokens - n as f64).max(0.0);
     }
 
-    /// When at least one token will be available (now, if one is).
+    /// When at least one token will be available (now, if one is). A limit of 0 never
+    /// refills: then it is [`NEVER`] from now, so a caller sleeping until then does not spin.
     pub fn next_token_at(&mut self, now: Instant) -> Instant {
         if self.limit < 0.0 {
             return now;
         }
         self.refill(now);
-        if self.tokens + 1e-9 >= 1.0 || self.limit == 0.0 {
+        if self.tokens + 1e-9 >= 1.0 {
             now
+        } else if self.limit == 0.0 {
+            now + NEVER
         } else {
             // Never "now" when no token is there: a caller sleeping until then must not spin.
             let wait = Duration::from_secs_f64((1.0 - self.tokens) / self.limit);
@@ -92,6 +99,16 @@ impl Backoff {
         let delay = self.base.saturating_mul(1u32 << exp).min(self.max);
         self.until = Some(now + delay);
         delay
+    }
+
+    /// Records a failure at `now` unless the backoff is already holding attempts back: then
+    /// the failure belongs to the same round (instances created together failing
+    /// together) and the delay does not double again. Returns the delay in force.
+    pub fn failure_once(&mut self, now: Instant) -> Duration {
+        match self.blocked_until(now) {
+            Some(until) => until - now,
+            None => self.failure(now),
+        }
     }
 
     /// Records a success: the backoff resets.

@@ -198,6 +198,9 @@ async fn restored_instances_are_adopted_and_foreign_ones_left_alone() {
     };
     let mut cfg = config(1, 10);
     cfg.preexisting = Preexisting::Ignore;
+    // `known` ran "old-job" at the crash: kept only with this key (GitLab removes it for
+    // safety by default; see confirmed_bugs.rs).
+    cfg.keep_instance_with_acquisitions = true;
     let s = ScalerBuilder::new(fake.clone(), cfg)
         .schedule(Schedule::single(policy(0, 3600)))
         .restore(persisted)

@@ -320,8 +320,11 @@ async fn preemptive_with_no_ready_instances_takes_no_job() {
 async fn policy_switch_weekend_to_weekday_does_not_wedge() {
     use chrono::TimeZone;
     let g = fake(FakeConfig::default());
-    let weekend = ScheduledPolicy::new(policy(0, 300), &["* * * * sat,sun".into()], None).unwrap();
-    let weekday = ScheduledPolicy::new(policy(6, 300), &["* * * * mon-fri".into()], None).unwrap();
+    // Explicit zones: an unset one is the host's local time, which tests must not read.
+    let weekend =
+        ScheduledPolicy::new(policy(0, 300), &["* * * * sat,sun".into()], Some("UTC")).unwrap();
+    let weekday =
+        ScheduledPolicy::new(policy(6, 300), &["* * * * mon-fri".into()], Some("UTC")).unwrap();
     // Sunday 23:55 UTC.
     let start_at = chrono::Utc
         .with_ymd_and_hms(2026, 11, 22, 23, 55, 0)

@@ -60,6 +60,7 @@ pub fn removal_as_str(reason: RemovalReason) -> &'static str {
         RemovalReason::RemovedFromOutside => "removed_from_outside",
         RemovalReason::Shutdown => "shutdown",
         RemovalReason::Reconcile => "reconcile",
+        RemovalReason::AcquisitionsAtRestart => "acquisitions_at_restart",
     }
 }
 
@@ -74,6 +75,7 @@ pub fn parse_removal(s: &str) -> Option<RemovalReason> {
         "removed_from_outside" => RemovalReason::RemovedFromOutside,
         "shutdown" => RemovalReason::Shutdown,
         "reconcile" => RemovalReason::Reconcile,
+        "acquisitions_at_restart" => RemovalReason::AcquisitionsAtRestart,
         _ => return None,
     })
 }

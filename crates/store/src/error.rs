@@ -1,6 +1,6 @@
 //! What can go wrong with the store, each error naming the file and what failed.
 
-use crate::lease::LeaseHolder;
+use crate::holder::LeaseHolder;
 use std::path::PathBuf;
 use std::time::Duration;
 

@@ -1,7 +1,8 @@
 //! The fleet ledger: what the scaler journals ([`JournalEvent`]) and reads back at start
 //! ([`Persisted`]).
 //!
-//! Each event is one transaction, committed before [`Journal::record`] returns, so it is on
+//! Each event is one transaction, committed before [`Journal::record`] returns, and each
+//! batch ([`Journal::record_all`], one per driver tick) is one transaction too, so it is on
 //! disk before the change it describes takes effect outside (the scaler calls the journal
 //! first). An acquisition is not tied to its instance's row: an instance can leave the group
 //! while a job still holds one of its slots, and the acquisition stays until it is released
@@ -20,7 +21,7 @@ use crate::identity::ScopeId;
 use crate::store::{Store, TxError};
 use crate::time::to_millis;
 use flotilla_scaler::{InstanceRecord, Journal, JournalError, JournalEvent, Persisted};
-use rusqlite::{OptionalExtension, params};
+use rusqlite::{OptionalExtension, Transaction, params};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -34,6 +35,12 @@ impl Journal for ScopeJournal {
     fn record(&self, event: &JournalEvent) -> Result<(), JournalError> {
         self.store
             .record(self.scope, event)
+            .map_err(|e| JournalError(e.to_string()))
+    }
+
+    fn record_all(&self, events: &[JournalEvent]) -> Result<(), JournalError> {
+        self.store
+            .record_all(self.scope, events)
             .map_err(|e| JournalError(e.to_string()))
     }
 }
@@ -56,9 +63,37 @@ impl Store {
     /// committed (durable against a process crash; against power loss too with
     /// [`crate::Synchronous::Full`]).
     pub fn record(&self, scope: ScopeId, event: &JournalEvent) -> Result<(), StoreError> {
+        self.write(event_name(event), |tx| self.apply(tx, scope, event))
+    }
+
+    /// Records `events` for `scope` in one transaction, all or nothing: the scaler's driver
+    /// commits one batch per tick.
+    pub fn record_all(&self, scope: ScopeId, events: &[JournalEvent]) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        self.write("record a batch of ledger changes", |tx| {
+            for event in events {
+                self.apply(tx, scope, event)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Applies one event inside a transaction.
+    ///
+    /// An instance's use count only grows in the store: the scaler commits a listing's
+    /// instance records after releasing its lock, so an acquisition committed meanwhile may
+    /// carry a newer count than the record being written.
+    fn apply(
+        &self,
+        tx: &Transaction<'_>,
+        scope: ScopeId,
+        event: &JournalEvent,
+    ) -> Result<(), TxError> {
         let now = to_millis(SystemTime::now());
         match event {
-            JournalEvent::RequestedInFlight(n) => self.write("record requested instances", |tx| {
+            JournalEvent::RequestedInFlight(n) => {
                 let n = index(*n, "requested count")?;
                 let changed = tx
                     .prepare_cached("UPDATE scopes SET requested_in_flight = ?2 WHERE id = ?1")?
@@ -69,15 +104,14 @@ impl Store {
                         scope: scope.0,
                     }));
                 }
-                Ok(())
-            }),
-            JournalEvent::Instance(r) => self.write("record an instance", |tx| {
+            }
+            JournalEvent::Instance(r) => {
                 tx.prepare_cached(
                     "INSERT INTO instances (scope, id, state, cause, use_count, removal, updated_at) \
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
                      ON CONFLICT (scope, id) DO UPDATE SET state = excluded.state, \
                      cause = CASE excluded.cause WHEN 'restored' THEN instances.cause \
-                     ELSE excluded.cause END, use_count = excluded.use_count, \
+                     ELSE excluded.cause END, use_count = MAX(instances.use_count, excluded.use_count), \
                      removal = excluded.removal, updated_at = excluded.updated_at",
                 )?
                 .execute(params![
@@ -89,19 +123,17 @@ impl Store {
                     r.removal.map(removal_as_str),
                     now
                 ])?;
-                Ok(())
-            }),
-            JournalEvent::InstanceGone(id) => self.write("record an instance's departure", |tx| {
+            }
+            JournalEvent::InstanceGone(id) => {
                 tx.prepare_cached("DELETE FROM instances WHERE scope = ?1 AND id = ?2")?
                     .execute(params![scope.0, id])?;
-                Ok(())
-            }),
+            }
             JournalEvent::Acquired {
                 key,
                 instance,
                 slot,
                 use_count,
-            } => self.write("record an acquisition", |tx| {
+            } => {
                 let slot = index(*slot, "slot")?;
                 // The scaler just handed this slot out, so any other record of it is stale
                 // (a release that could not be recorded).
@@ -122,18 +154,17 @@ impl Store {
                 )?
                 .execute(params![scope.0, key, instance, slot, now])?;
                 tx.prepare_cached(
-                    "UPDATE instances SET use_count = ?3, updated_at = ?4 \
+                    "UPDATE instances SET use_count = MAX(use_count, ?3), updated_at = ?4 \
                      WHERE scope = ?1 AND id = ?2",
                 )?
                 .execute(params![scope.0, instance, use_count, now])?;
-                Ok(())
-            }),
-            JournalEvent::Released { key } => self.write("record a release", |tx| {
+            }
+            JournalEvent::Released { key } => {
                 tx.prepare_cached("DELETE FROM acquisitions WHERE scope = ?1 AND key = ?2")?
                     .execute(params![scope.0, key])?;
-                Ok(())
-            }),
+            }
         }
+        Ok(())
     }
 
     /// What the store holds for `scope`, to hand to `ScalerBuilder::restore` at start:
@@ -211,5 +242,16 @@ impl Store {
                 acquisitions,
             })
         })
+    }
+}
+
+/// What recording `event` is called in errors.
+fn event_name(event: &JournalEvent) -> &'static str {
+    match event {
+        JournalEvent::RequestedInFlight(_) => "record requested instances",
+        JournalEvent::Instance(_) => "record an instance",
+        JournalEvent::InstanceGone(_) => "record an instance's departure",
+        JournalEvent::Acquired { .. } => "record an acquisition",
+        JournalEvent::Released { .. } => "record a release",
     }
 }

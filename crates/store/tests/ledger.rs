@@ -413,3 +413,68 @@ fn a_version_1_file_is_migrated_with_its_contents_kept() {
         .record_decision(scope, "hold", std::time::SystemTime::now())
         .unwrap();
 }
+
+/// A batch (the scaler's driver commits one per tick) is one transaction: all of it or
+/// nothing.
+#[test]
+fn a_batch_is_recorded_all_or_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("state.db"));
+    let scope = store.scope(&identity()).unwrap();
+    let journal = store.journal(scope);
+    journal
+        .record_all(&[
+            JournalEvent::Instance(instance("a", State::Running, 0)),
+            JournalEvent::Instance(instance("b", State::Creating, 0)),
+            JournalEvent::RequestedInFlight(2),
+        ])
+        .unwrap();
+    let fleet = store.load_fleet(scope).unwrap();
+    assert_eq!(fleet.instances.len(), 2);
+    assert_eq!(fleet.requested_in_flight, 2);
+    // The second event fails (a slot index out of range): the first is not kept either.
+    let err = journal
+        .record_all(&[
+            JournalEvent::InstanceGone("a".into()),
+            JournalEvent::Acquired {
+                key: "k".into(),
+                instance: "b".into(),
+                slot: usize::MAX,
+                use_count: 1,
+            },
+        ])
+        .unwrap_err();
+    assert!(err.0.contains("batch"), "{err}");
+    let fleet = store.load_fleet(scope).unwrap();
+    assert_eq!(
+        fleet.instances.len(),
+        2,
+        "nothing of the failed batch was kept"
+    );
+    assert!(fleet.acquisitions.is_empty());
+}
+
+/// An instance's use count never goes down in the store: a listing's record committed after
+/// a newer acquisition (the scaler commits outside its lock) does not undo it.
+#[test]
+fn a_use_count_never_goes_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("state.db"));
+    let scope = store.scope(&identity()).unwrap();
+    let journal = store.journal(scope);
+    journal
+        .record(&JournalEvent::Instance(instance("a", State::Running, 0)))
+        .unwrap();
+    journal
+        .record(&JournalEvent::Acquired {
+            key: "k".into(),
+            instance: "a".into(),
+            slot: 0,
+            use_count: 3,
+        })
+        .unwrap();
+    journal
+        .record(&JournalEvent::Instance(instance("a", State::Running, 1)))
+        .unwrap();
+    assert_eq!(store.load_fleet(scope).unwrap().instances[0].use_count, 3);
+}

@@ -18,6 +18,9 @@ fn builder(group: Arc<FakeInstanceGroup>) -> ScalerBuilder {
         ScalerConfig {
             capacity_per_instance: 2,
             max_instances: 5,
+            // The instance ran a job at the "crash" below and is adopted, not removed for
+            // safety (GitLab's default without this key).
+            keep_instance_with_acquisitions: true,
             ..ScalerConfig::default()
         },
     )

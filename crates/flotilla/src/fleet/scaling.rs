@@ -39,6 +39,7 @@ pub(super) fn scaler_config(a: &AutoscalerConfig, info: &ProviderInfo) -> Scaler
             },
         },
         delete_instances_on_shutdown: a.delete_instances_on_shutdown,
+        keep_instance_with_acquisitions: a.state_storage.keep_instance_with_acquisitions,
         preexisting: if info.capabilities.adopts_preexisting {
             Preexisting::Adopt
         } else {

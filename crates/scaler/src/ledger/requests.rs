@@ -1,0 +1,148 @@
+//! Instances requested from the provider that have not appeared in a listing yet.
+//!
+//! Fleeting's `Increase` returns a count, never ids: new ids show up in later listings. So
+//! the ledger keeps requests as counts with a deadline and matches newly listed ids to them
+//! in arrival order. A foreign instance that appears while requests are outstanding is
+//! therefore taken for ours; nothing in the contract can tell them apart (see ARCHITECTURE.md).
+//!
+//! An `increase` that failed may still have had an effect (a provider that set the desired
+//! capacity and then timed out), and requests restored after a crash may or may not have
+//! reached the provider. Such requests are *doubted*: they count as capacity and against
+//! `max_instances` for a short grace only, so the scaler neither overshoots the limit nor
+//! waits long for instances that will not come. Requests given up on (doubted past their
+//! grace, or older than `request_timeout`) are still matched to instances that show up
+//! late, so those are recognised as ours rather than taken for someone else's.
+
+use std::time::Duration;
+use tokio::time::Instant;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Request {
+    at: Instant,
+    /// Set for the requests of a failed `increase`: matched only until then.
+    doubted_until: Option<Instant>,
+    count: usize,
+}
+
+/// Outstanding requests, oldest first, and the ones given up on.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Requests {
+    pending: Vec<Request>,
+    /// Requests given up on (expired, or doubted past their grace): they count neither as
+    /// capacity nor against the limit, but an instance that shows up late is still matched
+    /// to them, and so recognised as ours, until the deadline.
+    late: Vec<(Instant, usize)>,
+}
+
+impl Requests {
+    pub(crate) fn total(&self) -> usize {
+        self.pending.iter().map(|r| r.count).sum()
+    }
+
+    pub(crate) fn add(&mut self, n: usize, now: Instant) {
+        if n > 0 {
+            self.pending.push(Request {
+                at: now,
+                doubted_until: None,
+                count: n,
+            });
+        }
+    }
+
+    /// Takes back the `n` newest.
+    pub(crate) fn cancel(&mut self, mut n: usize) {
+        while n > 0 {
+            let Some(last) = self.pending.last_mut() else {
+                break;
+            };
+            let take = last.count.min(n);
+            last.count -= take;
+            n -= take;
+            if last.count == 0 {
+                self.pending.pop();
+            }
+        }
+    }
+
+    /// Shortens the deadline of the `n` newest to `deadline` (an increase that failed).
+    pub(crate) fn doubt(&mut self, n: usize, deadline: Instant) {
+        let mut left = n;
+        let mut split = Vec::new();
+        while left > 0 {
+            let Some(last) = self.pending.last_mut() else {
+                break;
+            };
+            let take = last.count.min(left);
+            last.count -= take;
+            left -= take;
+            split.push(Request {
+                at: last.at,
+                doubted_until: Some(deadline),
+                count: take,
+            });
+            if last.count == 0 {
+                self.pending.pop();
+            }
+        }
+        self.pending.extend(split.into_iter().rev());
+    }
+
+    /// Gives up on requests older than `timeout`, and doubted ones past their grace;
+    /// returns how many instances that forgot. They are still recognised if they show up
+    /// within another `timeout`.
+    pub(crate) fn expire(&mut self, timeout: Duration, now: Instant) -> usize {
+        let before = self.total();
+        let mut given_up = 0;
+        self.pending.retain(|r| {
+            let keep = now.saturating_duration_since(r.at) < timeout
+                && r.doubted_until.is_none_or(|d| d > now);
+            if !keep {
+                given_up += r.count;
+            }
+            keep
+        });
+        self.late.retain(|(deadline, _)| *deadline > now);
+        if given_up > 0 {
+            self.late.push((now + timeout, given_up));
+        }
+        before - self.total()
+    }
+
+    /// Matches one new instance to the newest request known to have reached the provider;
+    /// else to a doubted one; else to one given up on. Newest first: a request that will
+    /// never be served (its instance vanished before any listing showed it) then ages out
+    /// at `request_timeout`, instead of being renewed by every later arrival and holding
+    /// phantom capacity forever.
+    pub(crate) fn consume(&mut self) -> bool {
+        let pick = self
+            .pending
+            .iter()
+            .rposition(|r| r.doubted_until.is_none())
+            .or(if self.pending.is_empty() {
+                None
+            } else {
+                Some(0)
+            });
+        if let Some(idx) = pick {
+            self.pending[idx].count -= 1;
+            if self.pending[idx].count == 0 {
+                self.pending.remove(idx);
+            }
+            return true;
+        }
+        if let Some(first) = self.late.first_mut() {
+            first.1 -= 1;
+            if first.1 == 0 {
+                self.late.remove(0);
+            }
+            return true;
+        }
+        false
+    }
+}
+
+/// How long the requests of a failed `increase` (or restored from before a crash, when the
+/// provider may or may not have been asked) still count as capacity: a few listings.
+pub(crate) fn doubt_grace(update_interval_when_expecting: Duration) -> Duration {
+    (update_interval_when_expecting * 10).max(Duration::from_secs(60))
+}

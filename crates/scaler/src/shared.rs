@@ -1,0 +1,150 @@
+//! The state the job-source API and the driver share, behind one mutex that is never held
+//! across an `.await` (nor, wherever correctness allows, across a journal commit).
+
+use crate::clock::Clock;
+use crate::config::ScalerConfig;
+use crate::creation::Creation;
+use crate::desired::Explanation;
+use crate::hooks::Hooks;
+use crate::journal::{Journal, JournalEvent};
+use crate::ledger::{Key, KeyState, Ledger, LostCause, SlotRef};
+use crate::policy::Schedule;
+use flotilla_fleet::{InstanceGroup, ProviderInfo};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use tokio::sync::{Notify, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// What the scaler tells an acquisition when its instance dies.
+#[derive(Debug, Default)]
+pub(crate) struct LostSignal {
+    pub(crate) token: CancellationToken,
+    pub(crate) cause: OnceLock<LostCause>,
+}
+
+impl LostSignal {
+    pub(crate) fn fire(&self, cause: LostCause) {
+        let _ = self.cause.set(cause);
+        self.token.cancel();
+    }
+}
+
+/// The mutable state.
+pub(crate) struct Inner {
+    pub(crate) ledger: Ledger,
+    pub(crate) schedule: Schedule,
+    pub(crate) waiters: HashMap<Key, oneshot::Sender<SlotRef>>,
+    pub(crate) signals: HashMap<Key, Arc<LostSignal>>,
+    pub(crate) last: Option<Explanation>,
+    pub(crate) creation: Creation,
+}
+
+/// Everything one scaler's API, driver and tasks share.
+pub(crate) struct Shared {
+    pub(crate) inner: Mutex<Inner>,
+    pub(crate) group: Arc<dyn InstanceGroup>,
+    pub(crate) journal: Arc<dyn Journal>,
+    pub(crate) config: ScalerConfig,
+    pub(crate) clock: Clock,
+    pub(crate) hooks: Arc<dyn Hooks>,
+    pub(crate) info: ProviderInfo,
+    /// Wakes the driver for an early decision.
+    pub(crate) wake: Notify,
+    /// Wakes shutdown's drain when a job releases.
+    pub(crate) released: Notify,
+    /// Stops the driver and every task it started.
+    pub(crate) stop: CancellationToken,
+    /// Ready-up tasks, so that shutdown waits for them before the provider shuts down.
+    pub(crate) tasks: TaskTracker,
+}
+
+impl Shared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Hands slots to waiters after capacity changed. Call with the lock held.
+    pub(crate) fn fulfil(&self, inner: &mut Inner) {
+        let now = self.clock.now();
+        while inner.ledger.pending() > 0 {
+            let mut undone = false;
+            for (key, slot) in inner.ledger.fulfil_pending(now) {
+                let delivered = match inner.waiters.remove(&key) {
+                    Some(tx) => tx.send(slot).is_ok(),
+                    None => false,
+                };
+                if !delivered {
+                    // The waiter went away between its timeout and now: nobody uses the
+                    // slot, so it does not count as a use either; the next in line may.
+                    inner.ledger.undo_assignment(&key);
+                    undone = true;
+                }
+            }
+            if !undone {
+                break;
+            }
+        }
+    }
+
+    /// Ends `key`: its slot becomes free (or its reservation or wait is dropped).
+    pub(crate) fn release(&self, key: &str) {
+        let now = self.clock.now();
+        let mut inner = self.lock();
+        inner.signals.remove(key);
+        inner.waiters.remove(key);
+        let held = matches!(
+            inner.ledger.key(key),
+            Some(KeyState::Acquired { .. } | KeyState::Lost { .. })
+        );
+        let released = inner.ledger.release(key, now);
+        if released {
+            self.fulfil(&mut inner);
+        }
+        drop(inner);
+        if released && held {
+            // Committed after the lock is released: the slot is already free in memory, and a
+            // crash before the commit leaves a stale record that the next start treats as a
+            // job at the crash (the safe side).
+            if let Err(e) = self.journal.record(&JournalEvent::Released {
+                key: key.to_string(),
+            }) {
+                tracing::error!(key = %key, error = %e, "cannot record a release");
+            }
+        }
+        self.released.notify_waiters();
+    }
+
+    /// Tells acquisitions that their instance died.
+    pub(crate) fn signal_lost(&self, inner: &mut Inner, lost: Vec<(Key, LostCause)>) {
+        for (key, cause) in lost {
+            if let Some(sig) = inner.signals.get(&key) {
+                sig.fire(cause);
+            }
+            tracing::warn!(key = %key, cause = %cause, "acquisition lost its instance");
+        }
+    }
+
+    /// Records `events` in one transaction; logs and returns false when the journal cannot.
+    /// Call without the lock held.
+    pub(crate) fn record_all(&self, events: &[JournalEvent]) -> bool {
+        if events.is_empty() {
+            return true;
+        }
+        match self.journal.record_all(events) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(error = %e, count = events.len(), "cannot record scaler state; holding the actions back");
+                false
+            }
+        }
+    }
+
+    /// Whether the policy in force keeps idle capacity (an acquisition then calls for a
+    /// decision soon, to replace the slot it took).
+    pub(crate) fn policy_needs_idle(&self) -> bool {
+        let utc = self.clock.utc();
+        let inner = self.lock();
+        inner.schedule.active(utc).1.idle_target(0) > 0
+    }
+}
