@@ -9,6 +9,9 @@
 //! - [`fake_gitlab`]: [`fake_gitlab::FakeGitLab`], the runner side of GitLab's runner API
 //!   over HTTP on 127.0.0.1, with fault injection and a record of every request.
 //! - [`containers`]: containers a test made, found and removed by label ([`containers::LabelGuard`]).
+//! - [`ssh_hosts`]: real sshd hosts (containers with a published port) for the `static` pool,
+//!   which can be paused and resumed.
+//! - [`vms`]: the qemu provider's test VM image, and a guard that kills a test's VMs.
 //! - `docker_fleet` (feature `docker-fleet`): a docker instance group with a scaler and a
 //!   dispatcher at shell or docker isolation, whose containers are removed even on panic.
 
@@ -20,5 +23,7 @@ pub mod fake_group;
 pub mod images;
 pub mod infra;
 pub mod sim;
+pub mod ssh_hosts;
+pub mod vms;
 
 pub use fake_group::{FakeConfig, FakeInstanceGroup};
