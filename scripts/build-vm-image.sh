@@ -57,7 +57,13 @@ install -m 0755 /bin/busybox "$root/usr/local/bin/busybox"
 mkdir -p "$root/builds"
 
 # Modules the root file system loads itself (the network card), with what they depend on.
-modules() { modprobe --show-depends -S "$kver" "$@" | awk '$1 == "insmod" { print $2 }'; }
+# (modprobe takes one module per call: the words after it are that module's parameters.)
+modules() {
+  local m
+  for m in "$@"; do
+    modprobe --show-depends -S "$kver" "$m" | awk '$1 == "insmod" { print $2 }'
+  done
+}
 for f in $(modules virtio_net); do
   mkdir -p "$root$(dirname "$f")"
   cp "$f" "$root$f"
