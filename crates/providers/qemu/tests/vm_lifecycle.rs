@@ -26,7 +26,11 @@ fn group(dir: &std::path::Path) -> QemuGroup {
 /// The logs of every VM under `dir`, for failure messages.
 fn logs(dir: &std::path::Path) -> String {
     let mut out = String::new();
-    for vm in std::fs::read_dir(dir.join("vms")).into_iter().flatten().flatten() {
+    for vm in std::fs::read_dir(dir.join("vms"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
         for log in ["qemu.log", "console.log"] {
             let text = std::fs::read_to_string(vm.path().join(log)).unwrap_or_default();
             out.push_str(&format!("--- {}/{log}\n{text}\n", vm.path().display()));

@@ -98,7 +98,10 @@ async fn hosts_are_lent_given_back_skipped_while_silent_and_lent_again() {
     assert_eq!(g.increase(2).await.unwrap(), 2);
     assert_eq!(g.update().await.unwrap(), running(&["h0", "h1"]));
     let ci = g.connect_info("h1").await.unwrap();
-    assert_eq!(ci.dial_addr(), format!("127.0.0.1:{}", hosts[1].addr.port()));
+    assert_eq!(
+        ci.dial_addr(),
+        format!("127.0.0.1:{}", hosts[1].addr.port())
+    );
     assert_eq!(ci.config.username, "ci");
     g.heartbeat("h0").await.unwrap();
     assert!(matches!(
@@ -123,7 +126,11 @@ async fn hosts_are_lent_given_back_skipped_while_silent_and_lent_again() {
     assert_eq!(g.update().await.unwrap(), running(&["h0", "h2"]));
     // Nothing free answers: an error, so that the fleet backs off.
     let e = g.increase(1).await.unwrap_err();
-    assert!(e.to_string().contains("no free host of the pool answers: h1"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("no free host of the pool answers: h1"),
+        "{e}"
+    );
 
     // h1 answers again and is lent again.
     hosts[1].up().await;

@@ -46,7 +46,10 @@ async fn infra_static_pool_on_real_sshd_hosts() {
     assert_eq!(g.increase(3).await.unwrap(), 3);
     let listing = g.update().await.unwrap();
     assert_eq!(listing.len(), 3);
-    assert!(listing.iter().all(|i| i.state == State::Running), "{listing:?}");
+    assert!(
+        listing.iter().all(|i| i.state == State::Running),
+        "{listing:?}"
+    );
 
     // Each lent host is reached with its credentials, and is the host it says it is.
     for (i, h) in hosts.hosts.iter().enumerate() {
@@ -81,7 +84,10 @@ async fn infra_static_pool_on_real_sshd_hosts() {
     assert_eq!(g.increase(1).await.unwrap(), 1);
     let listing = g.update().await.unwrap();
     assert_eq!(listing.len(), 3);
-    assert!(listing.iter().all(|i| i.state == State::Running), "{listing:?}");
+    assert!(
+        listing.iter().all(|i| i.state == State::Running),
+        "{listing:?}"
+    );
     let connector = SshConnector::new(g.connect_info("host-1").await.unwrap());
     assert!(connector.output("true").await.unwrap().status.success());
 }
