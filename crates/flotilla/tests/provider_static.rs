@@ -235,7 +235,7 @@ state_dir = "{state}"
         shell.push(
             gl.enqueue(
                 SHELL_TOKEN,
-                JobBuilder::new(&format!("shell-{n}"))
+                JobBuilder::new(format!("shell-{n}"))
                     .masked_variable("SECRET", "s3cr3t-static-value")
                     .script([
                         format!("echo OUT-shell-{n}-$SECRET"),
@@ -254,7 +254,7 @@ state_dir = "{state}"
         docker.push(
             gl.enqueue(
                 DOCKER_TOKEN,
-                JobBuilder::new(&format!("docker-{n}"))
+                JobBuilder::new(format!("docker-{n}"))
                     .field("image", serde_json::json!({"name": busybox}))
                     .script([format!(
                         "echo OUT-docker-{n}; cat /proc/1/cgroup >/dev/null"

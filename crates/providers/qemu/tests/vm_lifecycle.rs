@@ -100,7 +100,10 @@ async fn infra_qemu_vm_started_found_again_and_ended() {
     assert_eq!(again.increase(1).await.unwrap(), 0, "the group is full");
 
     // Ended: no process, no directory; listed as deleted once, then not at all.
-    assert_eq!(again.decrease(&[id.clone()]).await.unwrap(), [id.clone()]);
+    assert_eq!(
+        again.decrease(std::slice::from_ref(&id)).await.unwrap(),
+        std::slice::from_ref(&id)
+    );
     assert!(running_vms(dir.path()).is_empty());
     assert!(!dir.path().join("vms").join(&id).exists());
     assert_eq!(
@@ -113,5 +116,8 @@ async fn infra_qemu_vm_started_found_again_and_ended() {
         Err(FleetError::InstanceNotFound(_))
     ));
     // Deleting again counts as done; another group's (or nobody's) name is refused.
-    assert_eq!(again.decrease(&[id.clone()]).await.unwrap(), [id]);
+    assert_eq!(
+        again.decrease(std::slice::from_ref(&id)).await.unwrap(),
+        [id]
+    );
 }
