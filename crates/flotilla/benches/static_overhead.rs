@@ -66,7 +66,11 @@ fn exec(dir: &Path, on_pool: bool, jobs: usize) -> Duration {
     let out = cmd.output().expect("flotilla exec");
     let took = start.elapsed();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let passed = stdout.lines().filter(|l| l.contains(" passed ")).count();
+    // Summary rows whose STATUS cell is `passed`.
+    let passed = stdout
+        .lines()
+        .filter(|l| l.split("  ").map(str::trim).any(|c| c == "passed"))
+        .count();
     assert!(
         out.status.success() && passed == jobs,
         "exec failed ({passed}/{jobs} passed):\n{stdout}\n{}",

@@ -77,6 +77,32 @@ fn max_use_count_is_refused_for_a_static_pool() {
 }
 
 #[test]
+fn config_check_prints_a_static_pool_with_its_passwords_redacted() {
+    let p = Project::empty();
+    p.write(
+        "config.toml",
+        r#"[[runners]]
+  name = "static-check"
+  executor = "flotilla"
+  [runners.autoscaler]
+    plugin = "static"
+    isolation = "shell"
+    [runners.autoscaler.plugin_config]
+      [[runners.autoscaler.plugin_config.hosts]]
+        address = "10.0.0.5"
+        username = "ci"
+        password = "host-password-123"
+"#,
+    );
+    let run = p.flotilla(&["config", "check", "config.toml"]);
+    assert_eq!(run.code, 0, "{run}");
+    assert!(run.stdout.contains("10.0.0.5"), "{run}");
+    assert!(run.stdout.contains("[REDACTED]"), "{run}");
+    assert!(!run.stdout.contains("host-password-123"), "{run}");
+    assert!(!run.stderr.contains("host-password-123"), "{run}");
+}
+
+#[test]
 fn infra_hello_example_runs_on_a_static_pool() {
     if !require(Infra::Docker) {
         return;
