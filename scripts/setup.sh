@@ -21,7 +21,8 @@ PACKAGES=(
   qemu-system-x86      # microVM / VM isolation under TCG
   linux-image-cloud-amd64
   busybox-static       # tiny offline job image and initramfs
-  debootstrap          # offline Debian instance image
+  debootstrap          # offline Debian instance image and test VM image
+  cpio kmod            # the test VM's initramfs and modules (scripts/build-vm-image.sh)
   git ca-certificates curl iproute2 procps zip unzip
 )
 
