@@ -101,7 +101,7 @@ async fn eight_jobs_on_two_instances(level: Level) {
     assert_eq!(dirs.len(), 8, "every job had its own directory");
     assert_eq!(per_instance.len(), 2, "{per_instance:?}");
     for (instance, mut s) in per_instance {
-        s.sort();
+        s.sort_unstable();
         assert_eq!(s, vec![0, 1, 2, 3], "slots on {instance}");
     }
     match level {

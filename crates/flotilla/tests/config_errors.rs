@@ -14,9 +14,8 @@ fn fixture(name: &str) -> PathBuf {
 /// `F` so expectations stay short.
 fn errors(name: &str) -> Vec<String> {
     let path = fixture(name);
-    let e = match Config::load(&path) {
-        Ok(_) => panic!("{name} loaded but should not"),
-        Err(e) => e,
+    let Err(e) = Config::load(&path) else {
+        panic!("{name} loaded but should not")
     };
     let file = path.display().to_string();
     e.errors()

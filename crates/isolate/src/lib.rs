@@ -17,8 +17,6 @@
 //! policy applies) are separate from the I/O: see [`layout`], [`docker::spec`],
 //! [`docker::pull`], [`docker::labels`].
 
-#![warn(missing_docs)]
-
 pub mod cgroup;
 pub mod command;
 mod confinement;

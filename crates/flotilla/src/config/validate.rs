@@ -100,7 +100,7 @@ fn check_runner(f: &mut Findings, path: &KeyPath, runner: &RunnerConfig) {
                 format!("{label}: `token` is required for executor `{executor}`"),
             ),
             Some(t) if t.expose().trim().is_empty() => {
-                f.error(path.key("token"), format!("{label}: `token` is empty"))
+                f.error(path.key("token"), format!("{label}: `token` is empty"));
             }
             Some(_) => {}
         }

@@ -23,24 +23,24 @@ pub struct LevelContext<'a> {
 /// `shell`: a build directory per slot. With the builds directory known, a new instance's
 /// first contact also stops what jobs of a crashed manager left running in its slots.
 pub fn shell(cx: &LevelContext<'_>) -> Result<Arc<dyn Isolation>> {
+    Ok(Arc::new(shell_stages(cx)?))
+}
+
+/// `instance`: the whole instance for one job, its stages run as shell isolation runs them.
+pub fn instance(cx: &LevelContext<'_>) -> Result<Arc<dyn Isolation>> {
+    Ok(Arc::new(InstanceIsolation::new(shell_stages(cx)?)))
+}
+
+/// Shell isolation as the runner configures it (builds directory, the slot cgroup the job is
+/// told of): the `shell` level, and how the `instance` level runs stages.
+fn shell_stages(cx: &LevelContext<'_>) -> Result<ShellIsolation> {
     let mut level = ShellIsolation::new()
         .with_builds_dir(cx.builds_dir)
         .with_context(|| format!("runner {:?}: builds_dir", cx.runner.name))?;
     if cx.runner.use_slot_cgroups {
         level = level.with_slot_cgroup_template(&cx.runner.slot_cgroup_template);
     }
-    Ok(Arc::new(level))
-}
-
-/// `instance`: the whole instance for one job, its stages run as shell isolation runs them.
-pub fn instance(cx: &LevelContext<'_>) -> Result<Arc<dyn Isolation>> {
-    let mut shell = ShellIsolation::new()
-        .with_builds_dir(cx.builds_dir)
-        .with_context(|| format!("runner {:?}: builds_dir", cx.runner.name))?;
-    if cx.runner.use_slot_cgroups {
-        shell = shell.with_slot_cgroup_template(&cx.runner.slot_cgroup_template);
-    }
-    Ok(Arc::new(InstanceIsolation::new(shell)))
+    Ok(level)
 }
 
 /// `cgroup`: shell isolation with each slot's stages in a cgroup of their own, limited by

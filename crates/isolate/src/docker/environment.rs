@@ -366,7 +366,7 @@ impl DockerEnvironment {
                             self.services[i].name
                         ),
                     )
-                    .await?
+                    .await?;
                 }
             }
         }

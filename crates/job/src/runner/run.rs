@@ -457,7 +457,7 @@ impl Run<'_, '_> {
                     last = (
                         FailureReason::ScriptFailure,
                         format!("getting the sources failed with {status}"),
-                    )
+                    );
                 }
                 Ok(Err(e)) => last = (env_failure(&e), format!("getting the sources: {e}")),
                 Err(stop) => {
