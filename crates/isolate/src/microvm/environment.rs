@@ -1,0 +1,390 @@
+//! One job's microVM: booted in the environment's `prepare`, build stages run in it through
+//! the guest agent, helper stages on the instance, the job's directories copied between the
+//! two when the side that runs changes.
+
+use super::{MicrovmConfig, remove_dir, rootfs, sync};
+use crate::command::{helper_command, script_command};
+use crate::exec::run_with;
+use crate::layout::BuildLayout;
+use crate::shell::ShellEnvironment;
+use crate::{IsolateError, IsolatedEnvironment, PrepareRequest};
+use async_trait::async_trait;
+use flotilla_connect::{Connector, ForwardTarget};
+use flotilla_guest::{AGENT, Dialer, GuestConnector};
+use flotilla_job::script::{ANSI_RESET, ANSI_YELLOW};
+use flotilla_job::{EnvError, EnvPaths, Environment, ExecSpec, ExitStatus, Place};
+use flotilla_vmm::qemu::Qemu;
+use flotilla_vmm::{Accel, Disk, Machine, Vm, VmSpec, Vmm, VmmError, disk, initramfs, kernel};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+/// QEMU's user-mode network: the guest's address, its gateway and DNS server.
+const USER_NET: [&str; 3] = ["10.0.2.15/24", "10.0.2.2", "10.0.2.3"];
+
+/// Where the job's directories were last written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    /// On the instance (a helper stage ran last, or nothing yet).
+    Instance,
+    /// In the VM (a build stage ran last).
+    Vm,
+}
+
+/// The running VM of a job.
+struct Running {
+    vm: Box<dyn Vm>,
+    guest: Arc<GuestConnector>,
+}
+
+/// One job's environment at the `microvm` level.
+pub(crate) struct MicrovmEnvironment {
+    connector: Arc<dyn Connector>,
+    instance: String,
+    slot: usize,
+    layout: BuildLayout,
+    helper: ShellEnvironment,
+    config: Arc<MicrovmConfig>,
+    qemu: Qemu,
+    image: Option<String>,
+    services: Vec<String>,
+    running: OnceLock<Running>,
+    side: Mutex<Side>,
+}
+
+impl std::fmt::Debug for MicrovmEnvironment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MicrovmEnvironment")
+            .field("instance", &self.instance)
+            .field("slot", &self.slot)
+            .field("vm", &self.running.get().map(|r| r.vm.pid()))
+            .finish_non_exhaustive()
+    }
+}
+
+fn vmm_error(what: &str, e: VmmError) -> EnvError {
+    EnvError::System(format!("{what}: {e}"))
+}
+
+impl MicrovmEnvironment {
+    pub(crate) fn new(
+        req: &PrepareRequest<'_>,
+        layout: BuildLayout,
+        helper: ShellEnvironment,
+        config: Arc<MicrovmConfig>,
+        qemu: Qemu,
+    ) -> MicrovmEnvironment {
+        let image = req
+            .job
+            .image
+            .as_ref()
+            .map(|i| i.name.clone())
+            .filter(|n| !n.is_empty())
+            .or_else(|| config.default_image.clone());
+        MicrovmEnvironment {
+            connector: req.connector.clone(),
+            instance: req.instance_id.to_string(),
+            slot: req.slot,
+            layout,
+            helper,
+            config,
+            qemu,
+            image,
+            services: req.job.services.iter().map(|s| s.name.clone()).collect(),
+            running: OnceLock::new(),
+            side: Mutex::new(Side::Instance),
+        }
+    }
+
+    fn vm_dir(&self) -> String {
+        self.config.vm_dir(self.slot)
+    }
+
+    /// The job's directories, as both sides see them.
+    fn job_dirs(&self) -> [&str; 2] {
+        [&self.layout.paths.project_dir, &self.layout.paths.tmp_dir]
+    }
+
+    fn guest(&self) -> Result<Arc<GuestConnector>, EnvError> {
+        self.running
+            .get()
+            .map(|r| r.guest.clone())
+            .ok_or_else(|| EnvError::System("the job's microVM is not running".into()))
+    }
+
+    /// Boots the job's VM; returns the lines for the job's log.
+    async fn boot(&self, text: &mut String) -> Result<(), EnvError> {
+        let host = &*self.connector;
+        let image = self.image.clone().ok_or_else(|| {
+            EnvError::System(
+                "the microvm level needs an image: name one in the job (image:) or set \
+                 [runners.microvm] image"
+                    .into(),
+            )
+        })?;
+        let started = Instant::now();
+        // What an earlier job (or a dead manager) left in this slot goes first.
+        let dir = self.vm_dir();
+        if self
+            .qemu
+            .kill_dir(host, &dir)
+            .await
+            .map_err(|e| vmm_error("stopping the slot's earlier VM", e))?
+        {
+            tracing::warn!(instance = %self.instance, slot = self.slot, "killed a VM an earlier job left in the slot");
+            text.push_str(&format!(
+                "{ANSI_YELLOW}WARNING: killed a VM an earlier job left in this slot{ANSI_RESET}\n"
+            ));
+        }
+        remove_dir(host, &self.instance, &dir)
+            .await
+            .map_err(|e| EnvError::System(e.to_string()))?;
+
+        let k = kernel::find(host, self.config.kernel.as_deref())
+            .await
+            .map_err(|e| vmm_error("finding the guest kernel", e))?;
+        let wanted = initramfs::wanted_modules(Machine::Microvm, self.config.network, false);
+        let initrd = initramfs::ensure(host, &self.config.boot_dir(), &k, AGENT, &wanted)
+            .await
+            .map_err(|e| vmm_error("making the guest's initramfs", e))?;
+        let root = rootfs::ensure(
+            host,
+            &self.instance,
+            &image,
+            &self.config.rootfs_dir(),
+            self.config.disk_free_mib,
+        )
+        .await
+        .map_err(|e| EnvError::System(e.to_string()))?;
+        text.push_str(&format!(
+            "Using image {image} ({}) as the root file system{}\n",
+            root.image_id,
+            if root.made { ", converted now" } else { "" }
+        ));
+
+        let top = format!("{dir}/disk-0.qcow2");
+        flotilla_vmm::host::run(
+            host,
+            "making the VM's directory",
+            &format!("mkdir -p {}", flotilla_connect::shell::quote(&dir)),
+        )
+        .await
+        .map_err(|e| vmm_error("making the VM's directory", e))?;
+        disk::overlay(host, &top, &root.path, "raw", None)
+            .await
+            .map_err(|e| vmm_error("making the VM's disk", e))?;
+        let mut extra = vec![
+            format!("flotilla.hostname={}-slot-{}", self.config.owner, self.slot),
+            "flotilla.root=/dev/vda".to_string(),
+            "flotilla.rootfstype=ext4".to_string(),
+        ];
+        if self.config.network {
+            extra.push(format!("flotilla.ip={}", USER_NET[0]));
+            extra.push(format!("flotilla.gw={}", USER_NET[1]));
+            extra.push(format!("flotilla.dns={}", USER_NET[2]));
+        }
+        let spec = VmSpec {
+            name: format!("flotilla-{}-slot-{}", self.config.owner, self.slot),
+            machine: Machine::Microvm,
+            accel: if self.config.kvm {
+                Accel::Kvm
+            } else {
+                Accel::Tcg
+            },
+            vcpus: self.config.vcpus,
+            memory_mib: self.config.memory_mib,
+            kernel: k.path.clone(),
+            initrd: initrd.path.clone(),
+            cmdline: flotilla_vmm::kernel_cmdline(self.config.tsc_khz, &extra),
+            disks: vec![Disk {
+                path: top,
+                format: "qcow2".into(),
+                read_only: false,
+            }],
+            user_net: self.config.network,
+            dir: dir.clone(),
+        };
+        let booting = Instant::now();
+        let vm = self
+            .qemu
+            .boot(self.connector.clone(), spec)
+            .await
+            .map_err(|e| vmm_error("starting QEMU", e))?;
+        let socket = vm.agent().socket;
+        let host_arc = self.connector.clone();
+        let dial: Dialer = Arc::new(move || {
+            let (host, socket) = (host_arc.clone(), socket.clone());
+            Box::pin(async move { host.forward(&ForwardTarget::Unix(socket)).await })
+        });
+        let mut env = root.env.clone();
+        if !env.iter().any(|(k, _)| k == "PATH") {
+            env.push((
+                "PATH".into(),
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
+            ));
+        }
+        if !env.iter().any(|(k, _)| k == "HOME") {
+            env.push(("HOME".into(), "/root".into()));
+        }
+        let guest = Arc::new(
+            GuestConnector::new(format!("microvm slot {}", self.slot), dial).with_env(env),
+        );
+        // Stored before waiting, so a failed boot's VM is still killed by the cleanup.
+        let pid = vm.pid();
+        let _ = self.running.set(Running {
+            vm,
+            guest: guest.clone(),
+        });
+        let info = match guest.wait_ready(self.config.boot_timeout).await {
+            Ok(info) => info,
+            Err(e) => {
+                let console = flotilla_vmm::host::read(host, &format!("{dir}/console.log"))
+                    .await
+                    .unwrap_or_default();
+                let console = String::from_utf8_lossy(&console);
+                let tail: Vec<&str> = console.lines().rev().take(15).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                return Err(EnvError::System(format!(
+                    "the microVM did not come up: {e}; its console ends with:\n{}",
+                    tail.join("\n")
+                )));
+            }
+        };
+        text.push_str(&format!(
+            "microVM up in {:.2} s ({:.2} s from QEMU's start; {} vCPU, {} MiB, {}, pid {pid}): {}\n",
+            started.elapsed().as_secs_f64(),
+            booting.elapsed().as_secs_f64(),
+            self.config.vcpus,
+            self.config.memory_mib,
+            if self.config.kvm { "KVM" } else { "TCG" },
+            info.info
+        ));
+        Ok(())
+    }
+
+    /// Copies the job's directories to where the next stage runs.
+    async fn follow(&self, to: Side, cancel: CancellationToken) -> Result<(), EnvError> {
+        let from = *self.side.lock().unwrap_or_else(|e| e.into_inner());
+        if from == to {
+            return Ok(());
+        }
+        let guest = self.guest()?;
+        let dirs = self.job_dirs();
+        match to {
+            Side::Vm => {
+                sync::copy(
+                    &*self.connector,
+                    &*guest,
+                    &dirs,
+                    "copying the job's files into the VM",
+                    cancel,
+                )
+                .await?
+            }
+            Side::Instance => {
+                sync::copy(
+                    &*guest,
+                    &*self.connector,
+                    &dirs,
+                    "copying the job's files out of the VM",
+                    cancel,
+                )
+                .await?
+            }
+        }
+        *self.side.lock().unwrap_or_else(|e| e.into_inner()) = to;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Environment for MicrovmEnvironment {
+    fn paths(&self) -> &EnvPaths {
+        &self.layout.paths
+    }
+
+    async fn prepare(
+        &self,
+        log: &mut (dyn AsyncWrite + Send + Unpin),
+        cancel: CancellationToken,
+    ) -> Result<(), EnvError> {
+        let mut text = format!(
+            "Using microvm isolation on instance {} (slot {})\n",
+            self.instance, self.slot
+        );
+        if !self.services.is_empty() {
+            text.push_str(&format!(
+                "{ANSI_YELLOW}WARNING: services are not started at the microvm level yet: {}{ANSI_RESET}\n",
+                self.services.join(", ")
+            ));
+        }
+        // The helper side is the shell level's: stop what an earlier job left running in the
+        // slot. Its own lines (it calls itself shell isolation) stay out of the log but for
+        // warnings.
+        let mut helper_log = Vec::new();
+        self.helper.prepare(&mut helper_log, cancel.clone()).await?;
+        for line in String::from_utf8_lossy(&helper_log).lines() {
+            if line.contains("WARNING: stopped") {
+                text.push_str(line);
+                text.push('\n');
+            }
+        }
+        let booted = tokio::select! {
+            r = self.boot(&mut text) => r,
+            _ = cancel.cancelled() => Err(EnvError::Canceled),
+        };
+        log.write_all(text.as_bytes())
+            .await
+            .map_err(|source| EnvError::Io {
+                context: "writing to the job log".into(),
+                source,
+            })?;
+        booted
+    }
+
+    async fn exec(&self, spec: ExecSpec<'_>) -> Result<ExitStatus, EnvError> {
+        match spec.place {
+            Place::Helper => {
+                self.follow(Side::Instance, spec.cancel.clone()).await?;
+                self.helper.exec(spec).await
+            }
+            Place::Build => {
+                self.follow(Side::Vm, spec.cancel.clone()).await?;
+                let guest = self.guest()?;
+                run_with(
+                    &*guest,
+                    "running in the microVM",
+                    spec,
+                    &script_command(),
+                    helper_command,
+                )
+                .await
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl IsolatedEnvironment for MicrovmEnvironment {
+    async fn cleanup(&self) -> Result<(), IsolateError> {
+        if let Some(r) = self.running.get() {
+            r.guest.disconnect().await;
+        }
+        // By the directory, not the handle: a VM whose boot was interrupted has none.
+        let dir = self.vm_dir();
+        let killed = self
+            .qemu
+            .kill_dir(&*self.connector, &dir)
+            .await
+            .map_err(|e| IsolateError::Cleanup {
+                instance: self.instance.clone(),
+                message: format!("killing the job's VM: {e}"),
+            });
+        let removed = remove_dir(&*self.connector, &self.instance, &dir).await;
+        let helper = self.helper.cleanup().await;
+        killed?;
+        removed?;
+        helper
+    }
+}
