@@ -2,7 +2,8 @@
 //! the guest agent, helper stages on the instance, the job's directories copied between the
 //! two when the side that runs changes.
 
-use super::{MicrovmConfig, remove_dir, rootfs, sync};
+use super::cleanup::remove_dir;
+use super::{MicrovmConfig, rootfs, sync};
 use crate::command::{helper_command, script_command};
 use crate::exec::run_with;
 use crate::layout::BuildLayout;

@@ -22,6 +22,7 @@
 //!
 //! Services are not started at this level yet (the job's log says so).
 
+mod cleanup;
 mod environment;
 pub mod rootfs;
 pub mod sync;
@@ -31,9 +32,7 @@ use crate::shell::ShellEnvironment;
 use crate::{IsolateError, IsolatedEnvironment, Isolation, PrepareRequest};
 use async_trait::async_trait;
 use environment::MicrovmEnvironment;
-use flotilla_connect::shell::quote;
-use flotilla_connect::{Connector, ConnectorExt};
-use flotilla_vmm::Vmm;
+use flotilla_connect::Connector;
 use flotilla_vmm::qemu::Qemu;
 use std::sync::Arc;
 use std::time::Duration;
@@ -193,66 +192,8 @@ impl Isolation for MicrovmIsolation {
         connector: Arc<dyn Connector>,
         instance_id: &str,
     ) -> Result<usize, IsolateError> {
-        let vms = format!("{}/vms", self.config.state_dir);
-        let prefix = format!("{}-slot-", self.config.owner);
-        let out = connector
-            .output(&format!("ls -1 {} 2>/dev/null || true", quote(&vms)))
-            .await
-            .map_err(|source| IsolateError::Connect {
-                instance: instance_id.to_string(),
-                source,
-            })?;
-        let mut killed = 0;
-        for name in out
-            .stdout_str()
-            .lines()
-            .filter(|n| n.starts_with(&prefix) && !n.contains('/'))
-        {
-            let dir = format!("{vms}/{name}");
-            if self
-                .qemu
-                .kill_dir(&*connector, &dir)
-                .await
-                .map_err(|e| IsolateError::Cleanup {
-                    instance: instance_id.to_string(),
-                    message: format!("killing the VM in {dir}: {e}"),
-                })?
-            {
-                killed += 1;
-            }
-            remove_dir(&*connector, instance_id, &dir).await?;
-        }
-        if killed > 0 {
-            tracing::warn!(
-                instance = instance_id,
-                vms = killed,
-                "killed microVMs an earlier manager left"
-            );
-        }
-        Ok(killed)
+        cleanup::sweep(&*connector, instance_id, &self.config, &self.qemu).await
     }
-}
-
-/// Removes `dir` on the instance.
-async fn remove_dir(
-    connector: &dyn Connector,
-    instance: &str,
-    dir: &str,
-) -> Result<(), IsolateError> {
-    let out = connector
-        .output(&format!("rm -rf {}", quote(dir)))
-        .await
-        .map_err(|source| IsolateError::Connect {
-            instance: instance.to_string(),
-            source,
-        })?;
-    if !out.status.success() {
-        return Err(IsolateError::Cleanup {
-            instance: instance.to_string(),
-            message: format!("removing {dir}: {}", out.stderr_str().trim()),
-        });
-    }
-    Ok(())
 }
 
 #[cfg(test)]
