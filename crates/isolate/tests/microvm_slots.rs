@@ -239,3 +239,44 @@ async fn infra_microvm_a_dead_managers_vm_is_killed_by_the_sweep() {
     assert!(!Path::new(&vm_dir).exists());
     assert_eq!(next.cleanup_instance(host, "this-host").await.unwrap(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn infra_microvm_a_job_reaches_out_through_user_mode_networking() {
+    if !require(Infra::Qemu) || !require(Infra::Docker) {
+        return;
+    }
+    // A server on the instance's loopback, which QEMU's user-mode network shows the guest
+    // as 10.0.2.2.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut buf = [0u8; 1024];
+        let _ = s.read(&mut buf).await;
+        s.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 14\r\n\r\nfrom the host\n")
+            .await
+            .unwrap();
+    });
+    let state = scratch("fl-microvm-state-");
+    let builds = scratch("fl-microvm-builds-");
+    let iso = MicrovmIsolation::new(MicrovmConfig {
+        state_dir: state.path().to_str().unwrap().to_string(),
+        owner: "test-net".into(),
+        memory_mib: 256,
+        network: true,
+        ..MicrovmConfig::default()
+    })
+    .unwrap();
+    let (env, _) = prepared(&iso, builds.path(), &job(9, &busybox_image()), 0).await;
+    let (st, out) = stage(
+        &*env,
+        Place::Build,
+        &format!("cat /etc/resolv.conf\nwget -q -O - http://10.0.2.2:{port}/\n"),
+    )
+    .await;
+    env.cleanup().await.unwrap();
+    assert!(st.success(), "{out}");
+    assert_eq!(out, "nameserver 10.0.2.3\nfrom the host\n");
+    server.await.unwrap();
+}
