@@ -210,7 +210,10 @@ async fn main() {
             if std::fs::read_to_string(&console).is_ok_and(|c| c.contains("bare boot")) {
                 break started.elapsed();
             }
-            assert!(started.elapsed() < Duration::from_secs(60), "bare boot hung");
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "bare boot hung"
+            );
             tokio::time::sleep(Duration::from_millis(2)).await;
         };
         // It powers itself off; make sure.

@@ -3,6 +3,7 @@
 //! two when the side that runs changes.
 
 use super::cleanup::remove_dir;
+use super::snapshot::{SnapshotPlan, When};
 use super::{MicrovmConfig, rootfs, sync};
 use crate::command::{helper_command, script_command};
 use crate::exec::run_with;
@@ -10,12 +11,18 @@ use crate::layout::BuildLayout;
 use crate::shell::ShellEnvironment;
 use crate::{IsolateError, IsolatedEnvironment, PrepareRequest};
 use async_trait::async_trait;
+use flotilla_connect::shell::quote;
 use flotilla_connect::{Connector, ForwardTarget};
 use flotilla_guest::{AGENT, Dialer, GuestConnector};
 use flotilla_job::script::{ANSI_RESET, ANSI_YELLOW};
 use flotilla_job::{EnvError, EnvPaths, Environment, ExecSpec, ExitStatus, Place};
 use flotilla_vmm::qemu::Qemu;
-use flotilla_vmm::{Accel, Disk, Machine, Vm, VmSpec, Vmm, VmmError, disk, initramfs, kernel};
+use flotilla_vmm::{
+    Accel, AfterSnapshot, Disk, Machine, SnapshotFiles, Vm, VmSpec, Vmm, VmmError, disk, initramfs,
+    kernel,
+};
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
@@ -32,6 +39,18 @@ enum Side {
     /// In the VM (a build stage ran last).
     Vm,
 }
+
+/// What a snapshot keeps besides the VM's state and disk: the machine it must be restored
+/// into, the guest's base environment and the image it came from.
+#[derive(Debug, Serialize, Deserialize)]
+struct SnapshotMeta {
+    spec: VmSpec,
+    env: Vec<(String, String)>,
+    image: String,
+}
+
+/// A started VM, the guest's base environment, and how it started (for the log).
+type Booted = (Box<dyn Vm>, Vec<(String, String)>, String);
 
 /// The running VM of a job.
 struct Running {
@@ -52,6 +71,13 @@ pub(crate) struct MicrovmEnvironment {
     services: Vec<String>,
     running: OnceLock<Running>,
     side: Mutex<Side>,
+    plan: SnapshotPlan,
+    /// Build stages run so far (the first is `step_script`).
+    builds: AtomicUsize,
+    /// The VM was restored and nothing was copied into it yet.
+    restored: AtomicBool,
+    /// The guest's base environment and the image (kept with a snapshot).
+    guest_env: OnceLock<(Vec<(String, String)>, String)>,
 }
 
 impl std::fmt::Debug for MicrovmEnvironment {
@@ -95,6 +121,10 @@ impl MicrovmEnvironment {
             services: req.job.services.iter().map(|s| s.name.clone()).collect(),
             running: OnceLock::new(),
             side: Mutex::new(Side::Instance),
+            plan: SnapshotPlan::for_job(req.job),
+            builds: AtomicUsize::new(0),
+            restored: AtomicBool::new(false),
+            guest_env: OnceLock::new(),
         }
     }
 
@@ -114,16 +144,9 @@ impl MicrovmEnvironment {
             .ok_or_else(|| EnvError::System("the job's microVM is not running".into()))
     }
 
-    /// Boots the job's VM; returns the lines for the job's log.
+    /// Boots the job's VM, or restores it from a snapshot; adds lines for the job's log.
     async fn boot(&self, text: &mut String) -> Result<(), EnvError> {
         let host = &*self.connector;
-        let image = self.image.clone().ok_or_else(|| {
-            EnvError::System(
-                "the microvm level needs an image: name one in the job (image:) or set \
-                 [runners.microvm] image"
-                    .into(),
-            )
-        })?;
         let started = Instant::now();
         // What an earlier job (or a dead manager) left in this slot goes first.
         let dir = self.vm_dir();
@@ -141,7 +164,112 @@ impl MicrovmEnvironment {
         remove_dir(host, &self.instance, &dir)
             .await
             .map_err(|e| EnvError::System(e.to_string()))?;
+        flotilla_vmm::host::run(
+            host,
+            "making the VM's directory",
+            &format!("mkdir -p {}", quote(&dir)),
+        )
+        .await
+        .map_err(|e| vmm_error("making the VM's directory", e))?;
+        let (vm, env, what) = match &self.plan.restore {
+            Some(key) => self.restore(key, &dir).await?,
+            None => self.cold_boot(&dir, text).await?,
+        };
+        let socket = vm.agent().socket;
+        let host_arc = self.connector.clone();
+        let dial: Dialer = Arc::new(move || {
+            let (host, socket) = (host_arc.clone(), socket.clone());
+            Box::pin(async move { host.forward(&ForwardTarget::Unix(socket)).await })
+        });
+        let guest = Arc::new(
+            GuestConnector::new(format!("microvm slot {}", self.slot), dial).with_env(env),
+        );
+        // Stored before waiting, so a failed boot's VM is still killed by the cleanup.
+        let pid = vm.pid();
+        let _ = self.running.set(Running {
+            vm,
+            guest: guest.clone(),
+        });
+        let info = match guest.wait_ready(self.config.boot_timeout).await {
+            Ok(info) => info,
+            Err(e) => {
+                let console = flotilla_vmm::host::read(host, &format!("{dir}/console.log"))
+                    .await
+                    .unwrap_or_default();
+                let console = String::from_utf8_lossy(&console);
+                let tail: Vec<&str> = console.lines().rev().take(15).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                return Err(EnvError::System(format!(
+                    "the microVM did not come up: {e}; its console ends with:\n{}",
+                    tail.join("\n")
+                )));
+            }
+        };
+        text.push_str(&format!(
+            "microVM {what} in {:.2} s ({} vCPU, {} MiB, {}, pid {pid}): {}\n",
+            started.elapsed().as_secs_f64(),
+            self.config.vcpus,
+            self.config.memory_mib,
+            if self.config.kvm { "KVM" } else { "TCG" },
+            info.info
+        ));
+        Ok(())
+    }
 
+    /// Starts the VM from snapshot `key`: the machine it was taken of, in `dir`, writing to
+    /// a layer of its own over the snapshot's disk.
+    async fn restore(&self, key: &str, dir: &str) -> Result<Booted, EnvError> {
+        let host = &*self.connector;
+        let snap = SnapshotFiles {
+            dir: format!("{}/{key}", self.config.snapshots_dir()),
+        };
+        let meta = flotilla_vmm::host::read(host, &format!("{}/meta.json", snap.dir))
+            .await
+            .map_err(|_| {
+                EnvError::System(format!(
+                    "no snapshot {key:?} on instance {} (snapshots stay on the instance that \
+                     took them)",
+                    self.instance
+                ))
+            })?;
+        let meta: SnapshotMeta = serde_json::from_slice(&meta)
+            .map_err(|e| EnvError::System(format!("the snapshot {key:?} is unreadable: {e}")))?;
+        let top = format!("{dir}/disk-0.qcow2");
+        disk::overlay(host, &top, &snap.disk(0), "qcow2", None)
+            .await
+            .map_err(|e| vmm_error("making the VM's disk over the snapshot's", e))?;
+        let spec = meta.spec.relocated(
+            dir,
+            vec![Disk {
+                path: top,
+                format: "qcow2".into(),
+                read_only: false,
+            }],
+        );
+        let vm = self
+            .qemu
+            .restore(self.connector.clone(), spec, &snap)
+            .await
+            .map_err(|e| vmm_error(&format!("restoring snapshot {key:?}"), e))?;
+        let _ = self.guest_env.set((meta.env.clone(), meta.image.clone()));
+        self.restored.store(true, Ordering::SeqCst);
+        Ok((
+            vm,
+            meta.env,
+            format!("restored from snapshot {key} (image {})", meta.image),
+        ))
+    }
+
+    /// Boots a new VM from the job's image in `dir`.
+    async fn cold_boot(&self, dir: &str, text: &mut String) -> Result<Booted, EnvError> {
+        let host = &*self.connector;
+        let image = self.image.clone().ok_or_else(|| {
+            EnvError::System(
+                "the microvm level needs an image: name one in the job (image:) or set \
+                 [runners.microvm] image"
+                    .into(),
+            )
+        })?;
         let k = kernel::find(host, self.config.kernel.as_deref())
             .await
             .map_err(|e| vmm_error("finding the guest kernel", e))?;
@@ -163,15 +291,7 @@ impl MicrovmEnvironment {
             root.image_id,
             if root.made { ", converted now" } else { "" }
         ));
-
         let top = format!("{dir}/disk-0.qcow2");
-        flotilla_vmm::host::run(
-            host,
-            "making the VM's directory",
-            &format!("mkdir -p {}", flotilla_connect::shell::quote(&dir)),
-        )
-        .await
-        .map_err(|e| vmm_error("making the VM's directory", e))?;
         disk::overlay(host, &top, &root.path, "raw", None)
             .await
             .map_err(|e| vmm_error("making the VM's disk", e))?;
@@ -204,20 +324,13 @@ impl MicrovmEnvironment {
                 read_only: false,
             }],
             user_net: self.config.network,
-            dir: dir.clone(),
+            dir: dir.to_string(),
         };
-        let booting = Instant::now();
         let vm = self
             .qemu
             .boot(self.connector.clone(), spec)
             .await
             .map_err(|e| vmm_error("starting QEMU", e))?;
-        let socket = vm.agent().socket;
-        let host_arc = self.connector.clone();
-        let dial: Dialer = Arc::new(move || {
-            let (host, socket) = (host_arc.clone(), socket.clone());
-            Box::pin(async move { host.forward(&ForwardTarget::Unix(socket)).await })
-        });
         let mut env = root.env.clone();
         if !env.iter().any(|(k, _)| k == "PATH") {
             env.push((
@@ -228,40 +341,66 @@ impl MicrovmEnvironment {
         if !env.iter().any(|(k, _)| k == "HOME") {
             env.push(("HOME".into(), "/root".into()));
         }
-        let guest = Arc::new(
-            GuestConnector::new(format!("microvm slot {}", self.slot), dial).with_env(env),
-        );
-        // Stored before waiting, so a failed boot's VM is still killed by the cleanup.
-        let pid = vm.pid();
-        let _ = self.running.set(Running {
-            vm,
-            guest: guest.clone(),
-        });
-        let info = match guest.wait_ready(self.config.boot_timeout).await {
-            Ok(info) => info,
-            Err(e) => {
-                let console = flotilla_vmm::host::read(host, &format!("{dir}/console.log"))
-                    .await
-                    .unwrap_or_default();
-                let console = String::from_utf8_lossy(&console);
-                let tail: Vec<&str> = console.lines().rev().take(15).collect();
-                let tail: Vec<&str> = tail.into_iter().rev().collect();
-                return Err(EnvError::System(format!(
-                    "the microVM did not come up: {e}; its console ends with:\n{}",
-                    tail.join("\n")
-                )));
-            }
+        let _ = self.guest_env.set((env.clone(), image));
+        Ok((vm, env, "up".to_string()))
+    }
+
+    /// Saves the VM as snapshot `key` (it runs on); returns the line for the job's log.
+    async fn save(&self, key: &str) -> Result<String, EnvError> {
+        let host = &*self.connector;
+        let running = self
+            .running
+            .get()
+            .ok_or_else(|| EnvError::System("the job's microVM is not running".into()))?;
+        let (env, image) = self.guest_env.get().cloned().unwrap_or_default();
+        let base = self.config.snapshots_dir();
+        let fin = format!("{base}/{key}");
+        // Written aside and renamed: a restore never sees half a snapshot.
+        let tmp = SnapshotFiles {
+            dir: format!("{base}/.{key}.{}-slot-{}.tmp", self.config.owner, self.slot),
         };
-        text.push_str(&format!(
-            "microVM up in {:.2} s ({:.2} s from QEMU's start; {} vCPU, {} MiB, {}, pid {pid}): {}\n",
-            started.elapsed().as_secs_f64(),
-            booting.elapsed().as_secs_f64(),
-            self.config.vcpus,
-            self.config.memory_mib,
-            if self.config.kvm { "KVM" } else { "TCG" },
-            info.info
-        ));
-        Ok(())
+        flotilla_vmm::host::run(
+            host,
+            "clearing a snapshot directory",
+            &format!("rm -rf {}", quote(&tmp.dir)),
+        )
+        .await
+        .map_err(|e| vmm_error("clearing a snapshot directory", e))?;
+        let report = running
+            .vm
+            .snapshot(&tmp, AfterSnapshot::Resume)
+            .await
+            .map_err(|e| vmm_error("saving the VM", e))?;
+        let meta = SnapshotMeta {
+            spec: running.vm.spec().clone(),
+            env,
+            image,
+        };
+        let meta = serde_json::to_vec(&meta)
+            .map_err(|e| EnvError::System(format!("describing the snapshot: {e}")))?;
+        flotilla_vmm::host::write(host, &format!("{}/meta.json", tmp.dir), meta)
+            .await
+            .map_err(|e| vmm_error("describing the snapshot", e))?;
+        flotilla_vmm::host::run(
+            host,
+            "keeping the snapshot",
+            &format!(
+                "rm -rf {f} && mv {t} {f}",
+                f = quote(&fin),
+                t = quote(&tmp.dir)
+            ),
+        )
+        .await
+        .map_err(|e| vmm_error("keeping the snapshot", e))?;
+        Ok(format!(
+            "Saved snapshot {key} of the VM on instance {}: memory and devices {:.1} MiB, disk \
+             {:.1} MiB written by the job, the VM paused {:.0} ms; start a job from it with \
+             FLOTILLA_RESTORE_FROM: {key}",
+            self.instance,
+            report.state_bytes as f64 / 1048576.0,
+            report.disk_bytes as f64 / 1048576.0,
+            report.took.as_secs_f64() * 1e3
+        ))
     }
 
     /// Copies the job's directories to where the next stage runs.
@@ -272,12 +411,19 @@ impl MicrovmEnvironment {
         }
         let guest = self.guest()?;
         let dirs = self.job_dirs();
+        // The first copy into a restored VM keeps what the snapshotted job left there.
+        let mode = if to == Side::Vm && self.restored.swap(false, Ordering::SeqCst) {
+            sync::Mode::Merge
+        } else {
+            sync::Mode::Replace
+        };
         match to {
             Side::Vm => {
                 sync::copy(
                     &*self.connector,
                     &*guest,
                     &dirs,
+                    mode,
                     "copying the job's files into the VM",
                     cancel,
                 )
@@ -288,6 +434,7 @@ impl MicrovmEnvironment {
                     &*guest,
                     &*self.connector,
                     &dirs,
+                    mode,
                     "copying the job's files out of the VM",
                     cancel,
                 )
@@ -319,6 +466,9 @@ impl Environment for MicrovmEnvironment {
                 "{ANSI_YELLOW}WARNING: services are not started at the microvm level yet: {}{ANSI_RESET}\n",
                 self.services.join(", ")
             ));
+        }
+        for w in &self.plan.warnings {
+            text.push_str(&format!("{ANSI_YELLOW}WARNING: {w}{ANSI_RESET}\n"));
         }
         // The helper side is the shell level's: stop what an earlier job left running in the
         // slot. Its own lines (it calls itself shell isolation) stay out of the log but for
@@ -353,14 +503,53 @@ impl Environment for MicrovmEnvironment {
             Place::Build => {
                 self.follow(Side::Vm, spec.cancel.clone()).await?;
                 let guest = self.guest()?;
-                run_with(
+                let first = self.builds.fetch_add(1, Ordering::SeqCst) == 0;
+                let Some((when, key)) = self.plan.save.as_ref().filter(|_| first) else {
+                    return run_with(
+                        &*guest,
+                        "running in the microVM",
+                        spec,
+                        &script_command(),
+                        helper_command,
+                    )
+                    .await;
+                };
+                // The stage's output stays ours after it ends: the snapshot is reported
+                // where the job's output is.
+                let ExecSpec {
+                    place,
+                    command,
+                    stdin,
+                    mut stdout,
+                    stderr,
+                    cancel,
+                } = spec;
+                let borrowed = ExecSpec {
+                    place,
+                    command,
+                    stdin,
+                    stdout: Box::new(&mut stdout),
+                    stderr,
+                    cancel,
+                };
+                let status = run_with(
                     &*guest,
                     "running in the microVM",
-                    spec,
+                    borrowed,
                     &script_command(),
                     helper_command,
                 )
-                .await
+                .await?;
+                if *when == When::Always || !status.success() {
+                    let line = match self.save(key).await {
+                        Ok(line) => line,
+                        Err(e) => {
+                            format!("{ANSI_YELLOW}WARNING: no snapshot was taken: {e}{ANSI_RESET}")
+                        }
+                    };
+                    let _ = stdout.write_all(format!("\n{line}\n").as_bytes()).await;
+                }
+                Ok(status)
             }
         }
     }

@@ -20,11 +20,15 @@
 //!   [`Isolation::cleanup_instance`] kills every VM of this runner's on an instance met for
 //!   the first time.
 //!
+//! - **Snapshots** ([`snapshot`]): `FLOTILLA_SNAPSHOT` saves the VM after `step_script`,
+//!   `FLOTILLA_RESTORE_FROM` starts a job's VM from a saved one instead of booting.
+//!
 //! Services are not started at this level yet (the job's log says so).
 
 mod cleanup;
 mod environment;
 pub mod rootfs;
+pub mod snapshot;
 pub mod sync;
 
 use crate::layout::BuildLayout;
@@ -105,6 +109,11 @@ impl MicrovmConfig {
     /// Where root file systems are cached.
     pub fn rootfs_dir(&self) -> String {
         format!("{}/rootfs", self.state_dir)
+    }
+
+    /// Where snapshots are kept.
+    pub fn snapshots_dir(&self) -> String {
+        format!("{}/snapshots", self.state_dir)
     }
 }
 

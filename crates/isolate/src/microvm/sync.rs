@@ -1,9 +1,9 @@
 //! Copying a job's directories between the instance and its VM: the helper stages (sources,
 //! caches, artifacts) work on the instance, the build stages in the VM, at the same paths.
 //!
-//! A copy replaces the destination's directories with the source's (a `tar` stream from one
-//! connector's command into the other's), so files deleted on one side are gone on the
-//! other too.
+//! A copy is a `tar` stream from one connector's command into the other's. It replaces the
+//! destination's directories with the source's, so files deleted on one side are gone on
+//! the other too; or, into a VM restored from a snapshot, merges.
 
 use crate::exec::env_error;
 use flotilla_connect::shell::quote;
@@ -33,22 +33,36 @@ pub fn pack_command(paths: &[&str]) -> Result<String, EnvError> {
     Ok(format!("cd / && mkdir -p {rel} && exec tar -cf - {rel}"))
 }
 
-/// The command that replaces `paths` with those of the tar stream on stdin.
-pub fn unpack_command(paths: &[&str]) -> Result<String, EnvError> {
-    let rel = relative(paths)?;
-    Ok(format!("cd / && rm -rf {rel} && exec tar -xf -"))
+/// How a copy treats what is already at the destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The destination's directories are replaced.
+    Replace,
+    /// The source's files are written over the destination's, which keeps the others (a
+    /// VM restored from a snapshot keeps what the snapshotted job made).
+    Merge,
 }
 
-/// Replaces `paths` on `to` with those on `from`; `what` names the direction for errors.
+/// The command that writes the tar stream on stdin to `paths`, replacing or merging.
+pub fn unpack_command(paths: &[&str], mode: Mode) -> Result<String, EnvError> {
+    let rel = relative(paths)?;
+    Ok(match mode {
+        Mode::Replace => format!("cd / && rm -rf {rel} && exec tar -xf -"),
+        Mode::Merge => "cd / && exec tar -xf -".to_string(),
+    })
+}
+
+/// Copies `paths` from `from` to `to`; `what` names the direction for errors.
 pub async fn copy(
     from: &dyn Connector,
     to: &dyn Connector,
     paths: &[&str],
+    mode: Mode,
     what: &str,
     cancel: CancellationToken,
 ) -> Result<(), EnvError> {
     let pack = pack_command(paths)?;
-    let unpack = unpack_command(paths)?;
+    let unpack = unpack_command(paths, mode)?;
     let (w, mut r) = tokio::io::duplex(256 * 1024);
     let mut pack_err = Vec::new();
     let mut unpack_err = Vec::new();
