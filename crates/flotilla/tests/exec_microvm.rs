@@ -111,3 +111,130 @@ fails-in-a-vm:
         .unwrap_or_default();
     assert!(left.is_empty(), "VM directories left: {left:?}");
 }
+
+#[test]
+fn infra_microvm_exec_branches_a_matrix_from_a_snapshot() {
+    if !require(Infra::Qemu) || !require(Infra::Docker) {
+        return;
+    }
+    let image = busybox_image();
+    let state = tempfile::Builder::new()
+        .prefix("fl-exec-microvm-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let state_dir = state.path().to_str().unwrap().to_string();
+    let p = Project::with_pipeline(&format!(
+        r#"
+stages: [setup, test]
+default:
+  image: {image}
+variables:
+  FLOTILLA_ISOLATION: microvm
+setup:
+  stage: setup
+  variables:
+    FLOTILLA_SNAPSHOT: always
+  script:
+    - echo "made by setup" > /root/state
+broken:
+  stage: setup
+  allow_failure: true
+  variables:
+    FLOTILLA_SNAPSHOT: on_failure
+  script:
+    - echo "left for debugging" > /root/clue
+    - exit 2
+test:
+  stage: test
+  variables:
+    FLOTILLA_RESTORE_FROM: setup
+  parallel:
+    matrix:
+      - SHARD: [a, b, c]
+  script:
+    - cat /root/state
+    - echo "shard $SHARD"
+look:
+  stage: test
+  variables:
+    FLOTILLA_RESTORE_FROM: broken
+  script:
+    - cat /root/clue
+"#
+    ));
+    p.write(
+        "fleet.toml",
+        &format!(
+            r#"
+[[runners]]
+  name = "snap"
+  executor = "flotilla"
+  [runners.autoscaler]
+    plugin = "local"
+    capacity_per_instance = 3
+    isolation = ["microvm"]
+  [runners.microvm]
+    memory = "256Mi"
+    network = false
+    state_dir = "{state_dir}"
+"#
+        ),
+    );
+    p.commit("pipeline and config");
+    let config = p.path().join("fleet.toml");
+    let run = p.exec(&["--config", config.to_str().unwrap()]);
+    eprintln!("{}", run.stdout);
+    let statuses_seen = run.statuses();
+    for (slug, log) in p.logs() {
+        eprintln!("--- {slug}\n{log}");
+    }
+    assert_eq!(
+        statuses_seen.get("setup").map(String::as_str),
+        Some("passed"),
+        "{statuses_seen:?}"
+    );
+    assert_eq!(
+        statuses_seen.get("broken").map(String::as_str),
+        Some("failed (allowed)"),
+        "{statuses_seen:?}"
+    );
+    assert_eq!(
+        statuses_seen.get("look").map(String::as_str),
+        Some("passed"),
+        "{statuses_seen:?}"
+    );
+    let setup = p.log("setup");
+    assert!(setup.contains("Saved snapshot setup of the VM"), "{setup}");
+    let broken = p.log("broken");
+    assert!(
+        broken.contains("Saved snapshot broken of the VM"),
+        "{broken}"
+    );
+    assert!(
+        p.log("look").contains("\nleft for debugging"),
+        "{}",
+        p.log("look")
+    );
+    let matrix: Vec<(String, String)> = p
+        .logs()
+        .into_iter()
+        .filter(|(slug, _)| slug.contains("test---"))
+        .collect();
+    assert_eq!(matrix.len(), 3, "{:?}", p.logs().keys().collect::<Vec<_>>());
+    for (slug, log) in &matrix {
+        assert!(
+            log.contains("microVM restored from snapshot setup"),
+            "{slug}: {log}"
+        );
+        assert!(log.contains("\nmade by setup"), "{slug}: {log}");
+    }
+    for shard in ["a", "b", "c"] {
+        assert!(
+            matrix
+                .iter()
+                .any(|(_, log)| log.contains(&format!("\nshard {shard}"))),
+            "shard {shard}"
+        );
+    }
+    assert!(vms_under(&state_dir).is_empty(), "every VM is gone");
+}

@@ -40,7 +40,10 @@ pub async fn read(host: &dyn Connector, path: &str) -> Result<Vec<u8>, VmmError>
 /// its directory.
 pub async fn write(host: &dyn Connector, path: &str, bytes: Vec<u8>) -> Result<(), VmmError> {
     let q = flotilla_shell::quote(path);
-    let tmp = flotilla_shell::quote(&format!("{path}.tmp{}", std::process::id()));
+    // A name of this write's own: two jobs of one process may write the same file at once.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = flotilla_shell::quote(&format!("{path}.tmp{}-{n}", std::process::id()));
     let line = format!(
         "sh -c {}",
         flotilla_shell::quote(&format!(
