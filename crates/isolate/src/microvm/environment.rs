@@ -78,7 +78,14 @@ pub(crate) struct MicrovmEnvironment {
     restored: AtomicBool,
     /// The guest's base environment and the image (kept with a snapshot).
     guest_env: OnceLock<(Vec<(String, String)>, String)>,
+    /// The kernel and initramfs found on each instance (shared by the level's jobs).
+    boot_cache: BootCache,
 }
+
+/// The kernel and initramfs paths found on each instance, by instance id: found once per
+/// manager process (the initramfs is named by a hash of what is in it, so a path found
+/// stays right).
+pub(crate) type BootCache = Arc<Mutex<std::collections::HashMap<String, (String, String)>>>;
 
 impl std::fmt::Debug for MicrovmEnvironment {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -101,6 +108,7 @@ impl MicrovmEnvironment {
         helper: ShellEnvironment,
         config: Arc<MicrovmConfig>,
         qemu: Qemu,
+        boot_cache: BootCache,
     ) -> MicrovmEnvironment {
         let image = req
             .job
@@ -125,6 +133,7 @@ impl MicrovmEnvironment {
             builds: AtomicUsize::new(0),
             restored: AtomicBool::new(false),
             guest_env: OnceLock::new(),
+            boot_cache,
         }
     }
 
@@ -263,6 +272,7 @@ impl MicrovmEnvironment {
     /// Boots a new VM from the job's image in `dir`.
     async fn cold_boot(&self, dir: &str, text: &mut String) -> Result<Booted, EnvError> {
         let host = &*self.connector;
+        let prep = Instant::now();
         let image = self.image.clone().ok_or_else(|| {
             EnvError::System(
                 "the microvm level needs an image: name one in the job (image:) or set \
@@ -270,22 +280,45 @@ impl MicrovmEnvironment {
                     .into(),
             )
         })?;
-        let k = kernel::find(host, self.config.kernel.as_deref())
+        // The boot pieces and the root file system at once: each is a few round trips.
+        let boot_pieces = async {
+            if let Some(found) = self
+                .boot_cache
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&self.instance)
+                .cloned()
+            {
+                return Ok(found);
+            }
+            let k = kernel::find(host, self.config.kernel.as_deref())
+                .await
+                .map_err(|e| vmm_error("finding the guest kernel", e))?;
+            let wanted = initramfs::wanted_modules(Machine::Microvm, self.config.network, false);
+            let initrd = initramfs::ensure(host, &self.config.boot_dir(), &k, AGENT, &wanted)
+                .await
+                .map_err(|e| vmm_error("making the guest's initramfs", e))?;
+            let found = (k.path, initrd.path);
+            self.boot_cache
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(self.instance.clone(), found.clone());
+            Ok::<_, EnvError>(found)
+        };
+        let root_fs = async {
+            rootfs::ensure(
+                host,
+                &self.instance,
+                &image,
+                &self.config.rootfs_dir(),
+                self.config.disk_free_mib,
+            )
             .await
-            .map_err(|e| vmm_error("finding the guest kernel", e))?;
-        let wanted = initramfs::wanted_modules(Machine::Microvm, self.config.network, false);
-        let initrd = initramfs::ensure(host, &self.config.boot_dir(), &k, AGENT, &wanted)
-            .await
-            .map_err(|e| vmm_error("making the guest's initramfs", e))?;
-        let root = rootfs::ensure(
-            host,
-            &self.instance,
-            &image,
-            &self.config.rootfs_dir(),
-            self.config.disk_free_mib,
-        )
-        .await
-        .map_err(|e| EnvError::System(e.to_string()))?;
+            .map_err(|e| EnvError::System(e.to_string()))
+        };
+        let (pieces, root) = tokio::join!(boot_pieces, root_fs);
+        let (kernel_path, initrd_path) = pieces?;
+        let root = root?;
         text.push_str(&format!(
             "Using image {image} ({}) as the root file system{}\n",
             root.image_id,
@@ -315,8 +348,8 @@ impl MicrovmEnvironment {
             },
             vcpus: self.config.vcpus,
             memory_mib: self.config.memory_mib,
-            kernel: k.path.clone(),
-            initrd: initrd.path.clone(),
+            kernel: kernel_path,
+            initrd: initrd_path,
             cmdline: flotilla_vmm::kernel_cmdline(self.config.tsc_khz, &extra),
             disks: vec![Disk {
                 path: top,
@@ -326,11 +359,22 @@ impl MicrovmEnvironment {
             user_net: self.config.network,
             dir: dir.to_string(),
         };
+        let prepared = prep.elapsed();
         let vm = self
             .qemu
             .boot(self.connector.clone(), spec)
             .await
             .map_err(|e| vmm_error("starting QEMU", e))?;
+        tracing::debug!(
+            prepared_ms = prepared.as_millis() as u64,
+            qemu_ms = (prep.elapsed() - prepared).as_millis() as u64,
+            "microVM started"
+        );
+        text.push_str(&format!(
+            "Disk, kernel and initramfs ready in {:.2} s, QEMU started in {:.2} s\n",
+            prepared.as_secs_f64(),
+            (prep.elapsed() - prepared).as_secs_f64()
+        ));
         let mut env = root.env.clone();
         if !env.iter().any(|(k, _)| k == "PATH") {
             env.push((

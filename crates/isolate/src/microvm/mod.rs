@@ -138,6 +138,7 @@ pub struct MicrovmIsolation {
     config: Arc<MicrovmConfig>,
     qemu: Qemu,
     clean: crate::shell::CleanSlots,
+    boot_cache: environment::BootCache,
 }
 
 impl MicrovmIsolation {
@@ -165,6 +166,7 @@ impl MicrovmIsolation {
             config: Arc::new(config),
             qemu,
             clean: Default::default(),
+            boot_cache: Default::default(),
         })
     }
 
@@ -193,6 +195,7 @@ impl Isolation for MicrovmIsolation {
             helper,
             self.config.clone(),
             self.qemu.clone(),
+            self.boot_cache.clone(),
         )))
     }
 

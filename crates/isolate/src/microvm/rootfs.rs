@@ -33,10 +33,12 @@ pub fn ensure_script(image: &str, dir: &str, free_mib: u64) -> String {
         r#"set -e
 img={image}
 dir={dir}
-id=$(docker image inspect -f '{{{{.Id}}}}' "$img" 2>/dev/null) || {{
+fmt='{{{{.Id}}}} {{{{json .Config.Env}}}}'
+info=$(docker image inspect -f "$fmt" "$img" 2>/dev/null) || {{
   docker pull -q "$img" >/dev/null
-  id=$(docker image inspect -f '{{{{.Id}}}}' "$img")
+  info=$(docker image inspect -f "$fmt" "$img")
 }}
+id=${{info%% *}}
 key=$(printf %s "${{id#sha256:}}" | cut -c1-32)
 out="$dir/$key.ext4"
 made=0
@@ -60,7 +62,7 @@ fi
 echo "id=$id"
 echo "path=$out"
 echo "made=$made"
-echo "env=$(docker image inspect -f '{{{{json .Config.Env}}}}' "$img")"
+echo "env=${{info#* }}"
 "#,
         free = free_mib * 1024
     )
@@ -165,7 +167,7 @@ mod tests {
     fn the_script_is_valid_sh_with_the_image_quoted() {
         let s = ensure_script("my image;rm -rf /", "/state/rootfs", 1024);
         assert!(s.contains("img='my image;rm -rf /'"), "{s}");
-        assert!(s.contains("{{.Id}}"), "{s}");
+        assert!(s.contains("{{.Id}} {{json .Config.Env}}"), "{s}");
         assert!(s.contains("+ 1048576 ))K"), "{s}");
         let st = std::process::Command::new("sh")
             .args(["-n", "-c", &s])
