@@ -46,7 +46,7 @@ fn field<'a>(trace: &'a str, prefix: &str) -> &'a str {
 async fn eight_jobs_on_two_instances(level: Level) {
     let isolation = match level {
         Level::Shell => FleetIsolation::Shell,
-        Level::Docker => FleetIsolation::Docker(Default::default()),
+        Level::Docker => FleetIsolation::Docker(Box::default()),
     };
     let mut options = FleetOptions::new("eight", isolation);
     options.instances = 2;

@@ -78,6 +78,10 @@ pub fn isolations() -> Vec<IsolationEntry> {
             build: levels::docker,
         },
         IsolationEntry {
+            level: IsolationLevel::Instance,
+            build: levels::instance,
+        },
+        IsolationEntry {
             level: IsolationLevel::Microvm,
             build: levels::microvm,
         },
@@ -181,7 +185,7 @@ mod tests {
         let e = isolation(IsolationLevel::Vm).unwrap_err();
         assert_eq!(e.name, "vm");
         assert!(
-            ["shell", "cgroup", "docker", "microvm"]
+            ["shell", "cgroup", "docker", "instance", "microvm"]
                 .iter()
                 .all(|l| e.available.contains(l))
         );

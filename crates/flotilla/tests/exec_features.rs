@@ -830,11 +830,11 @@ fn infra_cgroup_exec_runs_each_job_at_the_level_it_asks_for() {
     let p = Project::with_pipeline(
         r#"
 plain:
-  script: [cat /proc/self/cgroup]
+  script: [cat /proc/self/cgroup, 'echo "slot=$GITLAB_RUNNER_SLOT_CGROUP."']
 boxed:
   variables:
     FLOTILLA_ISOLATION: cgroup
-  script: [cat /proc/self/cgroup]
+  script: [cat /proc/self/cgroup, 'echo "slot=$GITLAB_RUNNER_SLOT_CGROUP."']
 hog:
   variables:
     FLOTILLA_ISOLATION: cgroup
@@ -887,7 +887,65 @@ hog:
     assert!(!slot_path(&p.log("plain")), "shell: {}", p.log("plain"));
     assert!(slot_path(&p.log("boxed")), "cgroup: {}", p.log("boxed"));
     assert!(p.log("boxed").contains("Using cgroup isolation"));
+    // The cgroup level tells the job its slot's cgroup; shell (no use_slot_cgroups) does not.
+    assert!(
+        p.log("boxed").contains(&format!("slot={top}/slot-")),
+        "{}",
+        p.log("boxed")
+    );
+    assert!(p.log("plain").contains("slot=."), "{}", p.log("plain"));
     let hog = p.log("hog");
     assert!(hog.contains("killed: memory limit 48 MiB of slot"), "{hog}");
     assert!(!hog.contains("\nsurvived"), "{hog}");
+}
+
+#[test]
+fn exec_instance_level_gives_each_job_the_whole_instance() {
+    let p = Project::with_pipeline(
+        r#"
+whole:
+  variables:
+    FLOTILLA_ISOLATION: instance
+  script: [echo "on the instance"]
+"#,
+    );
+    p.write(
+        "fleet.toml",
+        r#"
+[[runners]]
+  name = "whole"
+  executor = "flotilla"
+  [runners.autoscaler]
+    plugin = "local"
+    capacity_per_instance = 1
+    max_use_count = 1
+    isolation = "instance"
+"#,
+    );
+    p.commit("config");
+    let config = p.path().join("fleet.toml");
+    let run = p.exec(&["--config", config.to_str().unwrap()]);
+    run.expect_code(0);
+    let log = p.log("whole");
+    assert!(log.contains("Using instance isolation"), "{log}");
+    assert!(log.contains("the whole instance is the job's"), "{log}");
+    assert!(log.contains("on the instance"), "{log}");
+
+    // Two jobs to an instance would share it: configuration refuses that, saying where.
+    p.write(
+        "shared.toml",
+        r#"
+[[runners]]
+  name = "whole"
+  executor = "flotilla"
+  [runners.autoscaler]
+    plugin = "local"
+    capacity_per_instance = 2
+    isolation = "instance"
+"#,
+    );
+    let config = p.path().join("shared.toml");
+    let run = p.exec(&["--config", config.to_str().unwrap()]);
+    assert_ne!(run.code, 0, "{run}");
+    assert!(run.stderr.contains("capacity_per_instance"), "{run}");
 }

@@ -68,7 +68,8 @@ fn job_variables(runner: &JobRunner<'_>, job: &JobPayload, paths: &EnvPaths) -> 
     let all = predefined_defaults(job, &ctx)
         .into_iter()
         .chain(job.variables.iter().cloned())
-        .chain(runner_provided(job, &ctx));
+        .chain(runner_provided(job, &ctx))
+        .chain(runner.env.variables());
     JobVariables::new(all, &paths.tmp_dir)
 }
 
