@@ -268,15 +268,26 @@ async fn infra_microvm_a_job_reaches_out_through_user_mode_networking() {
         ..MicrovmConfig::default()
     })
     .unwrap();
-    let (env, _) = prepared(&iso, builds.path(), &job(9, &busybox_image()), 0).await;
+    // The job also asks for a smaller VM than the level's, which it gets.
+    let mut small = job(9, &busybox_image());
+    small.variables.push(flotilla_job::Variable {
+        key: "KUBERNETES_MEMORY_LIMIT".into(),
+        value: "160Mi".into(),
+        ..Default::default()
+    });
+    let (env, log) = prepared(&iso, builds.path(), &small, 0).await;
+    assert!(log.contains("1 vCPU, 160 MiB"), "{log}");
     let (st, out) = stage(
         &*env,
         Place::Build,
-        &format!("cat /etc/resolv.conf\nwget -q -O - http://10.0.2.2:{port}/\n"),
+        &format!(
+            "cat /etc/resolv.conf\nwget -q -O - http://10.0.2.2:{port}/\n\
+             awk '/MemTotal/ {{ print ($2 < 163840) }}' /proc/meminfo\n"
+        ),
     )
     .await;
     env.cleanup().await.unwrap();
     assert!(st.success(), "{out}");
-    assert_eq!(out, "nameserver 10.0.2.3\nfrom the host\n");
+    assert_eq!(out, "nameserver 10.0.2.3\nfrom the host\n1\n");
     server.await.unwrap();
 }

@@ -3,6 +3,7 @@
 //! two when the side that runs changes.
 
 use super::cleanup::remove_dir;
+use super::sizing::{self, VmSize};
 use super::snapshot::{SnapshotPlan, When};
 use super::{MicrovmConfig, rootfs, sync};
 use crate::command::{helper_command, script_command};
@@ -72,6 +73,8 @@ pub(crate) struct MicrovmEnvironment {
     running: OnceLock<Running>,
     side: Mutex<Side>,
     plan: SnapshotPlan,
+    /// The VM's size, and warnings about the job's requests.
+    size: (VmSize, Vec<String>),
     /// Build stages run so far (the first is `step_script`).
     builds: AtomicUsize,
     /// The VM was restored and nothing was copied into it yet.
@@ -117,6 +120,13 @@ impl MicrovmEnvironment {
             .map(|i| i.name.clone())
             .filter(|n| !n.is_empty())
             .or_else(|| config.default_image.clone());
+        let size = sizing::for_job(
+            VmSize {
+                vcpus: config.vcpus,
+                memory_mib: config.memory_mib,
+            },
+            req.job,
+        );
         MicrovmEnvironment {
             connector: req.connector.clone(),
             instance: req.instance_id.to_string(),
@@ -130,6 +140,7 @@ impl MicrovmEnvironment {
             running: OnceLock::new(),
             side: Mutex::new(Side::Instance),
             plan: SnapshotPlan::for_job(req.job),
+            size,
             builds: AtomicUsize::new(0),
             restored: AtomicBool::new(false),
             guest_env: OnceLock::new(),
@@ -195,6 +206,7 @@ impl MicrovmEnvironment {
         );
         // Stored before waiting, so a failed boot's VM is still killed by the cleanup.
         let pid = vm.pid();
+        let (vcpus, memory_mib) = (vm.spec().vcpus, vm.spec().memory_mib);
         let _ = self.running.set(Running {
             vm,
             guest: guest.clone(),
@@ -217,8 +229,8 @@ impl MicrovmEnvironment {
         text.push_str(&format!(
             "microVM {what} in {:.2} s ({} vCPU, {} MiB, {}, pid {pid}): {}\n",
             started.elapsed().as_secs_f64(),
-            self.config.vcpus,
-            self.config.memory_mib,
+            vcpus,
+            memory_mib,
             if self.config.kvm { "KVM" } else { "TCG" },
             info.info
         ));
@@ -346,8 +358,8 @@ impl MicrovmEnvironment {
             } else {
                 Accel::Tcg
             },
-            vcpus: self.config.vcpus,
-            memory_mib: self.config.memory_mib,
+            vcpus: self.size.0.vcpus,
+            memory_mib: self.size.0.memory_mib,
             kernel: kernel_path,
             initrd: initrd_path,
             cmdline: flotilla_vmm::kernel_cmdline(self.config.tsc_khz, &extra),
@@ -511,7 +523,7 @@ impl Environment for MicrovmEnvironment {
                 self.services.join(", ")
             ));
         }
-        for w in &self.plan.warnings {
+        for w in self.plan.warnings.iter().chain(&self.size.1) {
             text.push_str(&format!("{ANSI_YELLOW}WARNING: {w}{ANSI_RESET}\n"));
         }
         // The helper side is the shell level's: stop what an earlier job left running in the

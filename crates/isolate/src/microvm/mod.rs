@@ -28,6 +28,7 @@
 mod cleanup;
 mod environment;
 pub mod rootfs;
+pub mod sizing;
 pub mod snapshot;
 pub mod sync;
 
@@ -55,9 +56,9 @@ pub struct MicrovmConfig {
     pub qemu: String,
     /// Hardware acceleration (KVM); off, QEMU emulates (TCG).
     pub kvm: bool,
-    /// Virtual CPUs per VM.
+    /// Virtual CPUs per VM (a job may ask for fewer: [`sizing`]).
     pub vcpus: u32,
-    /// Guest memory per VM, in MiB.
+    /// Guest memory per VM, in MiB (a job may ask for less: [`sizing`]).
     pub memory_mib: u32,
     /// Outbound network for the guest (QEMU user-mode networking: NAT, no inbound).
     pub network: bool,
@@ -152,7 +153,7 @@ impl MicrovmIsolation {
             )));
         }
         check_owner(&config.owner).map_err(IsolateError::Configuration)?;
-        if config.vcpus == 0 || config.memory_mib < 64 {
+        if config.vcpus == 0 || config.memory_mib < sizing::MIN_MEMORY_MIB {
             return Err(IsolateError::Configuration(format!(
                 "a microVM needs at least 1 vCPU and 64 MiB (asked: {} vCPU, {} MiB)",
                 config.vcpus, config.memory_mib
