@@ -191,10 +191,12 @@ impl MicrovmEnvironment {
         )
         .await
         .map_err(|e| vmm_error("making the VM's directory", e))?;
+        let cleared = started.elapsed();
         let (vm, env, what) = match &self.plan.restore {
             Some(key) => self.restore(key, &dir).await?,
             None => self.cold_boot(&dir, text).await?,
         };
+        let vm_started = started.elapsed();
         let socket = vm.agent().socket;
         let host_arc = self.connector.clone();
         let dial: Dialer = Arc::new(move || {
@@ -226,9 +228,14 @@ impl MicrovmEnvironment {
                 )));
             }
         };
+        let ready = started.elapsed();
         text.push_str(&format!(
-            "microVM {what} in {:.2} s ({} vCPU, {} MiB, {}, pid {pid}): {}\n",
-            started.elapsed().as_secs_f64(),
+            "microVM {what} in {:.2} s (slot cleared {:.2} s, VM running {:.2} s, agent answered \
+             {:.2} s; {} vCPU, {} MiB, {}, pid {pid}): {}\n",
+            ready.as_secs_f64(),
+            cleared.as_secs_f64(),
+            vm_started.as_secs_f64(),
+            ready.as_secs_f64(),
             vcpus,
             memory_mib,
             if self.config.kvm { "KVM" } else { "TCG" },
