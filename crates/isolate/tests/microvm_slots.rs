@@ -291,3 +291,45 @@ async fn infra_microvm_a_job_reaches_out_through_user_mode_networking() {
     assert_eq!(out, "nameserver 10.0.2.3\nfrom the host\n1\n");
     server.await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn infra_microvm_a_cancelled_stage_stops_in_the_vm() {
+    if !require(Infra::Qemu) || !require(Infra::Docker) {
+        return;
+    }
+    let state = scratch("fl-microvm-state-");
+    let builds = scratch("fl-microvm-builds-");
+    let iso = level(state.path(), "test-cancel");
+    let (env, _) = prepared(&iso, builds.path(), &job(11, &busybox_image()), 0).await;
+    let cancel = CancellationToken::new();
+    let fire = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        fire.cancel();
+    });
+    let started = Instant::now();
+    let mut out = Vec::new();
+    let r = env
+        .exec(ExecSpec {
+            place: Place::Build,
+            command: ExecCommand::Script("echo started\nsleep 60\necho never\n".into()),
+            stdin: None,
+            stdout: Box::new(&mut out),
+            stderr: Box::new(tokio::io::sink()),
+            cancel,
+        })
+        .await;
+    assert!(matches!(r, Err(flotilla_job::EnvError::Canceled)), "{r:?}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    assert_eq!(String::from_utf8_lossy(&out), "started\n");
+    // The VM goes on, and the cancelled stage's processes are gone from it.
+    let (st, out) = stage(
+        &*env,
+        Place::Build,
+        "ps -o comm | grep -c '^sleep$' || true\n",
+    )
+    .await;
+    assert!(st.success());
+    assert_eq!(out, "0\n");
+    env.cleanup().await.unwrap();
+}
