@@ -16,6 +16,7 @@
 //! the manager's `RUST_LOG` (default `info`); `RUN_BENCH_KEEP=1` keeps the manager's log.
 
 use flotilla_provider_docker::GROUP_LABEL;
+use flotilla_testkit::containers::{LabelGuard, labelled};
 use flotilla_testkit::fake_gitlab::{
     FakeGitLab, FakeJobState, JobBuilder, RecordedBody, RecordedRequest,
 };
@@ -32,31 +33,9 @@ const LATENCY_JOBS: usize = 60;
 /// The file the instance-ready command leaves on every instance once its slots are offered.
 const READY_FILE: &str = "/tmp/flotilla-bench-ready";
 
-/// Removes every container of the group when dropped.
-struct GroupGuard(String);
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        for id in containers(&self.0) {
-            let _ = Command::new("docker")
-                .args(["rm", "-f", "-v", &id])
-                .output();
-        }
-    }
-}
-
+/// The ids of every container of the group, in any state.
 fn containers(group: &str) -> Vec<String> {
-    Command::new("docker")
-        .args(["ps", "-aq", "--filter"])
-        .arg(format!("label={GROUP_LABEL}={group}"))
-        .output()
-        .map(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .split_whitespace()
-                .map(String::from)
-                .collect()
-        })
-        .unwrap_or_default()
+    labelled(&format!("{GROUP_LABEL}={group}"))
 }
 
 /// The child manager; killed when dropped.
@@ -262,7 +241,7 @@ async fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(500);
     let group = format!("bench-run-{}", std::process::id());
-    let _guard = GroupGuard(group.clone());
+    let _guard = LabelGuard::new(format!("{GROUP_LABEL}={group}"));
     let gl = FakeGitLab::builder()
         .runner_token(TOKEN)
         .poll_duration(Duration::from_secs(50))

@@ -256,35 +256,7 @@ fn regex_lite(kind: &str) -> String {
 }
 
 fn group_containers(name: &str) -> Vec<String> {
-    let out = std::process::Command::new("docker")
-        .args([
-            "ps",
-            "-aq",
-            "--filter",
-            &format!("label=flotilla.group={name}"),
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
-
-/// Removes the group's containers when the test ends, passed or not.
-struct GroupGuard(String);
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        let left = group_containers(&self.0);
-        if !left.is_empty() {
-            let _ = std::process::Command::new("docker")
-                .args(["rm", "-f", "-v"])
-                .args(&left)
-                .output();
-        }
-    }
+    flotilla_testkit::containers::labelled(&format!("flotilla.group={name}"))
 }
 
 #[test]
@@ -296,7 +268,8 @@ fn infra_services_example_runs_on_the_docker_fleet_and_leaves_nothing() {
     let busybox = flotilla_testkit::images::busybox_image();
     let p = Project::example("services");
     let group = format!("exec-services-{}", std::process::id());
-    let _guard = GroupGuard(group.clone());
+    // Removes the group's containers when the test ends, passed or not.
+    let _guard = flotilla_testkit::containers::LabelGuard::new(format!("flotilla.group={group}"));
     let config = std::fs::read_to_string(p.path().join("config.toml")).unwrap();
     assert!(config.contains(EXAMPLE_GROUP));
     let config = retag(&config, "instance", &instance);

@@ -21,7 +21,7 @@ use flotilla_testkit::infra::{Infra, require};
 use run_support::{Manager, now_nanos, write_local_config};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const TOKEN: &str = "glrt-crash-test-token";
@@ -63,23 +63,11 @@ impl Group {
             })
             .collect()
     }
-
-    fn remove_all(&self) {
-        let ids: Vec<String> = self.containers().into_keys().collect();
-        if !ids.is_empty() {
-            let _ = Command::new("docker")
-                .args(["rm", "-f", "-v"])
-                .args(&ids)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-        }
-    }
 }
 
 impl Drop for Group {
     fn drop(&mut self) {
-        self.remove_all();
+        flotilla_testkit::containers::remove_labelled(&format!("flotilla.group={}", self.name));
     }
 }
 

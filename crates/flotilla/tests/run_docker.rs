@@ -15,6 +15,7 @@
 mod run_support;
 
 use flotilla_provider_docker::GROUP_LABEL;
+use flotilla_testkit::containers::{LabelGuard, labelled};
 use flotilla_testkit::fake_gitlab::{FakeGitLab, FakeJob, FakeJobState, JobBuilder};
 use flotilla_testkit::images::{busybox_image, instance_image};
 use flotilla_testkit::infra::{Infra, require};
@@ -31,34 +32,14 @@ const DOCKER_TOKEN: &str = "glrt-run-docker-isolation-token";
 const SHELL_JOBS: usize = 42;
 const DOCKER_JOBS: usize = 8;
 
-/// Removes every container of the named docker groups when dropped (also on panic).
-struct GroupsGuard {
-    groups: Vec<String>,
-}
-
-impl Drop for GroupsGuard {
-    fn drop(&mut self) {
-        for group in &self.groups {
-            for id in group_containers(group) {
-                let _ = Command::new("docker")
-                    .args(["rm", "-f", "-v", &id])
-                    .output();
-            }
-        }
-    }
+/// Removes every container of a docker group when dropped (also on panic).
+fn group_guard(group: &str) -> LabelGuard {
+    LabelGuard::new(format!("{GROUP_LABEL}={group}"))
 }
 
 /// The ids of every container of a docker group, in any state.
 fn group_containers(group: &str) -> Vec<String> {
-    let out = Command::new("docker")
-        .args(["ps", "-aq", "--filter"])
-        .arg(format!("label={GROUP_LABEL}={group}"))
-        .output()
-        .expect("docker ps");
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .map(String::from)
-        .collect()
+    labelled(&format!("{GROUP_LABEL}={group}"))
 }
 
 fn write_config(dir: &Path, url: &str, shell_group: &str, docker_group: &str) -> PathBuf {
@@ -355,9 +336,7 @@ async fn infra_run_on_docker_fleets_end_to_end() {
     let pid = std::process::id();
     let shell_group = format!("run-docker-{pid}-shell");
     let docker_group = format!("run-docker-{pid}-docker");
-    let _guard = GroupsGuard {
-        groups: vec![shell_group.clone(), docker_group.clone()],
-    };
+    let _guard = group_guard(&shell_group).and(format!("{GROUP_LABEL}={docker_group}"));
     let gl = FakeGitLab::builder()
         .runner_token(SHELL_TOKEN)
         .runner_token(DOCKER_TOKEN)
@@ -605,9 +584,7 @@ async fn infra_a_job_waits_for_a_cold_instance_and_still_runs() {
     }
     const TOKEN: &str = "glrt-run-docker-cold-token";
     let group = format!("run-docker-{}-cold", std::process::id());
-    let _guard = GroupsGuard {
-        groups: vec![group.clone()],
-    };
+    let _guard = group_guard(&group);
     let gl = FakeGitLab::builder()
         .runner_token(TOKEN)
         .start()
