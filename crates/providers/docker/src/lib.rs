@@ -22,13 +22,11 @@
 //! The published port is bound to 127.0.0.1 of the engine's host, so the provider assumes the
 //! engine runs on this host even when `docker_host` names a TCP endpoint.
 
-mod credentials;
-mod probe;
 mod settings;
 pub mod state;
 
-pub use credentials::GroupKey;
-pub use probe::{ProbeError, ssh_banner};
+// The key and the sshd probe are the SSH-machine kind's, shared with static and qemu.
+pub use flotilla_ssh_machine::{GroupKey, ProbeError, ssh_banner};
 pub use settings::{DockerSettings, parse_memory};
 
 use async_trait::async_trait;
@@ -62,6 +60,8 @@ pub const INNER_DOCKERD_ENV: &str = "FLOTILLA_INNER_DOCKERD";
 const SSH_PORT: &str = "22/tcp";
 /// How long the readiness and health probes wait for sshd's banner.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Where instances' SSH ports are published (never beyond this host).
+const LOOPBACK: &str = "127.0.0.1";
 /// Seconds bollard waits for one Docker API call.
 const API_TIMEOUT_SECS: u64 = 120;
 
@@ -430,7 +430,7 @@ impl InstanceGroup for DockerGroup {
                     (false, _, _) => false,
                     (true, true, _) => true,
                     (true, false, Some(port)) => {
-                        ssh_banner(ssh_addr(port), PROBE_TIMEOUT).await.is_ok()
+                        ssh_banner(LOOPBACK, port, PROBE_TIMEOUT).await.is_ok()
                     }
                     (true, false, None) => false,
                 };
@@ -583,7 +583,7 @@ impl InstanceGroup for DockerGroup {
         let port = c
             .port
             .ok_or_else(|| unhealthy("no published SSH port".into()))?;
-        ssh_banner(ssh_addr(port), PROBE_TIMEOUT)
+        ssh_banner(LOOPBACK, port, PROBE_TIMEOUT)
             .await
             .map_err(|e| unhealthy(format!("sshd does not answer: {e}")))
     }
