@@ -3,7 +3,7 @@
 use crate::merged_output::MergedOutput;
 use crate::notice::Notices;
 use crate::tally::Tally;
-use crate::{ConnectorFactory, Levels, WatchedConnector};
+use crate::{ConnectorFactory, LevelRefused, Levels, WatchedConnector};
 use flotilla_connect::Connector;
 use flotilla_fleet::ConnectInfo;
 use flotilla_isolate::{IsolatedEnvironment, Isolation, PrepareRequest};
@@ -119,16 +119,7 @@ impl Dispatcher {
         let started = Instant::now();
         if let Err(refused) = self.config.isolation.choose(job) {
             let mut tally = Tally::new(sink);
-            return self
-                .fail_early(
-                    &mut tally,
-                    job,
-                    started,
-                    FailureReason::RunnerConfigurationError,
-                    &format!("Job failed: {refused}"),
-                    None,
-                )
-                .await;
+            return self.refuse_level(&mut tally, job, started, &refused).await;
         }
         let acquired = tokio::select! {
             r = self.scaler.acquire(key, None) => Some(r),
@@ -150,6 +141,25 @@ impl Dispatcher {
             .await
     }
 
+    /// Fails a job that asks for a level this runner does not offer, before anything ran.
+    async fn refuse_level(
+        &self,
+        tally: &mut Tally<'_>,
+        job: &JobPayload,
+        started: Instant,
+        refused: &LevelRefused,
+    ) -> JobResult {
+        self.fail_early(
+            tally,
+            job,
+            started,
+            FailureReason::RunnerConfigurationError,
+            &format!("Job failed: {refused}"),
+            None,
+        )
+        .await
+    }
+
     /// Runs `job` on a slot already acquired; always releases the slot (the acquisition's
     /// key) when done, after the environment is cleaned up.
     pub async fn run(
@@ -167,18 +177,7 @@ impl Dispatcher {
         let slot = acquisition.slot();
         let level = match self.config.isolation.choose(job) {
             Ok(level) => level.clone(),
-            Err(refused) => {
-                return self
-                    .fail_early(
-                        &mut tally,
-                        job,
-                        started,
-                        FailureReason::RunnerConfigurationError,
-                        &format!("Job failed: {refused}"),
-                        None,
-                    )
-                    .await;
-            }
+            Err(refused) => return self.refuse_level(&mut tally, job, started, &refused).await,
         };
 
         let (connector, failures_before, env) = match self
