@@ -218,8 +218,10 @@ hog:
     - x=$(head -c 100000000 /dev/zero | tr '\0' a)
     - echo survived
 bomb:
+  # The sleeps outlive bash's own fork retries (about 15 s), so the refused forks fail the
+  # job even when earlier children could have ended meanwhile.
   script:
-    - set -e; for i in $(seq 64); do sleep 2 & done; wait
+    - set -e; for i in $(seq 64); do sleep 60 & done; wait
 "#,
     );
     let _guard = VmGuard::new(p.path());
