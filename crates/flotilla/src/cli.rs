@@ -1,4 +1,5 @@
-//! The command line: `flotilla run`, `exec`, `status`, `config check`, `--version`.
+//! The command line: `flotilla run`, `exec`, `status`, `config check`, `migrate`,
+//! `simulate`, `--version`.
 //!
 //! [`main`] parses the arguments, sets up logging (`--log-level`, else `RUST_LOG`, else
 //! `info`; always to stderr) and runs the command. [`execute`] runs an already parsed command
@@ -47,6 +48,13 @@ pub enum Command {
     /// Work with configuration files.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Turn a GitLab Runner docker+machine configuration into a flotilla one: prints the new
+    /// configuration, and a report of every setting to stderr; the old file is never
+    /// written.
+    Migrate(crate::migrate::MigrateArgs),
+    /// Run a runner's scaler in virtual time against a workload and a simulated provider:
+    /// instance-hours, idle slot-hours, job waits, plots, and a cost-versus-wait sweep.
+    Simulate(crate::simulate::SimulateArgs),
 }
 
 /// Options of `flotilla run`.
@@ -172,6 +180,8 @@ pub fn execute(cli: &Cli, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode 
         Command::Run(args) => crate::run::run(args, err),
         Command::Exec(args) => crate::exec::run(args, out, err),
         Command::Status(args) => crate::status::run(args, out, err),
+        Command::Migrate(args) => crate::migrate::run(args, out, err),
+        Command::Simulate(args) => crate::simulate::run(args, out, err),
     }
 }
 
