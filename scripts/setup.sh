@@ -21,7 +21,8 @@ PACKAGES=(
   qemu-system-x86      # microVM / VM isolation under TCG
   linux-image-cloud-amd64
   busybox-static       # tiny offline job image and initramfs
-  debootstrap          # offline Debian instance image
+  debootstrap          # offline Debian instance image and test VM image
+  cpio kmod            # the test VM's initramfs and modules (scripts/build-vm-image.sh)
   git ca-certificates curl iproute2 procps zip unzip
 )
 
@@ -44,7 +45,9 @@ if ! $SUDO docker version >/dev/null 2>&1; then
   $SUDO mkdir -p /var/log
   # iptables may be unusable in some sandboxes; the engine still works without it
   # for the loopback-published ports the tests use.
-  $SUDO sh -c 'nohup dockerd >/var/log/flotilla-dockerd.log 2>&1 &'
+  # In a session of its own: its process group then has a live leader (dockerd itself), so no
+  # tool that stops process groups by id can take it for a group whose leader is gone.
+  $SUDO sh -c 'nohup setsid dockerd >/var/log/flotilla-dockerd.log 2>&1 &'
   for _ in $(seq 1 60); do
     $SUDO docker version >/dev/null 2>&1 && break
     sleep 1

@@ -16,6 +16,7 @@ scripts/setup.sh
 log "building offline test images"
 scripts/build-images.sh busybox >/dev/null
 scripts/build-images.sh instance >/dev/null
+scripts/build-vm-image.sh >/dev/null
 
 log "cargo fmt --check"
 cargo fmt --all -- --check

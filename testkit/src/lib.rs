@@ -12,6 +12,9 @@
 //! - [`containers`]: containers a test made, found and removed by label ([`containers::LabelGuard`]).
 //! - `sim` (feature `sim`): the scaler's deterministic simulation, journaling into the real
 //!   SQLite store.
+//! - [`ssh_hosts`]: real sshd hosts (containers with a published port) for the `static` pool,
+//!   which can be paused and resumed.
+//! - [`vms`]: the qemu provider's test VM image, and a guard that kills a test's VMs.
 //! - `docker_fleet` (feature `docker-fleet`): a docker instance group with a scaler and a
 //!   dispatcher at shell or docker isolation, whose containers are removed even on panic.
 
@@ -27,5 +30,7 @@ pub mod images;
 pub mod infra;
 #[cfg(feature = "sim")]
 pub mod sim;
+pub mod ssh_hosts;
+pub mod vms;
 
 pub use fake_group::{FakeConfig, FakeInstanceGroup};

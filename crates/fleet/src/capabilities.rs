@@ -15,8 +15,9 @@ pub enum ConnectorKind {
 }
 
 /// The facts about a provider that callers would otherwise guess from its name: whether its
-/// one instance is this host, whether instances found in the group may be adopted, and how
-/// instances are reached. A provider states them in its [`crate::ProviderInfo`]; the binary
+/// one instance is this host, whether instances found in the group may be adopted, how
+/// instances are reached, whether they are lent from a fixed pool, and how many slots one
+/// may run. A provider states them in its [`crate::ProviderInfo`]; the binary
 /// builds the fleet from them.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(default)]
@@ -31,6 +32,15 @@ pub struct Capabilities {
     pub adopts_preexisting: bool,
     /// How instances are reached.
     pub connector: ConnectorKind,
+    /// The group lends machines from a fixed pool instead of making them: `increase` takes
+    /// machines out of the pool and `decrease` gives them back, and none is ever created or
+    /// destroyed. An instance of such a group cannot be retired and replaced by a fresh one,
+    /// so `max_use_count` is refused for it.
+    pub fixed_pool: bool,
+    /// The most job slots one instance may run, when the provider knows a limit (the
+    /// smallest per-host cap of a static pool). A fleet runs at most this many slots on
+    /// each instance, whatever `capacity_per_instance` says.
+    pub max_slots_per_instance: Option<usize>,
 }
 
 impl Capabilities {
@@ -40,12 +50,29 @@ impl Capabilities {
             single_host: true,
             adopts_preexisting: true,
             connector: ConnectorKind::Local,
+            ..Capabilities::default()
         }
     }
 
     /// Machines reached over the network with the protocol their connection details name.
     pub fn remote() -> Capabilities {
         Capabilities::default()
+    }
+
+    /// Whether `max_use_count` (retire an instance after that many jobs) can be honoured:
+    /// only where a retired instance is really gone and replaced.
+    pub fn can_retire_instances(&self) -> bool {
+        !self.fixed_pool
+    }
+
+    /// The slots each instance runs when the fleet asks for `capacity_per_instance`: never
+    /// more than the provider's per-instance limit, and at least one.
+    pub fn slots_per_instance(&self, capacity_per_instance: usize) -> usize {
+        let wanted = capacity_per_instance.max(1);
+        match self.max_slots_per_instance {
+            Some(limit) => wanted.min(limit.max(1)),
+            None => wanted,
+        }
     }
 
     /// Whether a new or adopted instance must be seen to answer before its slots are
@@ -70,5 +97,29 @@ mod tests {
         let c: Capabilities = serde_json::from_str("{}").unwrap();
         assert_eq!(c, Capabilities::remote());
         assert!(!c.single_host && !c.adopts_preexisting);
+        assert!(c.can_retire_instances());
+        assert_eq!(c.max_slots_per_instance, None);
+    }
+
+    #[test]
+    fn a_fixed_pool_cannot_retire_instances() {
+        let pool = Capabilities {
+            fixed_pool: true,
+            ..Capabilities::remote()
+        };
+        assert!(!pool.can_retire_instances());
+        assert!(Capabilities::this_host().can_retire_instances());
+    }
+
+    #[test]
+    fn the_per_instance_limit_caps_the_slots() {
+        let mut c = Capabilities::remote();
+        assert_eq!(c.slots_per_instance(4), 4);
+        assert_eq!(c.slots_per_instance(0), 1);
+        c.max_slots_per_instance = Some(2);
+        assert_eq!(c.slots_per_instance(4), 2);
+        assert_eq!(c.slots_per_instance(1), 1);
+        c.max_slots_per_instance = Some(0);
+        assert_eq!(c.slots_per_instance(4), 1, "never below one slot");
     }
 }

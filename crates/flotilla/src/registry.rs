@@ -51,6 +51,14 @@ pub fn providers() -> Vec<ProviderEntry> {
         name: flotilla_provider_docker::PLUGIN,
         build: flotilla_provider_docker::build,
     });
+    all.push(ProviderEntry {
+        name: flotilla_provider_static::PLUGIN,
+        build: flotilla_provider_static::build,
+    });
+    all.push(ProviderEntry {
+        name: flotilla_provider_qemu::PLUGIN,
+        build: flotilla_provider_qemu::build,
+    });
     all
 }
 
@@ -142,6 +150,8 @@ mod tests {
             "{text}"
         );
         assert!(e.available.contains(&"local"), "{text}");
+        assert!(e.available.contains(&"static"), "{text}");
+        assert!(e.available.contains(&"qemu"), "{text}");
         #[cfg(feature = "docker")]
         assert!(e.available.contains(&"docker"), "{text}");
     }

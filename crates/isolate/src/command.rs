@@ -6,6 +6,7 @@
 //! [`KEPT_ENV`] survive from the connection's own environment (the manager's, for the local
 //! connector), so nothing of the manager leaks into a job.
 
+use crate::stage_record::STAGE_MARK;
 use flotilla_connect::local::{CLEAN_ENV_MARKER, KEPT_ENV};
 use flotilla_connect::shell::quote;
 
@@ -34,7 +35,8 @@ fn marked_clean() -> String {
 /// `exec env -i` keeping the [`KEPT_ENV`] variables that are set (a program follows).
 fn exec_env_i() -> String {
     let mut env = String::from("exec env -i");
-    for k in KEPT_ENV {
+    // The stage's mark (set just before, where stages are recorded) goes on with it.
+    for k in KEPT_ENV.iter().chain([&STAGE_MARK]) {
         env.push_str(&format!(" ${{{k}+\"{k}=${k}\"}}"));
     }
     env

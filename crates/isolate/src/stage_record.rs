@@ -8,9 +8,17 @@
 //! file ([`recorded`]), and the next job's preparation kills every process group recorded
 //! there ([`stomp_slot_command`]), the way GitLab's nesting stomps a VM slot before reusing
 //! it. [`sweep_command`] does the same for every slot, sparing this process's own stages.
-//! Both check the recorded start time, so a reused pid is never killed.
+//! Both check the recorded start time, so a reused pid is never killed; and a group whose
+//! leader is gone is stopped only in the processes that carry the stage's mark
+//! ([`STAGE_MARK`]): pids wrap quickly (32,768 of them on many systems), and a group id can be
+//! taken again by an unrelated group whose leader also exited, such as a daemon started from
+//! a short-lived shell.
 
 use flotilla_connect::shell::quote;
+
+/// The variable every stage (and what it starts) carries, holding the owner written in its
+/// record: how a stomp tells a stage's orphans from an unrelated group that took the same id.
+pub const STAGE_MARK: &str = "FLOTILLA_STAGE";
 
 /// The owner written into this process's stage records: unique per manager process, so a
 /// sweep can tell its own stages from those a dead manager left.
@@ -23,12 +31,14 @@ pub fn process_owner() -> &'static str {
 /// `<owner> <pid> <process group> <start time>` of the stage's shell to `record`, read from
 /// `/proc/$$/stat` (fields 5 and 22). The shell keeps its pid through the `exec`s that
 /// follow, and both connectors start it as the leader of its own process group, so the record
-/// names the group of everything the stage starts. Where there is no `/proc` (or the record
-/// cannot be written) nothing is recorded and the stage runs all the same.
+/// names the group of everything the stage starts; the stage is marked with [`STAGE_MARK`].
+/// Where there is no `/proc` (or the record cannot be written) nothing is recorded and the
+/// stage runs all the same.
 pub fn recorded(line: &str, record: &str, owner: &str) -> String {
     format!(
         "{{ read -r _flotilla_stat < /proc/$$/stat && set -- ${{_flotilla_stat##*\") \"}} && \
-         printf '%s %s %s %s\\n' {owner} \"$$\" \"$3\" \"${{20}}\" >> {record}; }} 2>/dev/null; {line}",
+         printf '%s %s %s %s\\n' {owner} \"$$\" \"$3\" \"${{20}}\" >> {record}; }} 2>/dev/null; \
+         {STAGE_MARK}={owner}; export {STAGE_MARK}; {line}",
         owner = quote(owner),
         record = quote(record),
     )
@@ -39,9 +49,12 @@ pub fn recorded(line: &str, record: &str, owner: &str) -> String {
 /// of owner `SPARE` (empty: spare none), and counts the groups it signalled in `$_flotilla_n`.
 ///
 /// A recorded leader that is alive with another start time means the pid was reused, which
-/// the kernel does only once no process is in the old group: that record is skipped. A dead
-/// leader's group may still hold what the stage started, so it is killed. A stage that did not
-/// lead its own group has only its own process killed, and only while its start time matches.
+/// the kernel does only once no process is in the old group: that record is skipped. A live
+/// leader with its start time has its whole group killed. A dead leader's group may still hold
+/// what the stage started, or may be an unrelated group that took the id since: only its
+/// members started no earlier than the stage and carrying the stage's [`STAGE_MARK`] are
+/// killed. A stage that did not lead its own group has only its own process killed, and only
+/// while its start time matches.
 const STOMP_FUNCTION: &str = r#"_flotilla_n=0
 _flotilla_stomp() {
   _flotilla_f=$1; _flotilla_spare=$2
@@ -55,8 +68,18 @@ _flotilla_stomp() {
       [ "${20}" = "$_flotilla_t" ] || continue
       _flotilla_alive=1
     fi
-    if [ "$_flotilla_p" = "$_flotilla_g" ]; then
+    if [ "$_flotilla_p" = "$_flotilla_g" ] && [ -n "$_flotilla_alive" ]; then
       kill -9 "-$_flotilla_g" 2>/dev/null && _flotilla_n=$((_flotilla_n + 1))
+    elif [ "$_flotilla_p" = "$_flotilla_g" ]; then
+      _flotilla_hit=
+      for _flotilla_m in /proc/[0-9]*; do
+        read -r _flotilla_s 2>/dev/null < "$_flotilla_m/stat" || continue
+        set -- ${_flotilla_s##*") "}
+        [ "$3" = "$_flotilla_g" ] && [ "${20}" -ge "$_flotilla_t" ] 2>/dev/null || continue
+        tr '\0' '\n' < "$_flotilla_m/environ" 2>/dev/null | grep -qxF "FLOTILLA_STAGE=$_flotilla_o" || continue
+        kill -9 "${_flotilla_m#/proc/}" 2>/dev/null && _flotilla_hit=1
+      done
+      [ -n "$_flotilla_hit" ] && _flotilla_n=$((_flotilla_n + 1))
     elif [ -n "$_flotilla_alive" ]; then
       kill -9 "$_flotilla_p" 2>/dev/null && _flotilla_n=$((_flotilla_n + 1))
     fi
@@ -249,6 +272,45 @@ mod tests {
         assert!(alive(pid));
         other.kill().unwrap();
         other.wait().unwrap();
+    }
+
+    /// The group id of a stage whose shell is gone may belong to an unrelated group by now
+    /// (pids wrap): a daemon started by a shell that exited is such a group. It is spared; the
+    /// stage's own orphans, marked, are not.
+    #[test]
+    fn a_dead_leaders_group_is_stopped_only_in_the_stages_own_processes() {
+        for marked in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let record = dir.path().join("0.stages");
+            let bg = dir.path().join("bg");
+            let mark = if marked {
+                format!("{STAGE_MARK}=dead-owner; export {STAGE_MARK}; ")
+            } else {
+                String::new()
+            };
+            // The leader starts a background process in its group and exits at once.
+            let mut leader = spawn_leader(
+                &["sh"],
+                &format!(
+                    "{mark}sleep 60 >/dev/null 2>&1 & echo $! > {}",
+                    bg.display()
+                ),
+            );
+            let group = leader.id();
+            let member = read_pid(&bg);
+            leader.wait().unwrap();
+            assert!(alive(member));
+            std::fs::write(&record, format!("dead-owner {group} {group} 1\n")).unwrap();
+            let out = helper(&stomp_slot_command(record.to_str().unwrap()));
+            if marked {
+                assert_eq!(out.trim(), "1");
+                wait_for("the stage's orphan to die", || !alive(member));
+            } else {
+                assert_eq!(out.trim(), "0", "an unmarked group is not the stage's");
+                assert!(alive(member));
+                let _ = Command::new("kill").arg(member.to_string()).status();
+            }
+        }
     }
 
     #[test]

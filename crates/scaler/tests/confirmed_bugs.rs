@@ -336,3 +336,49 @@ async fn keep_instance_with_acquisitions_keeps_it_and_tells_the_hook() {
     );
     s.release(a.key());
 }
+
+/// Found by the crash test after the fix of bug 3: an instance whose removal was decided
+/// before a crash, and which the provider already deleted (it is in no listing), must not
+/// outlive a shutdown with deletion in the ledger (with the jobs it had at the crash), just
+/// because a missing instance is kept for a minute in case the listing glitched. A provider
+/// that accepts the deletion of an instance it does not list has confirmed it gone.
+#[tokio::test(start_paused = true)]
+async fn shutdown_forgets_restored_instances_the_provider_already_deleted() {
+    let g = fake(FakeConfig::default());
+    g.init(&Settings::default()).await.unwrap();
+    let kept = g.add_running();
+    let mut cfg = config(2, 5);
+    cfg.delete_instances_on_shutdown = true;
+    let gone = "i-deleted-before-the-crash".to_string();
+    let s = ScalerBuilder::new(g.clone(), cfg)
+        .schedule(Schedule::single(policy(0, 3600)))
+        .restore(Persisted {
+            instances: vec![
+                InstanceRecord {
+                    removal: Some(RemovalReason::AcquisitionsAtRestart),
+                    use_count: 2,
+                    ..restored(&gone)
+                },
+                restored(&kept),
+            ],
+            acquisitions: vec![
+                ("old-0".into(), gone.clone(), 0),
+                ("old-1".into(), gone.clone(), 1),
+            ],
+            ..Default::default()
+        })
+        .clock(flotilla_scaler::Clock::anchored(monday_noon()))
+        .start()
+        .await
+        .unwrap();
+    pass(5).await;
+    let report = s.shutdown(Duration::from_secs(10)).await;
+    assert_eq!(report.instances_remaining, 0);
+    let snap = s.snapshot();
+    assert!(
+        snap.ledger.instance(&gone).is_none(),
+        "the ledger still holds {gone}"
+    );
+    assert!(snap.ledger.instance(&kept).is_none());
+    assert!(g.ids().is_empty());
+}

@@ -213,7 +213,24 @@ impl FakeInstanceGroup {
         inner.billed_gone + live
     }
 
-    /// Whether a test removed `id` with [`Self::remove_from_outside`].
+    /// Deletes an instance as if someone deleted it outside flotilla through the provider's
+    /// API: the next listing reports it `deleted` (once, as the docker provider and cloud APIs
+    /// do), then it is gone. Returns whether it existed.
+    pub fn delete_from_outside(&self, id: &str) -> bool {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        inner.removed_from_outside.insert(id.to_string());
+        match inner.instances.get_mut(id) {
+            Some(i) => {
+                i.deleting = Some((now, now));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether a test removed `id` with [`Self::remove_from_outside`] or
+    /// [`Self::delete_from_outside`].
     pub fn was_removed_from_outside(&self, id: &str) -> bool {
         self.lock().removed_from_outside.contains(id)
     }

@@ -14,7 +14,7 @@ pub use scaling::schedule;
 
 use crate::config::{AutoscalerConfig, RunnerConfig};
 use crate::registry;
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use flotilla_dispatch::{Dispatcher, DispatcherConfig, Levels};
 use flotilla_fleet::{InstanceGroup, ProviderConfig, ProviderInfo, Settings};
 use flotilla_job::{ArtifactStore, CacheStore, RunOptions};
@@ -157,7 +157,24 @@ pub async fn from_runner(
     let capabilities = info.capabilities.clone();
     let default_autoscaler = AutoscalerConfig::default();
     let a = runner.autoscaler.as_ref().unwrap_or(&default_autoscaler);
+    if a.max_use_count > 0 && !capabilities.can_retire_instances() {
+        bail!(
+            "runner {:?}: max_use_count = {} cannot be used with plugin {plugin:?}: its \
+             instances are machines of a fixed pool, which cannot be thrown away and replaced \
+             after their jobs; remove max_use_count",
+            runner.name,
+            a.max_use_count
+        );
+    }
     let mut config = scaling::scaler_config(a, &info);
+    if config.capacity_per_instance < (a.capacity_per_instance as usize).max(1) {
+        tracing::warn!(
+            runner = %runner.name,
+            capacity_per_instance = a.capacity_per_instance,
+            slots = config.capacity_per_instance,
+            "the provider allows fewer slots per instance than capacity_per_instance; running that many"
+        );
+    }
     if capabilities.single_host && runner.autoscaler.is_none() {
         config.capacity_per_instance = default_slots();
     }

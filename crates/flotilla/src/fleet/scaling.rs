@@ -18,7 +18,9 @@ pub(super) fn scaler_config(a: &AutoscalerConfig, info: &ProviderInfo) -> Scaler
         n => n.min(info.max_size),
     };
     ScalerConfig {
-        capacity_per_instance: (a.capacity_per_instance as usize).max(1),
+        capacity_per_instance: info
+            .capabilities
+            .slots_per_instance(a.capacity_per_instance as usize),
         max_instances,
         max_use_count: a.max_use_count,
         instance_acquire_timeout: a.instance_acquire_timeout,
@@ -104,6 +106,24 @@ mod tests {
         assert_eq!(
             scaler_config(&a, &info(usize::MAX, Capabilities::remote())).max_instances,
             0
+        );
+    }
+
+    #[test]
+    fn the_provider_caps_the_slots_per_instance() {
+        let a = AutoscalerConfig {
+            capacity_per_instance: 4,
+            ..AutoscalerConfig::default()
+        };
+        let mut capabilities = Capabilities::remote();
+        assert_eq!(
+            scaler_config(&a, &info(5, capabilities.clone())).capacity_per_instance,
+            4
+        );
+        capabilities.max_slots_per_instance = Some(2);
+        assert_eq!(
+            scaler_config(&a, &info(5, capabilities)).capacity_per_instance,
+            2
         );
     }
 

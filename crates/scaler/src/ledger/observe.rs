@@ -5,7 +5,8 @@
 //! partial or empty listings when their API glitches. So an instance missing from a listing
 //! keeps what the ledger knows about it (cause, use count, jobs) until its deletion is
 //! confirmed (the provider listed it as deleted) or it has been missing from
-//! [`MISSING_LISTINGS`] listings in a row over at least [`MISSING_FOR`]. Meanwhile it takes no new work. An
+//! [`MISSING_LISTINGS`] listings in a row over at least [`MISSING_FOR`] (while shutting down,
+//! when nothing is created, the listings suffice). Meanwhile it takes no new work. An
 //! instance that comes back after that is recognised from a short memory of departed
 //! instances, so it is neither taken for someone else's nor handed out as new.
 
@@ -182,9 +183,13 @@ impl Ledger {
             if !confirmed {
                 i.missing += 1;
                 let since = *i.missing_since.get_or_insert(now);
-                if i.missing < MISSING_LISTINGS
-                    || now.saturating_duration_since(since) < MISSING_FOR
-                {
+                // While shutting down nothing is created, so a glitch that hides an instance
+                // can cost no extra one: missing from enough listings in a row is enough (the
+                // shutdown's deletion sweep must not end with an instance the provider
+                // already deleted still on record).
+                let long_enough =
+                    self.shutting_down || now.saturating_duration_since(since) >= MISSING_FOR;
+                if i.missing < MISSING_LISTINGS || !long_enough {
                     self.reindex(&id);
                     self.rebind_reservations_of(&id);
                     continue;
