@@ -24,6 +24,9 @@ PACKAGES=(
   debootstrap          # offline Debian instance image and test VM image
   cpio kmod            # the test VM's initramfs and modules (scripts/build-vm-image.sh)
   git ca-certificates curl iproute2 procps zip unzip
+  prometheus           # promtool: judges the /metrics exposition
+  python3-prometheus-client  # a second, independent parser of it
+  chromium nodejs npm  # the status page in a real browser (playwright-core from npm)
 )
 
 missing=()
@@ -59,3 +62,11 @@ if ! $SUDO docker version >/dev/null 2>&1; then
   fi
 fi
 log "docker engine: $($SUDO docker version --format '{{.Server.Version}} (API {{.Server.APIVersion}})')"
+
+# The status page test drives Debian's Chromium with playwright-core from npm (pinned by
+# testkit/browser/package-lock.json); no browser is downloaded.
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if [ ! -d "$ROOT/testkit/browser/node_modules/playwright-core" ]; then
+  log "installing playwright-core for the browser test"
+  (cd "$ROOT/testkit/browser" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund)
+fi

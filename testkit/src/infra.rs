@@ -27,6 +27,9 @@ pub enum Infra {
     /// Prometheus's `promtool` (Debian's `prometheus` package), the parser that judges the
     /// metrics exposition.
     Promtool,
+    /// Python 3 with the Prometheus client library (Debian's `python3-prometheus-client`),
+    /// whose text parser is a second, independent judge of the metrics exposition.
+    PythonPrometheusClient,
     /// Debian's Chromium (`/usr/bin/chromium`), Node.js, and `playwright-core` installed by
     /// `scripts/setup.sh` under `testkit/browser/node_modules`: a real browser driven by a
     /// test.
@@ -41,6 +44,9 @@ impl Infra {
             Infra::Qemu => "QEMU and a kernel",
             Infra::Cgroups => "writable cgroups (root, cgroup v1 cpu/memory/pids or v2)",
             Infra::Promtool => "Prometheus's promtool (Debian package prometheus)",
+            Infra::PythonPrometheusClient => {
+                "Python's prometheus_client (Debian package python3-prometheus-client)"
+            }
             Infra::Browser => {
                 "Chromium (Debian package chromium), Node.js and playwright-core \
                  (testkit/browser, installed by scripts/setup.sh)"
@@ -56,9 +62,12 @@ pub fn available(infra: Infra) -> bool {
     static QEMU: OnceLock<bool> = OnceLock::new();
     static CGROUPS: OnceLock<bool> = OnceLock::new();
     static PROMTOOL: OnceLock<bool> = OnceLock::new();
+    static PY_PROMETHEUS: OnceLock<bool> = OnceLock::new();
     static BROWSER: OnceLock<bool> = OnceLock::new();
     match infra {
         Infra::Promtool => *PROMTOOL.get_or_init(|| runs("promtool", &["--version"])),
+        Infra::PythonPrometheusClient => *PY_PROMETHEUS
+            .get_or_init(|| runs("python3", &["-c", "import prometheus_client.parser"])),
         Infra::Browser => *BROWSER.get_or_init(|| {
             std::path::Path::new(CHROMIUM).exists()
                 && runs("node", &["--version"])

@@ -130,6 +130,12 @@ impl Monitor {
         }
     }
 
+    /// The registry holding every series (a handle to it): what the Prometheus library
+    /// alone gathers and encodes, without reading the scalers.
+    pub fn registry(&self) -> Registry {
+        self.shared.registry.clone()
+    }
+
     /// The Prometheus text exposition (format 0.0.4), fresh.
     pub fn metrics_text(&self) -> Result<String, MonitorError> {
         self.refresh();

@@ -24,6 +24,8 @@ use tokio_util::task::TaskTracker;
 const INDEX_HTML: &str = include_str!("page/index.html");
 const STATUS_JS: &str = include_str!("page/status.js");
 const STATUS_CSS: &str = include_str!("page/status.css");
+/// The page's icon (a browser asks for one; without it every load logs a 404).
+const FAVICON_SVG: &str = include_str!("page/favicon.svg");
 
 /// Who may see the status page.
 #[derive(Clone, PartialEq, Eq)]
@@ -191,6 +193,7 @@ pub fn answer<B>(monitor: &Monitor, access: &Access, req: &Request<B>) -> Respon
         }
         "/status.js" => static_file(STATUS_JS, "text/javascript; charset=utf-8"),
         "/status.css" => static_file(STATUS_CSS, "text/css; charset=utf-8"),
+        "/favicon.svg" => static_file(FAVICON_SVG, "image/svg+xml"),
         "/" | "/api/status" => {
             if let Some(refused) = check_access(access, req) {
                 return refused;

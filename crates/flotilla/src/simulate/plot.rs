@@ -12,6 +12,9 @@ use plotters::prelude::*;
 use std::path::Path;
 use std::sync::OnceLock;
 
+/// A line of a chart: its legend, its colour, and how it reads a value from a row.
+type Line<Row, Value> = (&'static str, RGBColor, fn(&Row) -> Value);
+
 /// Points drawn per series at most: samples are merged (by their maximum) beyond that.
 const MAX_POINTS: usize = 1500;
 
@@ -135,7 +138,7 @@ where
         .label_style(("sans-serif", 14))
         .draw()
         .map_err(e)?;
-    let series: [(&str, RGBColor, fn(&Sample) -> u32); 4] = [
+    let series: [Line<Sample, u32>; 4] = [
         ("instances", RGBColor(9, 105, 218), |s| s.instances),
         ("busy slots", RGBColor(191, 135, 0), |s| s.busy),
         ("idle slots", RGBColor(45, 164, 78), |s| s.idle),
@@ -232,7 +235,7 @@ where
         .label_style(("sans-serif", 14))
         .draw()
         .map_err(e)?;
-    let quantiles: [(&str, RGBColor, fn(&SweepRow) -> f64); 3] = [
+    let quantiles: [Line<SweepRow, f64>; 3] = [
         ("wait p50", RGBColor(45, 164, 78), |r| r.p50),
         ("wait p95", RGBColor(191, 135, 0), |r| r.p95),
         ("wait p99", RGBColor(207, 34, 46), |r| r.p99),

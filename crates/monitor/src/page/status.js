@@ -148,9 +148,9 @@ function chart(r) {
     if (line) box.appendChild(svg("polyline", { class: cls, points: line }));
   }
   const legend = el("div", { class: "key" },
-    el("span", {}, el("i", { style: "background: var(--reserved)" }), "instances"),
-    el("span", {}, el("i", { style: "background: var(--acquired)" }), "jobs wanting a slot (running + waiting)"),
-    el("span", {}, el("i", { style: "background: var(--idle)" }), "idle target"));
+    el("span", {}, el("i", { class: "k-instances" }), "instances"),
+    el("span", {}, el("i", { class: "k-demand" }), "jobs wanting a slot (running + waiting)"),
+    el("span", {}, el("i", { class: "k-target" }), "idle target"));
   return el("div", { class: "chart", "data-testid": "chart" }, box, legend);
 }
 
