@@ -140,9 +140,10 @@ pub fn main() -> ExitCode {
             return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
         }
     };
-    // `exec` talks to a person: only warnings and errors unless asked for more.
+    // `exec`, `simulate` and `migrate` talk to a person: only warnings and errors unless
+    // asked for more (a simulation's scaler decides thousands of times a simulated day).
     let default_level = match cli.command {
-        Command::Exec(_) => "warn",
+        Command::Exec(_) | Command::Simulate(_) | Command::Migrate(_) => "warn",
         _ => "info",
     };
     if let Err(message) = init_logging(cli.log_level.as_deref(), cli.log_format, default_level) {

@@ -64,7 +64,13 @@ async fn fleet(runners: usize, instances: usize) -> Monitor {
         .expect("scaler");
         let handle = monitor
             .add_runner(&RunnerSpec {
-                labels: RunnerLabels::new(&format!("glrt-bench-runner-{r:04}"), "bench", "s_0"),
+                // GitLab's short token is the token's first 9 characters after the prefix:
+                // they must differ between runners, as their series would collide.
+                labels: RunnerLabels::new(
+                    &format!("glrt-{r:04}-bench-runner"),
+                    &format!("bench-{r}"),
+                    "s_0",
+                ),
                 limit: 0,
                 request_concurrency: 4,
                 buckets: InstanceBuckets::default(),

@@ -148,7 +148,10 @@ where
         chart
             .draw_series(LineSeries::new(
                 points.iter().map(|s| (s.t / 86400.0, f64::from(value(s)))),
-                color.stroke_width(2),
+                // One pixel: the bitmap backend joins wider strokes with mitres, which on a
+                // series that jumps every sample draw spikes past the data (above capacity,
+                // below zero); the SVG of the same data has none.
+                color.stroke_width(1),
             ))
             .map_err(e)?
             .label(label)
