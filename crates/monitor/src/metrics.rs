@@ -304,6 +304,11 @@ impl RunnerMetrics {
                  acquisitions_at_restart).",
                 &["reason"],
             )?,
+            // Timed from the hand-out, not from the job's arrival in GitLab's queue: the
+            // queue part is `gitlab_runner_job_queue_duration_seconds`, and GitLab gives it
+            // only in whole seconds (Rails `Ci::Build#time_in_queue_seconds` ends in
+            // `.to_i`), too coarse to add to a latency of milliseconds. Queue to first byte
+            // is the sum of the two.
             first_byte: k.histogram(
                 "flotilla_job_first_byte_seconds",
                 "Time from GitLab handing a job out to the first byte of its log from the \
