@@ -2,7 +2,9 @@
 //! scraped before and after two jobs, its figures checked against what the fake GitLab
 //! itself recorded, and the exposition judged by two parsers that are not ours: Prometheus's
 //! `promtool check metrics` (Go, `prometheus/common/expfmt`) and the Python client's
-//! `text_string_to_metric_families`. `/debug/health` answers as GitLab Runner's does.
+//! `text_string_to_metric_families`. `/debug/health` answers 200 once the runner takes jobs.
+//! On a docker fleet, the fleeting and taskscaler histograms and the removals follow real
+//! instances' lives; the status page is checked in Chromium.
 
 mod run_support;
 
@@ -569,5 +571,217 @@ async fn infra_status_page_in_chromium() {
 
     m.signal(libc::SIGTERM);
     let status = m.wait(Duration::from_secs(30)).await.expect("exits");
+    assert!(status.success(), "exit {status:?}; log:\n{}", m.log_tail());
+}
+
+/// Scrapes `/metrics` until `done` holds for it, up to `timeout`; returns the last text.
+async fn scrape_until(
+    http: &reqwest::Client,
+    base: &str,
+    timeout: Duration,
+    done: impl Fn(&str) -> bool,
+) -> String {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let text = match http.get(format!("{base}/metrics")).send().await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        if done(&text) || tokio::time::Instant::now() >= deadline {
+            return text;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The fleeting and taskscaler series of a fleet that really creates and deletes instances:
+/// `flotilla run` on the docker provider, each instance used once (`max_use_count = 1`).
+/// Every instance's life shows in the histograms (requested → listed → running → ready →
+/// removed → gone), every removal is counted with its reason, and the counts agree with
+/// the containers Docker made for the group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn infra_metrics_follow_a_docker_fleet_through_its_instances_lives() {
+    if !infra::require(Infra::Docker) {
+        return;
+    }
+    let token = "glrt-monitor-docker-fleet";
+    let gl = FakeGitLab::builder()
+        .runner_token(token)
+        .poll_duration(Duration::from_millis(500))
+        .trace_update_interval(1)
+        .start()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let group = format!("flotilla-monitor-{}", run_support::now_nanos());
+    let _guard = flotilla_testkit::containers::LabelGuard::new(format!("flotilla.group={group}"));
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"concurrent = 2
+check_interval = 1
+shutdown_timeout = 30
+listen_address = "127.0.0.1:0"
+
+[flotilla]
+state_dir = "{state}"
+
+[[runners]]
+  name = "docker-lives"
+  url = "{url}"
+  token = "{token}"
+  executor = "instance"
+  [runners.autoscaler]
+    plugin = "docker"
+    capacity_per_instance = 1
+    max_instances = 2
+    max_use_count = 1
+    instance_operation_time_buckets = [0.25, 0.5, 1, 2, 5, 10, 30, 60]
+    [runners.autoscaler.plugin_config]
+      name = "{group}"
+      image = "{image}"
+    [[runners.autoscaler.policy]]
+      idle_count = 1
+      idle_time = "1h"
+"#,
+            state = dir.path().join("state").display(),
+            url = gl.url(),
+            image = flotilla_testkit::images::instance_image(),
+        ),
+    )
+    .unwrap();
+    let mut m = Manager::start(&config, &[]);
+    let base = format!("http://{}", served_address(&m).await);
+    let http = reqwest::Client::new();
+    let count = |text: &str, name: &str| sum(text, name, &[]);
+
+    // The idle target's instance: requested, listed, running, ready.
+    let text = scrape_until(&http, &base, Duration::from_secs(120), |t| {
+        count(
+            t,
+            "fleeting_taskscaler_task_instance_readiness_time_seconds_count",
+        ) >= 1.0
+    })
+    .await;
+    for name in [
+        "fleeting_provisioner_instance_creation_time_seconds_count",
+        "fleeting_provisioner_instance_is_running_time_seconds_count",
+        "fleeting_taskscaler_task_instance_readiness_time_seconds_count",
+    ] {
+        assert!(
+            count(&text, name) >= 1.0,
+            "{name}:\n{text}\nlog:\n{}",
+            m.log_tail()
+        );
+    }
+    // `instance_operation_time_buckets` sets every operation's buckets.
+    assert!(
+        text.contains(r#"fleeting_provisioner_instance_deletion_time_seconds_bucket{runner="monitor-d",runner_name="docker-lives",system_id"#)
+            && text.contains(r#"le="0.25"} "#),
+        "{text}"
+    );
+    assert_eq!(
+        sum(
+            &text,
+            "fleeting_provisioner_instance_operations_total",
+            &[r#"operation="create""#]
+        ),
+        count(
+            &text,
+            "fleeting_provisioner_instance_creation_time_seconds_count"
+        ) + sum(
+            &text,
+            "fleeting_provisioner_instances",
+            &[r#"state="requested""#]
+        ),
+        "every instance requested was listed or is still awaited:\n{text}"
+    );
+
+    // Two jobs, one after the other: each uses an instance up, which is then removed.
+    for name in ["first", "second"] {
+        let id = gl.enqueue(token, JobBuilder::new(name).script(["echo on $HOSTNAME"]));
+        assert!(
+            gl.wait_finished(&[id], Duration::from_secs(120)).await,
+            "{name} did not finish; log:\n{}",
+            m.log_tail()
+        );
+        assert_eq!(gl.job(id).unwrap().final_update.unwrap().state, "success");
+    }
+    let removed = r#"reason="max_use_count""#;
+    let text = scrape_until(&http, &base, Duration::from_secs(120), |t| {
+        sum(t, "flotilla_instance_removals_total", &[removed]) >= 2.0
+            && count(
+                t,
+                "fleeting_provisioner_instance_deletion_time_seconds_count",
+            ) >= 2.0
+    })
+    .await;
+    assert_eq!(
+        sum(&text, "flotilla_instance_removals_total", &[removed]),
+        2.0,
+        "{text}\nlog:\n{}",
+        m.log_tail()
+    );
+    // Only the used-up instances left the fleet, and each is in the removal histograms.
+    assert_eq!(
+        sum(&text, "flotilla_instance_removals_total", &[]),
+        2.0,
+        "{text}"
+    );
+    assert_eq!(
+        count(
+            &text,
+            "fleeting_provisioner_instance_deletion_time_seconds_count"
+        ),
+        2.0
+    );
+    assert_eq!(
+        count(
+            &text,
+            "fleeting_provisioner_instance_life_duration_seconds_count"
+        ),
+        2.0
+    );
+    assert!(
+        sum(
+            &text,
+            "fleeting_provisioner_instance_operations_total",
+            &[r#"operation="delete""#]
+        ) >= 2.0,
+        "{text}"
+    );
+    // Docker agrees: the containers still there are those the metrics count as live.
+    let live = sum(
+        &text,
+        "fleeting_provisioner_instances",
+        &[r#"state="running""#],
+    ) + sum(
+        &text,
+        "fleeting_provisioner_instances",
+        &[r#"state="creating""#],
+    ) + sum(
+        &text,
+        "fleeting_provisioner_instances",
+        &[r#"state="deleting""#],
+    );
+    let containers = flotilla_testkit::containers::labelled(&format!("flotilla.group={group}"));
+    assert!(
+        live >= 1.0 && (containers.len() as f64 - live).abs() <= 1.0,
+        "{live} live instances in the metrics, {} containers: {text}",
+        containers.len()
+    );
+    // The scaler scaled up for the idle target and after each removal.
+    assert!(
+        sum(
+            &text,
+            "fleeting_taskscaler_scale_operations_total",
+            &[r#"operation="up""#]
+        ) >= 2.0,
+        "{text}"
+    );
+
+    m.signal(libc::SIGTERM);
+    let status = m.wait(Duration::from_secs(60)).await.expect("exits");
     assert!(status.success(), "exit {status:?}; log:\n{}", m.log_tail());
 }
