@@ -13,7 +13,18 @@
 //! `fleeting_taskscaler_max_use_count_per_instance`,
 //! `fleeting_taskscaler_scale_operations_total{operation}`,
 //! `fleeting_taskscaler_desired_instances` and
-//! `fleeting_taskscaler_task_instance_readiness_time_seconds`). Every series of a runner
+//! `fleeting_taskscaler_task_instance_readiness_time_seconds`). The meanings follow the
+//! descriptions of those panels (gitlab-com/runbooks, the hosted-runner dashboards' panel
+//! library: `provisionerInstancesStates` "requested, creating, pending, running, deleting",
+//! `provisionerCreationTiming` and `provisionerIsRunningTiming`, which GitLab's hosted-runner
+//! performance runbook explains as the same request-to-instance time recorded when the
+//! instance first appears and when it first runs, `provisionerDeletionTiming`,
+//! `provisionerInstanceLifeDuration`, `taskscalerInstanceReadinessTiming`,
+//! `taskscalerScaleOperationsRate`, `taskscalerDesiredInstances`), and the states of
+//! `fleeting_taskscaler_tasks` the runbook's "Taskscaler tasks" section defines. Not
+//! reported yet: `fleeting_taskscaler_task_operations_total{operation}` (acquire, release,
+//! the two reservation failures), `fleeting_provisioner_missed_updates_total` and
+//! `fleeting_provisioner_internal_operations_total`. Every series of a runner
 //! carries GitLab's constant labels (see [`crate::labels`]); registering one set per runner
 //! in one registry gives the same exposition as GitLab's one collector per scaler.
 
