@@ -433,6 +433,18 @@ async fn run_serves_gitlab_metrics_that_real_parsers_accept() {
         0.0,
         "{text}"
     );
+    // The job source's task operations: a slot acquired per job, and released; each job
+    // was asked for with a reservation (and long polls that got none reserve too).
+    let ops = |op: &str| {
+        sum(
+            &text,
+            "fleeting_taskscaler_task_operations_total",
+            &[&format!(r#"operation="{op}""#)],
+        )
+    };
+    assert_eq!(ops("acquire"), 2.0, "{text}");
+    assert!(ops("release") >= 2.0, "{text}");
+    assert!(ops("reserve") >= 2.0, "{text}");
     assert!(!text.contains(TOKEN), "the runner token is in /metrics");
 
     // Two parsers that are not ours accept it.

@@ -22,9 +22,11 @@
 //! `provisionerInstanceLifeDuration`, `taskscalerInstanceReadinessTiming`,
 //! `taskscalerScaleOperationsRate`, `taskscalerDesiredInstances`), and the states of
 //! `fleeting_taskscaler_tasks` the runbook's "Taskscaler tasks" section defines. Not
-//! reported yet: `fleeting_taskscaler_task_operations_total{operation}` (acquire, release,
-//! the two reservation failures), `fleeting_provisioner_missed_updates_total` and
-//! `fleeting_provisioner_internal_operations_total`. Every series of a runner
+//! reported yet: `fleeting_provisioner_missed_updates_total` and
+//! `fleeting_provisioner_internal_operations_total`. `fleeting_taskscaler_task_operations_total`
+//! carries the operations the runbook's `taskscalerOperationsRate` and
+//! `taskscalerOperationsFailure` panels name (acquire, release, and the two reservation
+//! failures), and `reserve`. Every series of a runner
 //! carries GitLab's constant labels (see [`crate::labels`]); registering one set per runner
 //! in one registry gives the same exposition as GitLab's one collector per scaler.
 
@@ -79,6 +81,7 @@ pub(crate) struct RunnerMetrics {
     pub(crate) max_tasks_per_instance: IntGauge,
     pub(crate) max_use_count_per_instance: IntGauge,
     pub(crate) scale_operations: IntCounterVec,
+    pub(crate) task_operations: IntCounterVec,
     pub(crate) desired_instances: IntGauge,
     pub(crate) readiness_time: Histogram,
     // GitLab Runner
@@ -259,6 +262,13 @@ impl RunnerMetrics {
             scale_operations: k.counter_vec(
                 "fleeting_taskscaler_scale_operations_total",
                 "Scaling decisions that requested instances (up) or removed idle ones (down).",
+                &["operation"],
+            )?,
+            task_operations: k.counter_vec(
+                "fleeting_taskscaler_task_operations_total",
+                "Operations of the job source on task slots: reserve, acquire, release, and \
+                 reservations refused with no free slot now (reserve_available_capacity_failure) \
+                 or none even potentially (reserve_iop_capacity_failure).",
                 &["operation"],
             )?,
             desired_instances: k.gauge(

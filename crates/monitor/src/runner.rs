@@ -6,7 +6,7 @@ use crate::jobs::{JobEntry, JobPhase, JobTable};
 use crate::labels::RunnerLabels;
 use crate::metrics::{INSTANCE_STATES, RunnerMetrics, TASK_STATES};
 use crate::status::{self, DecisionView, Phase, PolicyView, RemovalView, RunnerView};
-use flotilla_scaler::{Counters, DecisionKind, FleetEvent, RemovalReason, Scaler};
+use flotilla_scaler::{Counters, DecisionKind, FleetEvent, RemovalReason, Scaler, TaskOperation};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -105,6 +105,9 @@ impl RunnerState {
         for op in ["create", "delete"] {
             metrics.instance_operations.with_label_values(&[op]);
         }
+        for op in TaskOperation::ALL {
+            metrics.task_operations.with_label_values(&[op.as_str()]);
+        }
         for kind in DecisionKind::ALL {
             metrics.decisions.with_label_values(&[kind.as_str()]);
         }
@@ -195,6 +198,12 @@ impl RunnerState {
             let before = inner.seen.decisions.get(kind).copied().unwrap_or(0);
             m.decisions
                 .with_label_values(&[kind.as_str()])
+                .inc_by(n.saturating_sub(before));
+        }
+        for (op, n) in &counters.task_operations {
+            let before = inner.seen.task_operations.get(op).copied().unwrap_or(0);
+            m.task_operations
+                .with_label_values(&[op.as_str()])
                 .inc_by(n.saturating_sub(before));
         }
         for (reason, n) in &counters.removals {

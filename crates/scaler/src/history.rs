@@ -190,6 +190,45 @@ pub struct Counters {
     pub instances_requested: u64,
     /// Instances that left the fleet, by removal reason.
     pub removals: BTreeMap<RemovalReason, u64>,
+    /// Operations of the job source on slots, by [`TaskOperation`].
+    pub task_operations: BTreeMap<TaskOperation, u64>,
+}
+
+/// What the job source did with the scaler's slots (taskscaler's task operations).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TaskOperation {
+    /// Capacity was reserved for a job request.
+    Reserve,
+    /// A reservation failed with no free slot now, though the fleet may still grow.
+    ReserveAvailableCapacityFailure,
+    /// A reservation failed with every slot the fleet may have promised.
+    ReserveIopCapacityFailure,
+    /// A job got its slot.
+    Acquire,
+    /// A key was ended: its slot freed, or its reservation or wait dropped.
+    Release,
+}
+
+impl TaskOperation {
+    /// Every operation, in a stable order.
+    pub const ALL: [TaskOperation; 5] = [
+        TaskOperation::Reserve,
+        TaskOperation::ReserveAvailableCapacityFailure,
+        TaskOperation::ReserveIopCapacityFailure,
+        TaskOperation::Acquire,
+        TaskOperation::Release,
+    ];
+
+    /// The `operation` label, as GitLab's dashboards name the operations.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskOperation::Reserve => "reserve",
+            TaskOperation::ReserveAvailableCapacityFailure => "reserve_available_capacity_failure",
+            TaskOperation::ReserveIopCapacityFailure => "reserve_iop_capacity_failure",
+            TaskOperation::Acquire => "acquire",
+            TaskOperation::Release => "release",
+        }
+    }
 }
 
 /// The history itself, inside the scaler's lock.
@@ -249,6 +288,11 @@ impl History {
             self.decisions.pop_front();
         }
         self.decisions.push_back(record);
+    }
+
+    /// Counts a task operation.
+    pub(crate) fn task_operation(&mut self, op: TaskOperation) {
+        *self.counters.task_operations.entry(op).or_default() += 1;
     }
 
     /// The events from sequence number `from` on.

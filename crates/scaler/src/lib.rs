@@ -44,7 +44,7 @@ pub use desired::{Decision, Explanation, Inputs, desired};
 pub use error::ScalerError;
 pub use history::{
     Counters, DECISIONS_KEPT, DecisionKind, DecisionRecord, EVENTS_KEPT, FleetEvent, HistoryEntry,
-    HistoryPage,
+    HistoryPage, TaskOperation,
 };
 pub use hooks::{Hooks, NoHooks, ReadyUpInstance};
 pub use journal::{InstanceRecord, Journal, JournalError, JournalEvent, NoJournal, Persisted};

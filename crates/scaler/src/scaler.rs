@@ -8,7 +8,7 @@ use crate::creation::Creation;
 use crate::desired::Explanation;
 use crate::driver;
 use crate::error::ScalerError;
-use crate::history::{Counters, DecisionRecord, HistoryPage};
+use crate::history::{Counters, DecisionRecord, HistoryPage, TaskOperation};
 use crate::hooks::{Hooks, NoHooks};
 use crate::journal::{Journal, JournalEvent, NoJournal, Persisted};
 use crate::ledger::{KeyState, Ledger, ReserveOptions, SlotCounts, SlotRef, TryAcquire};
@@ -237,6 +237,22 @@ impl Scaler {
                 .flatten(),
         };
         let r = inner.ledger.reserve_with(key, options, now);
+        // Counted for the operator only. A reservation refused when every slot the fleet
+        // may have is promised has no capacity even potentially; any other refusal has none
+        // free now, while the fleet may still grow.
+        let op = match &r {
+            Ok(()) => Some(TaskOperation::Reserve),
+            Err(ScalerError::NoCapacity { why, .. }) if why.starts_with("every slot") => {
+                Some(TaskOperation::ReserveIopCapacityFailure)
+            }
+            Err(ScalerError::NoCapacity { .. }) => {
+                Some(TaskOperation::ReserveAvailableCapacityFailure)
+            }
+            Err(_) => None,
+        };
+        if let Some(op) = op {
+            inner.history.task_operation(op);
+        }
         drop(inner);
         if r.is_ok() {
             self.shared.wake.notify_one();
@@ -326,6 +342,7 @@ impl Scaler {
                 _ => {}
             }
             inner.signals.insert(key.to_string(), signal.clone());
+            inner.history.task_operation(TaskOperation::Acquire);
             drop(inner);
             if self.shared.policy_needs_idle() {
                 self.shared.wake.notify_one();

@@ -102,6 +102,9 @@ impl Shared {
         );
         let released = inner.ledger.release(key, now);
         if released {
+            inner
+                .history
+                .task_operation(crate::history::TaskOperation::Release);
             self.fulfil(&mut inner);
         }
         drop(inner);
