@@ -362,3 +362,62 @@ async fn two_runners_share_one_exposition_and_the_parser_accepts_it() {
         .unwrap();
     assert!(!child.wait().unwrap().success());
 }
+
+/// Refused reservations are told apart as GitLab's runbook defines them: none free now
+/// though the fleet may grow (`reserve_available_capacity_failure`), or none even
+/// potentially, every slot the fleet may have being promised (`reserve_iop_capacity_failure`).
+#[tokio::test(start_paused = true)]
+async fn refused_reservations_are_told_apart() {
+    let group = Arc::new(FakeInstanceGroup::new(
+        FakeConfig {
+            create_latency: (Duration::from_secs(30), Duration::from_secs(30)),
+            ..FakeConfig::default()
+        },
+        5,
+    ));
+    // Non-preemptive, one instance of two slots at most: two reservations are promises, the
+    // third has no capacity even potentially.
+    let s = scaler(
+        group,
+        ScalerConfig {
+            capacity_per_instance: 2,
+            max_instances: 1,
+            ..ScalerConfig::default()
+        },
+        Policy::default(),
+    )
+    .await;
+    let monitor = Monitor::new(4, "test").unwrap();
+    let runner = monitor
+        .add_runner(&spec("east", "glrt-abcdefghijklmnop"))
+        .unwrap();
+    runner.attach(s.clone());
+    s.reserve("a").unwrap();
+    s.reserve("b").unwrap();
+    assert!(s.reserve("c").is_err());
+    // Preemptive now (an idle target), with the instance still being created: no idle
+    // slot for a fourth, though the fleet has room to grow once it is up.
+    s.configure_schedule(Schedule::single(Policy {
+        idle_count: 1,
+        ..Policy::default()
+    }));
+    s.unreserve("a");
+    s.unreserve("b");
+    assert!(s.reserve("d").is_err());
+    let text = monitor.metrics_text().unwrap();
+    let op = |name: &str| {
+        sample(
+            &text,
+            &format!("fleeting_taskscaler_task_operations_total{{{LABELS},operation=\"{name}\"}}"),
+        )
+    };
+    assert_eq!(op("reserve"), Some(2.0), "{text}");
+    assert_eq!(op("reserve_iop_capacity_failure"), Some(1.0), "{text}");
+    assert_eq!(
+        op("reserve_available_capacity_failure"),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(op("acquire"), Some(0.0), "{text}");
+    s.shutdown(Duration::from_secs(1)).await;
+}
