@@ -10,6 +10,9 @@ set -u
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 mount -t proc proc /proc
 mount -t sysfs sys /sys
+# The unified cgroup hierarchy (v2), where systemd would put it: the cgroup level's slots and
+# their limits go below it.
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
 mkdir -p /dev/pts /dev/shm
 mount -t devpts -o gid=5,mode=620 devpts /dev/pts
 mount -t tmpfs -o mode=1777 tmpfs /dev/shm

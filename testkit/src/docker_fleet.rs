@@ -40,7 +40,7 @@ pub enum FleetIsolation {
     Shell,
     /// Docker isolation on each instance's inner dockerd (which has the busybox image
     /// preloaded).
-    Docker(DockerIsolationConfig),
+    Docker(Box<DockerIsolationConfig>),
 }
 
 /// How to build a fleet.
@@ -78,10 +78,7 @@ impl FleetOptions {
 
     /// Docker isolation with the default configuration.
     pub fn docker(tag: &str) -> FleetOptions {
-        FleetOptions::new(
-            tag,
-            FleetIsolation::Docker(DockerIsolationConfig::default()),
-        )
+        FleetOptions::new(tag, FleetIsolation::Docker(Box::default()))
     }
 }
 
@@ -229,7 +226,7 @@ impl DockerFleet {
             match options.isolation {
                 FleetIsolation::Shell => (Arc::new(ShellIsolation::new()), None),
                 FleetIsolation::Docker(config) => {
-                    let d = Arc::new(DockerIsolation::new(config));
+                    let d = Arc::new(DockerIsolation::new(*config));
                     (d.clone(), Some(d))
                 }
             };

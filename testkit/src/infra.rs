@@ -165,13 +165,12 @@ pub fn require(infra: Infra) -> bool {
         return true;
     }
     let at = std::panic::Location::caller();
-    if in_ci() {
-        panic!(
-            "{} is required by the test at {at} but is not available, and CI is set: \
-             run scripts/setup.sh",
-            infra.name()
-        );
-    }
+    assert!(
+        !in_ci(),
+        "{} is required by the test at {at} but is not available, and CI is set: \
+         run scripts/setup.sh",
+        infra.name()
+    );
     eprintln!(
         "\n!!!!!!!! SKIPPED: the test at {at} needs {} which is not available here.\n\
          !!!!!!!! Run scripts/setup.sh to install it; under CI this test would fail.\n",

@@ -212,7 +212,7 @@ impl Compiler<'_> {
                     workflow_excluded = Some(
                         "no workflow:rules rule matched, so GitLab would not create this pipeline"
                             .to_string(),
-                    )
+                    );
                 }
                 Some(rule) if rule.when == Some(When::Never) => {
                     workflow_excluded = Some(format!(
@@ -860,7 +860,7 @@ fn check_references(
                             "which is in a later stage (`{}`)",
                             globals.stages[target.stage_index]
                         ),
-                    })
+                    });
                 }
                 Some(_) => {}
             }

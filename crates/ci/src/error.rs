@@ -364,12 +364,12 @@ pub(crate) struct Diagnostics {
 
 impl Diagnostics {
     /// Record an error.
-    pub fn error(&mut self, error: CiError) {
+    pub(crate) fn error(&mut self, error: CiError) {
         self.errors.push(error);
     }
 
     /// Record a warning at `location`.
-    pub fn warn(&mut self, location: &Location, message: impl Into<String>) {
+    pub(crate) fn warn(&mut self, location: &Location, message: impl Into<String>) {
         let warning = Warning::at(location, message);
         if self.seen.insert(warning.clone()) {
             self.warnings.push(warning);
@@ -378,7 +378,12 @@ impl Diagnostics {
 
     /// Record a warning about what `context` (`jobs:build`, `jobs:build:artifacts`) holds at
     /// `location`; the same warning at the same place for several jobs is reported once.
-    pub fn warn_in(&mut self, context: &str, location: &Location, message: impl Into<String>) {
+    pub(crate) fn warn_in(
+        &mut self,
+        context: &str,
+        location: &Location,
+        message: impl Into<String>,
+    ) {
         let contexts = self
             .by_jobs
             .entry((location.clone(), message.into()))
@@ -389,7 +394,7 @@ impl Diagnostics {
     }
 
     /// Record a warning with no position.
-    pub fn warn_global(&mut self, message: impl Into<String>) {
+    pub(crate) fn warn_global(&mut self, message: impl Into<String>) {
         let warning = Warning {
             location: None,
             message: message.into(),
@@ -400,7 +405,7 @@ impl Diagnostics {
     }
 
     /// The warnings in file order (those without a position last), taken out.
-    pub fn sorted_warnings(&mut self) -> Vec<Warning> {
+    pub(crate) fn sorted_warnings(&mut self) -> Vec<Warning> {
         let mut warnings = std::mem::take(&mut self.warnings);
         for ((location, message), contexts) in std::mem::take(&mut self.by_jobs) {
             let who = match contexts.len() {
@@ -424,7 +429,7 @@ impl Diagnostics {
 
     /// Turn the errors collected so far into a result (the same error reported twice, through
     /// two paths, counts once).
-    pub fn check(&mut self) -> Result<(), CiError> {
+    pub(crate) fn check(&mut self) -> Result<(), CiError> {
         let mut seen = std::collections::HashSet::new();
         let errors: Vec<CiError> = std::mem::take(&mut self.errors)
             .into_iter()

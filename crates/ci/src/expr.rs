@@ -358,7 +358,7 @@ fn lex(source: &str) -> Result<Vec<Token>, ExpressionError> {
                         "unterminated string starting at offset {i}"
                     )));
                 };
-                tokens.push(Token::Operand(Expr::String(rest[1..1 + end].to_string())));
+                tokens.push(Token::Operand(Expr::String(rest[1..=end].to_string())));
                 i += end + 2;
             }
             b'/' => {

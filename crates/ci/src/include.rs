@@ -53,7 +53,7 @@ impl std::fmt::Display for SkippedInclude {
 
 impl Loader<'_> {
     /// Read `file` (relative to the project root) and everything it includes, merged.
-    pub fn load_file(
+    pub(crate) fn load_file(
         &mut self,
         file: &str,
         stack: &mut Vec<String>,

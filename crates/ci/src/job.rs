@@ -133,12 +133,9 @@ impl When {
 
 /// Read a `when:` value. `delayed` becomes `on_success` with a warning.
 pub(crate) fn read_when(reader: &mut Reader<'_>, node: &Node, allow_never: bool) -> Option<When> {
-    let text = match node.as_str() {
-        Some(t) => t,
-        None => {
-            reader.wrong(node, "when", "a string");
-            return None;
-        }
+    let Some(text) = node.as_str() else {
+        reader.wrong(node, "when", "a string");
+        return None;
     };
     let when = match text {
         "on_success" => When::OnSuccess,
@@ -219,12 +216,9 @@ pub(crate) fn read_allow_failure(reader: &mut Reader<'_>, node: &Node) -> Option
             if !nested.check_keys(map, &["exit_codes"]) {
                 return None;
             }
-            let codes_node = match map.get("exit_codes") {
-                Some(n) => n,
-                None => {
-                    nested.fail(&node.at, "should have exit_codes");
-                    return None;
-                }
+            let Some(codes_node) = map.get("exit_codes") else {
+                nested.fail(&node.at, "should have exit_codes");
+                return None;
             };
             let codes = nested.integers(codes_node, "exit_codes")?;
             let codes = exit_codes(&mut nested, codes_node, codes)?;

@@ -21,7 +21,7 @@ pub(crate) struct Project {
 
 impl Project {
     /// The project at `root`.
-    pub fn new(root: &Path) -> Self {
+    pub(crate) fn new(root: &Path) -> Self {
         Self {
             root: root.to_path_buf(),
             files: OnceLock::new(),
@@ -30,22 +30,22 @@ impl Project {
     }
 
     /// The project directory.
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         &self.root
     }
 
     /// The contents of `relative` (a `/`-separated path under the root).
-    pub fn read_bytes(&self, relative: &str) -> std::io::Result<Vec<u8>> {
+    pub(crate) fn read_bytes(&self, relative: &str) -> std::io::Result<Vec<u8>> {
         std::fs::read(self.root.join(relative))
     }
 
     /// Whether `relative` is a file.
-    pub fn is_file(&self, relative: &str) -> bool {
+    pub(crate) fn is_file(&self, relative: &str) -> bool {
         self.root.join(relative).is_file()
     }
 
     /// Every file of the project, `/`-separated, sorted.
-    pub fn files(&self) -> &[String] {
+    pub(crate) fn files(&self) -> &[String] {
         self.files.get_or_init(|| {
             let mut files =
                 list_with_git(&self.root).unwrap_or_else(|| list_by_walking(&self.root));
@@ -59,7 +59,7 @@ impl Project {
     /// The files changed since the merge base of `reference` and `HEAD`, the working tree's
     /// changes and untracked (not ignored) files included, sorted; `None` when git does not
     /// know the ref (or there is no git, or no commit yet).
-    pub fn changed_since(&self, reference: &str) -> Option<Vec<String>> {
+    pub(crate) fn changed_since(&self, reference: &str) -> Option<Vec<String>> {
         let mut cache = self.changes.lock().unwrap_or_else(|e| e.into_inner());
         cache
             .entry(reference.to_string())
@@ -69,7 +69,7 @@ impl Project {
 
     /// The files matching a glob (`*` stays within a directory, `**` crosses directories),
     /// sorted.
-    pub fn glob(&self, pattern: &str) -> Vec<String> {
+    pub(crate) fn glob(&self, pattern: &str) -> Vec<String> {
         match glob_matcher(pattern) {
             Some(matcher) => self
                 .files()

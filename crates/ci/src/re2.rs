@@ -17,7 +17,7 @@ use regex::{Regex, RegexBuilder};
 
 /// Why a pattern cannot be used.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum Re2Error {
+pub(crate) enum Re2Error {
     /// RE2 rejects the pattern (GitLab rejects it too).
     #[error("{0}")]
     Invalid(String),
@@ -30,7 +30,7 @@ pub enum Re2Error {
 const MAX_REPEAT: u32 = 1000;
 
 /// Compile an RE2 pattern with GitLab's flags (`i`, `m`, `s`, `U`, any combination).
-pub fn compile(body: &str, flags: &str) -> Result<Regex, Re2Error> {
+pub(crate) fn compile(body: &str, flags: &str) -> Result<Regex, Re2Error> {
     let source = if flags.is_empty() {
         body.to_string()
     } else {
@@ -698,7 +698,7 @@ mod tests {
             match (&ours, valid) {
                 (Err(Re2Error::Unsupported(_)), true) if pattern.contains("\\C") => {}
                 (Err(e), true) => {
-                    disagreements.push(format!("{pattern:?} /{flags}: RE2 accepts, flotilla: {e}"))
+                    disagreements.push(format!("{pattern:?} /{flags}: RE2 accepts, flotilla: {e}"));
                 }
                 (Ok(r), false) => disagreements.push(format!(
                     "{pattern:?} /{flags}: RE2 rejects ({}), flotilla accepts as {:?}",

@@ -14,7 +14,7 @@ pub(crate) struct Reader<'d> {
 
 impl<'d> Reader<'d> {
     /// A reader for `context`.
-    pub fn new(diag: &'d mut Diagnostics, context: impl Into<String>) -> Self {
+    pub(crate) fn new(diag: &'d mut Diagnostics, context: impl Into<String>) -> Self {
         Self {
             diag,
             context: context.into(),
@@ -22,7 +22,7 @@ impl<'d> Reader<'d> {
     }
 
     /// A reader for a sub-entry (`jobs:build` + `artifacts`).
-    pub fn nested(&mut self, key: &str) -> Reader<'_> {
+    pub(crate) fn nested(&mut self, key: &str) -> Reader<'_> {
         Reader {
             context: if self.context.is_empty() {
                 key.to_string()
@@ -43,7 +43,7 @@ impl<'d> Reader<'d> {
     }
 
     /// Record "`key` should be `expected`" at `node`.
-    pub fn wrong(&mut self, node: &Node, key: &str, expected: &str) {
+    pub(crate) fn wrong(&mut self, node: &Node, key: &str, expected: &str) {
         let message = self.prefixed(&format!(
             "{key} should be {expected}, found {}",
             node.kind()
@@ -52,13 +52,13 @@ impl<'d> Reader<'d> {
     }
 
     /// Record an error with a free message prefixed by the context.
-    pub fn fail(&mut self, at: &Location, message: impl AsRef<str>) {
+    pub(crate) fn fail(&mut self, at: &Location, message: impl AsRef<str>) {
         let message = self.prefixed(message.as_ref());
         self.diag.error(CiError::invalid(at, message));
     }
 
     /// Warn at `at`, prefixed by the context.
-    pub fn warn(&mut self, at: &Location, message: impl AsRef<str>) {
+    pub(crate) fn warn(&mut self, at: &Location, message: impl AsRef<str>) {
         if self.context.starts_with("jobs:") {
             self.diag.warn_in(&self.context, at, message.as_ref());
         } else {
@@ -68,7 +68,7 @@ impl<'d> Reader<'d> {
     }
 
     /// The value as a hash, or an error.
-    pub fn map<'n>(&mut self, node: &'n Node, key: &str) -> Option<&'n Mapping> {
+    pub(crate) fn map<'n>(&mut self, node: &'n Node, key: &str) -> Option<&'n Mapping> {
         let map = node.as_map();
         if map.is_none() {
             self.wrong(node, key, "a hash");
@@ -77,7 +77,7 @@ impl<'d> Reader<'d> {
     }
 
     /// Check that `map` holds only `allowed` keys; the unknown ones are one error.
-    pub fn check_keys(&mut self, map: &Mapping, allowed: &[&str]) -> bool {
+    pub(crate) fn check_keys(&mut self, map: &Mapping, allowed: &[&str]) -> bool {
         let unknown: Vec<_> = map
             .iter()
             .filter(|(k, _)| !allowed.contains(&k.name.as_str()))
@@ -101,7 +101,7 @@ impl<'d> Reader<'d> {
     }
 
     /// A string (numbers are accepted as their text).
-    pub fn string(&mut self, node: &Node, key: &str) -> Option<String> {
+    pub(crate) fn string(&mut self, node: &Node, key: &str) -> Option<String> {
         let text = node.scalar_text();
         if text.is_none() {
             self.wrong(node, key, "a string");
@@ -110,7 +110,7 @@ impl<'d> Reader<'d> {
     }
 
     /// A boolean.
-    pub fn boolean(&mut self, node: &Node, key: &str) -> Option<bool> {
+    pub(crate) fn boolean(&mut self, node: &Node, key: &str) -> Option<bool> {
         let value = node.as_bool();
         if value.is_none() {
             self.wrong(node, key, "a boolean value");
@@ -119,7 +119,7 @@ impl<'d> Reader<'d> {
     }
 
     /// An integer.
-    pub fn integer(&mut self, node: &Node, key: &str) -> Option<i64> {
+    pub(crate) fn integer(&mut self, node: &Node, key: &str) -> Option<i64> {
         let value = node.as_int();
         if value.is_none() {
             self.wrong(node, key, "an integer");
@@ -128,7 +128,7 @@ impl<'d> Reader<'d> {
     }
 
     /// An array of strings (nested arrays, as `!reference` produces, are flattened).
-    pub fn strings(&mut self, node: &Node, key: &str) -> Option<Vec<String>> {
+    pub(crate) fn strings(&mut self, node: &Node, key: &str) -> Option<Vec<String>> {
         let mut out = Vec::new();
         if self.collect_strings(node, &mut out, 0) {
             Some(out)
@@ -155,7 +155,7 @@ impl<'d> Reader<'d> {
     }
 
     /// A string or an array of strings.
-    pub fn string_or_strings(&mut self, node: &Node, key: &str) -> Option<Vec<String>> {
+    pub(crate) fn string_or_strings(&mut self, node: &Node, key: &str) -> Option<Vec<String>> {
         match node.scalar_text() {
             Some(text) => Some(vec![text]),
             None => match node.value {
@@ -169,7 +169,7 @@ impl<'d> Reader<'d> {
     }
 
     /// An integer or an array of integers.
-    pub fn integers(&mut self, node: &Node, key: &str) -> Option<Vec<i64>> {
+    pub(crate) fn integers(&mut self, node: &Node, key: &str) -> Option<Vec<i64>> {
         match &node.value {
             Value::Int(i) => Some(vec![*i]),
             Value::Seq(items) => {

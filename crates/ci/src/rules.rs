@@ -391,7 +391,7 @@ impl Context<'_> {
     }
 
     /// Whether all clauses of `rule` hold.
-    pub fn rule_matches(&self, rule: &Rule, diag: &mut Diagnostics) -> bool {
+    pub(crate) fn rule_matches(&self, rule: &Rule, diag: &mut Diagnostics) -> bool {
         if let Some((expression, at)) = &rule.condition
             && !self.holds(expression, at, diag)
         {
@@ -411,7 +411,11 @@ impl Context<'_> {
     }
 
     /// The first rule that matches.
-    pub fn first_match<'r>(&self, rules: &'r [Rule], diag: &mut Diagnostics) -> Option<&'r Rule> {
+    pub(crate) fn first_match<'r>(
+        &self,
+        rules: &'r [Rule],
+        diag: &mut Diagnostics,
+    ) -> Option<&'r Rule> {
         rules.iter().find(|rule| self.rule_matches(rule, diag))
     }
 }
@@ -452,7 +456,7 @@ pub(crate) struct Policy {
 
 impl Policy {
     /// GitLab's default `only`: `[branches, tags]`.
-    pub fn default_only(at: &Location) -> Self {
+    pub(crate) fn default_only(at: &Location) -> Self {
         Policy {
             at: at.clone(),
             refs: Some(vec![
@@ -638,12 +642,12 @@ impl Context<'_> {
     }
 
     /// `only`: every filter it defines must be satisfied.
-    pub fn only_allows(&self, policy: &Policy, diag: &mut Diagnostics) -> bool {
+    pub(crate) fn only_allows(&self, policy: &Policy, diag: &mut Diagnostics) -> bool {
         self.policy_results(policy, diag).into_iter().all(|r| r)
     }
 
     /// `except`: the job is out if any filter it defines is satisfied.
-    pub fn except_excludes(&self, policy: &Policy, diag: &mut Diagnostics) -> bool {
+    pub(crate) fn except_excludes(&self, policy: &Policy, diag: &mut Diagnostics) -> bool {
         self.policy_results(policy, diag).into_iter().any(|r| r)
     }
 }

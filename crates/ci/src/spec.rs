@@ -153,7 +153,7 @@ pub(crate) enum Inherit {
 
 impl Inherit {
     /// Whether `key` is inherited.
-    pub fn allows(&self, key: &str) -> bool {
+    pub(crate) fn allows(&self, key: &str) -> bool {
         match self {
             Inherit::All => true,
             Inherit::Nothing => false,
@@ -220,7 +220,7 @@ impl Defaultable {
     }
 
     /// Fill what is unset from `defaults`, for the keys `inherit` allows.
-    pub fn inherit(&mut self, defaults: &Defaultable, inherit: &Inherit) {
+    pub(crate) fn inherit(&mut self, defaults: &Defaultable, inherit: &Inherit) {
         fn take<T: Clone>(slot: &mut Option<T>, from: &Option<T>, allowed: bool) {
             if slot.is_none() && allowed {
                 slot.clone_from(from);

@@ -71,7 +71,7 @@ pub(crate) struct Mapping {
 
 impl Mapping {
     /// The value under `key`.
-    pub fn get(&self, key: &str) -> Option<&Node> {
+    pub(crate) fn get(&self, key: &str) -> Option<&Node> {
         self.entries
             .iter()
             .find(|(k, _)| k.name == key)
@@ -79,7 +79,7 @@ impl Mapping {
     }
 
     /// The key and value under `key`.
-    pub fn entry(&self, key: &str) -> Option<(&Key, &Node)> {
+    pub(crate) fn entry(&self, key: &str) -> Option<(&Key, &Node)> {
         self.entries
             .iter()
             .find(|(k, _)| k.name == key)
@@ -87,7 +87,7 @@ impl Mapping {
     }
 
     /// Set `key` to `value`, keeping the key's place if it is already there.
-    pub fn insert(&mut self, key: Key, value: Node) {
+    pub(crate) fn insert(&mut self, key: Key, value: Node) {
         match self.entries.iter_mut().find(|(k, _)| k.name == key.name) {
             Some(slot) => slot.1 = value,
             None => self.entries.push((key, value)),
@@ -96,7 +96,7 @@ impl Mapping {
 
     /// Set `key` to `value` in the key's place if it is there (the key's position becomes
     /// `key`'s), at the end otherwise.
-    pub fn replace(&mut self, key: Key, value: Node) {
+    pub(crate) fn replace(&mut self, key: Key, value: Node) {
         match self.entries.iter_mut().find(|(k, _)| k.name == key.name) {
             Some(slot) => *slot = (key, value),
             None => self.entries.push((key, value)),
@@ -105,32 +105,32 @@ impl Mapping {
 
     /// Take the value under `key` out, leaving null in its place (so that a following
     /// [`Mapping::insert`] keeps the key's position).
-    pub fn take(&mut self, key: &str) -> Option<Node> {
+    pub(crate) fn take(&mut self, key: &str) -> Option<Node> {
         let slot = self.entries.iter_mut().find(|(k, _)| k.name == key)?;
         let at = slot.1.at.clone();
         Some(std::mem::replace(&mut slot.1, Node::new(Value::Null, at)))
     }
 
     /// Remove `key`, returning what it held.
-    pub fn remove(&mut self, key: &str) -> Option<(Key, Node)> {
+    pub(crate) fn remove(&mut self, key: &str) -> Option<(Key, Node)> {
         let index = self.entries.iter().position(|(k, _)| k.name == key)?;
         Some(self.entries.remove(index))
     }
 
     /// The entries in order.
-    pub fn iter(&self) -> impl Iterator<Item = (&Key, &Node)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&Key, &Node)> {
         self.entries.iter().map(|(k, v)| (k, v))
     }
 
     /// The entries in order, values mutable.
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&Key, &mut Node)> {
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (&Key, &mut Node)> {
         self.entries.iter_mut().map(|(k, v)| (&*k, v))
     }
 
     /// The entries whose values are not null: GitLab's entry factory treats a null value as
     /// an unspecified keyword (`Gitlab::Config::Entry::Factory#create!`), and attributes are
     /// validated with `allow_nil`.
-    pub fn without_nulls(&self) -> Mapping {
+    pub(crate) fn without_nulls(&self) -> Mapping {
         Mapping {
             entries: self
                 .entries
@@ -142,24 +142,24 @@ impl Mapping {
     }
 
     /// Whether there are no entries.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
     /// Take the entries out.
-    pub fn into_entries(self) -> Vec<(Key, Node)> {
+    pub(crate) fn into_entries(self) -> Vec<(Key, Node)> {
         self.entries
     }
 }
 
 impl Node {
     /// A node holding `value` at `at`.
-    pub fn new(value: Value, at: Location) -> Self {
+    pub(crate) fn new(value: Value, at: Location) -> Self {
         Self { value, at }
     }
 
     /// What kind of value this is, for messages ("a hash", "an integer").
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         match self.value {
             Value::Null => "null",
             Value::Bool(_) => "a boolean",
@@ -173,7 +173,7 @@ impl Node {
     }
 
     /// The string, if this is a string.
-    pub fn as_str(&self) -> Option<&str> {
+    pub(crate) fn as_str(&self) -> Option<&str> {
         match &self.value {
             Value::Str(s) => Some(s),
             _ => None,
@@ -181,7 +181,7 @@ impl Node {
     }
 
     /// The mapping, if this is one.
-    pub fn as_map(&self) -> Option<&Mapping> {
+    pub(crate) fn as_map(&self) -> Option<&Mapping> {
         match &self.value {
             Value::Map(m) => Some(m),
             _ => None,
@@ -189,7 +189,7 @@ impl Node {
     }
 
     /// The sequence, if this is one.
-    pub fn as_seq(&self) -> Option<&[Node]> {
+    pub(crate) fn as_seq(&self) -> Option<&[Node]> {
         match &self.value {
             Value::Seq(s) => Some(s),
             _ => None,
@@ -197,7 +197,7 @@ impl Node {
     }
 
     /// The boolean, if this is one.
-    pub fn as_bool(&self) -> Option<bool> {
+    pub(crate) fn as_bool(&self) -> Option<bool> {
         match self.value {
             Value::Bool(b) => Some(b),
             _ => None,
@@ -205,7 +205,7 @@ impl Node {
     }
 
     /// The integer, if this is one.
-    pub fn as_int(&self) -> Option<i64> {
+    pub(crate) fn as_int(&self) -> Option<i64> {
         match self.value {
             Value::Int(i) => Some(i),
             _ => None,
@@ -213,12 +213,12 @@ impl Node {
     }
 
     /// Whether this is null.
-    pub fn is_null(&self) -> bool {
+    pub(crate) fn is_null(&self) -> bool {
         matches!(self.value, Value::Null)
     }
 
     /// The value as JSON, positions dropped (for values flotilla keeps but does not interpret).
-    pub fn to_json(&self) -> serde_json::Value {
+    pub(crate) fn to_json(&self) -> serde_json::Value {
         use serde_json::Value as J;
         match &self.value {
             Value::Null => J::Null,
@@ -238,7 +238,7 @@ impl Node {
     }
 
     /// Strings and numbers as the text GitLab would use (numbers as Ruby prints them).
-    pub fn scalar_text(&self) -> Option<String> {
+    pub(crate) fn scalar_text(&self) -> Option<String> {
         match &self.value {
             Value::Str(s) => Some(s.clone()),
             Value::Int(i) => Some(i.to_string()),

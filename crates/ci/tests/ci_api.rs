@@ -138,7 +138,7 @@ fn select_explains_what_it_cannot_find() {
     }
     match pipeline.select(&["nope"], None) {
         Err(CiError::Selection { message }) => {
-            assert!(message.contains("default-branch-only"), "{message}")
+            assert!(message.contains("default-branch-only"), "{message}");
         }
         other => panic!("{other:?}"),
     }

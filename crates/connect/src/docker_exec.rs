@@ -135,7 +135,7 @@ impl DockerExecConnector {
         match self.start(cmd, vec![], false).await {
             Ok((_, mut output, _)) => while output.next().await.is_some() {},
             Err(e) => {
-                tracing::warn!(container = %self.container, error = %e, "could not stop a cancelled command")
+                tracing::warn!(container = %self.container, error = %e, "could not stop a cancelled command");
             }
         }
     }
@@ -232,10 +232,10 @@ impl Connector for DockerExecConnector {
                     }
                     item = output.next() => match item {
                         Some(Ok(LogOutput::StdOut { message })) => {
-                            write_out(&mut stdout, &message, "writing stdout").await?
+                            write_out(&mut stdout, &message, "writing stdout").await?;
                         }
                         Some(Ok(LogOutput::StdErr { message })) => {
-                            write_out(&mut stderr, &message, "writing stderr").await?
+                            write_out(&mut stderr, &message, "writing stderr").await?;
                         }
                         Some(Ok(_)) => {}
                         Some(Err(e)) => return Err(self.api_error("reading exec output", e)),

@@ -70,18 +70,6 @@ impl fmt::Debug for Dispatcher {
     }
 }
 
-/// Releases the slot when the run ends, however it ends.
-struct Release<'a> {
-    scaler: &'a Scaler,
-    key: String,
-}
-
-impl Drop for Release<'_> {
-    fn drop(&mut self) {
-        self.scaler.release(&self.key);
-    }
-}
-
 impl Dispatcher {
     /// A dispatcher for the slots of `scaler`.
     pub fn new(scaler: Scaler, config: DispatcherConfig) -> Self {
@@ -171,10 +159,8 @@ impl Dispatcher {
         sink: &mut dyn TraceSink,
         cancel: &JobCancel,
     ) -> JobResult {
-        let _release = Release {
-            scaler: &self.scaler,
-            key: acquisition.key().to_string(),
-        };
+        // The slot is released when the run ends, however it ends.
+        let acquisition = acquisition.into_guard();
         let started = Instant::now();
         let mut tally = Tally::new(sink);
         let instance = acquisition.instance_id().to_string();
@@ -404,10 +390,10 @@ impl Dispatcher {
                 match level.cleanup_instance(shared, instance).await {
                     Ok(0) => {}
                     Ok(n) => {
-                        tracing::info!(%instance, level = level.name(), removed = n, "removed leftovers of earlier jobs")
+                        tracing::info!(%instance, level = level.name(), removed = n, "removed leftovers of earlier jobs");
                     }
                     Err(e) => {
-                        tracing::warn!(%instance, level = level.name(), error = %e, "sweeping leftovers of earlier jobs failed")
+                        tracing::warn!(%instance, level = level.name(), error = %e, "sweeping leftovers of earlier jobs failed");
                     }
                 }
             }

@@ -75,7 +75,7 @@ impl Levels {
             .iter()
             .find(|l| l.name() == asked)
             .ok_or_else(|| LevelRefused {
-                asked: asked.to_string(),
+                asked: asked.clone(),
                 offered: self.names(),
             })
     }

@@ -14,8 +14,6 @@
 //! is written to the job's trace and ends the job with `runner_system_failure`; an instance
 //! that dies under a job aborts it the same way.
 
-#![warn(missing_docs)]
-
 mod connectors;
 mod dispatcher;
 mod error;

@@ -45,6 +45,10 @@ impl Environment for MergedOutput<'_> {
         self.inner.paths()
     }
 
+    fn variables(&self) -> Vec<flotilla_job::Variable> {
+        self.inner.variables()
+    }
+
     async fn prepare(
         &self,
         log: &mut (dyn AsyncWrite + Send + Unpin),

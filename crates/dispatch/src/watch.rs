@@ -55,7 +55,7 @@ impl Connector for WatchedConnector {
     }
 
     async fn close(&self) {
-        self.inner.close().await
+        self.inner.close().await;
     }
 }
 

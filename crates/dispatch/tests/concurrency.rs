@@ -46,7 +46,7 @@ fn field<'a>(trace: &'a str, prefix: &str) -> &'a str {
 async fn eight_jobs_on_two_instances(level: Level) {
     let isolation = match level {
         Level::Shell => FleetIsolation::Shell,
-        Level::Docker => FleetIsolation::Docker(Default::default()),
+        Level::Docker => FleetIsolation::Docker(Box::default()),
     };
     let mut options = FleetOptions::new("eight", isolation);
     options.instances = 2;
@@ -101,7 +101,7 @@ async fn eight_jobs_on_two_instances(level: Level) {
     assert_eq!(dirs.len(), 8, "every job had its own directory");
     assert_eq!(per_instance.len(), 2, "{per_instance:?}");
     for (instance, mut s) in per_instance {
-        s.sort();
+        s.sort_unstable();
         assert_eq!(s, vec![0, 1, 2, 3], "slots on {instance}");
     }
     match level {

@@ -114,7 +114,7 @@ async fn infra_docker_a_service_that_never_listens_is_warned_about() {
     };
     let f = DockerFleet::start(flotilla_testkit::docker_fleet::FleetOptions::new(
         "deaf",
-        flotilla_testkit::docker_fleet::FleetIsolation::Docker(config),
+        flotilla_testkit::docker_fleet::FleetIsolation::Docker(Box::new(config)),
     ))
     .await;
     let mut j = job_at(Level::Docker, &["echo job ran"]);
@@ -266,5 +266,90 @@ async fn infra_docker_the_dispatcher_sweeps_what_a_crashed_manager_left() {
             "leftovers stay: {left:?} {networks:?}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// GitLab's `use_slot_cgroups` with docker isolation: the job's containers go below the slot's
+/// cgroup, as an absolute `--cgroup-parent` (a relative one splits the controllers on Docker
+/// 20.10 with cgroupfs); and `privileged = true` reaches the engine, whose refusal (privileged
+/// containers cannot run on this project's CI machine) ends the job with a clear reason.
+#[tokio::test]
+async fn infra_docker_slot_cgroups_and_privileged_reach_the_engine() {
+    if !require(Infra::Docker) {
+        return;
+    }
+    let template = format!("flotilla-dtest-{}/slot-${{slot}}", std::process::id());
+    let config = flotilla_isolate::DockerIsolationConfig {
+        slot_cgroups: Some(flotilla_isolate::docker::SlotCgroupTemplates {
+            build: template.clone(),
+            services: template.clone(),
+        }),
+        ..Default::default()
+    };
+    let f = DockerFleet::start(flotilla_testkit::docker_fleet::FleetOptions::new(
+        "slotcg",
+        flotilla_testkit::docker_fleet::FleetIsolation::Docker(Box::new(config)),
+    ))
+    .await;
+    let (r, t) = dispatch(
+        &f.dispatcher,
+        &job_at(Level::Docker, &["cat /proc/self/cgroup"]),
+    )
+    .await;
+    assert_eq!(r.outcome, Outcome::Success, "{t}");
+    let parent = format!("/flotilla-dtest-{}/slot-0/", std::process::id());
+    assert!(
+        t.contains(&format!(
+            "The job's containers run in the slot's cgroup {}",
+            parent.trim_end_matches('/')
+        )),
+        "{t}"
+    );
+    for controller in ["memory", "pids", "cpu"] {
+        assert!(
+            t.lines()
+                .any(|l| l.contains(&format!(":{controller}")) && l.contains(&parent)),
+            "every controller under the slot's cgroup ({controller}): {t}"
+        );
+    }
+    // The inner engine made the parent in the cgroup tree it shares with this host.
+    for base in [
+        "/sys/fs/cgroup",
+        "/sys/fs/cgroup/cpu",
+        "/sys/fs/cgroup/memory",
+        "/sys/fs/cgroup/pids",
+    ] {
+        let top = std::path::Path::new(base).join(format!("flotilla-dtest-{}", std::process::id()));
+        let _ = std::fs::remove_dir(top.join("slot-0"));
+        let _ = std::fs::remove_dir(top);
+    }
+
+    let privileged = flotilla_isolate::DockerIsolationConfig {
+        privileged: true,
+        ..Default::default()
+    };
+    let f = DockerFleet::start(flotilla_testkit::docker_fleet::FleetOptions::new(
+        "privileged",
+        flotilla_testkit::docker_fleet::FleetIsolation::Docker(Box::new(privileged)),
+    ))
+    .await;
+    let (r, t) = dispatch(
+        &f.dispatcher,
+        &job_at(Level::Docker, &["grep CapEff /proc/self/status"]),
+    )
+    .await;
+    match r.outcome {
+        // An engine that can run privileged containers runs the job with every capability,
+        // not Docker's default set (CapEff 00000000a80425fb).
+        Outcome::Success => assert!(
+            t.contains("CapEff:") && !t.contains("00000000a80425fb"),
+            "{t}"
+        ),
+        // One that cannot says so in the job's log.
+        Outcome::Failed { .. } => assert!(
+            t.contains("starting the build container")
+                || t.contains("creating the build container"),
+            "{t}"
+        ),
     }
 }

@@ -396,8 +396,8 @@ async fn main() {
         m.log_tail()
     );
     let wall = t0.elapsed();
-    let cpu = m.cpu() - cpu0;
-    let own = own_cpu() - own0;
+    let cpu = m.cpu().checked_sub(cpu0).unwrap();
+    let own = own_cpu().checked_sub(own0).unwrap();
     let instances = instances_cpu(&group)
         .zip(instances0)
         .map(|(after, before)| after.saturating_sub(before));

@@ -33,9 +33,8 @@ pub fn run(args: &ExecArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCod
         return ExitCode::from(SETUP_FAILED);
     };
     let predefined = predefined_variables(&dir);
-    let pipeline = match compile(args, &dir, &predefined, args.manual, err) {
-        Some(p) => p,
-        None => return ExitCode::from(SETUP_FAILED),
+    let Some(pipeline) = compile(args, &dir, &predefined, args.manual, err) else {
+        return ExitCode::from(SETUP_FAILED);
     };
     if args.list {
         // Manual jobs are listed even when this run would leave them out: compiled again with

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// Progress display for one pipeline run.
-pub struct Progress {
+pub(crate) struct Progress {
     started: Instant,
     plain: bool,
     multi: MultiProgress,
@@ -38,7 +38,7 @@ fn status_word(status: &JobStatus) -> String {
 
 impl Progress {
     /// A display for `jobs` jobs; `plain` prints lines instead of redrawing.
-    pub fn new(jobs: usize, plain: bool) -> Progress {
+    pub(crate) fn new(jobs: usize, plain: bool) -> Progress {
         let multi = MultiProgress::with_draw_target(if plain {
             ProgressDrawTarget::hidden()
         } else {
@@ -69,7 +69,7 @@ impl Progress {
     }
 
     /// Shows an event.
-    pub fn event(&mut self, event: &ExecEvent) {
+    pub(crate) fn event(&mut self, event: &ExecEvent) {
         match event {
             ExecEvent::Started {
                 job, name, attempt, ..
@@ -117,10 +117,10 @@ impl Progress {
     }
 
     /// Redraws (the terminal display animates on its own; nothing to do in plain mode).
-    pub fn tick(&mut self) {}
+    pub(crate) fn tick(&mut self) {}
 
     /// Clears the live display.
-    pub fn finish(&mut self) {
+    pub(crate) fn finish(&mut self) {
         for (_, pb) in self.running.drain() {
             pb.finish_and_clear();
         }

@@ -77,6 +77,10 @@ pub fn isolations() -> Vec<IsolationEntry> {
             level: IsolationLevel::Docker,
             build: levels::docker,
         },
+        IsolationEntry {
+            level: IsolationLevel::Instance,
+            build: levels::instance,
+        },
     ]
 }
 

@@ -14,9 +14,8 @@ fn fixture(name: &str) -> PathBuf {
 /// `F` so expectations stay short.
 fn errors(name: &str) -> Vec<String> {
     let path = fixture(name);
-    let e = match Config::load(&path) {
-        Ok(_) => panic!("{name} loaded but should not"),
-        Err(e) => e,
+    let Err(e) = Config::load(&path) else {
+        panic!("{name} loaded but should not")
     };
     let file = path.display().to_string();
     e.errors()
@@ -137,13 +136,26 @@ fn idle_time_zero() {
     );
 }
 
+/// `privileged = true` is honoured by docker isolation (real GitLab configs use it for
+/// Docker-in-Docker); it is refused only for a runner that offers no level giving it.
 #[test]
-fn privileged_true() {
+fn privileged_true_is_refused_only_where_no_level_gives_it() {
     let e = only_error("privileged.toml");
     assert!(
-        e.starts_with("F:10:18: privileged = true is not supported by flotilla"),
+        e.starts_with("F:10:18: privileged = true applies to docker isolation's containers")
+            && e.contains("it offers shell")
+            && e.contains("isolation \"instance\""),
         "{e}"
     );
+    let text = std::fs::read_to_string(fixture("privileged.toml"))
+        .unwrap()
+        .replace(
+            "executor = \"instance\"",
+            "executor = \"docker-autoscaler\"",
+        );
+    let loaded = Config::from_str(&text, "/etc/gitlab-runner/config.toml")
+        .unwrap_or_else(|e| panic!("{:?}", e.errors()));
+    assert!(loaded.config.runners[0].docker.as_ref().unwrap().privileged);
 }
 
 #[test]

@@ -5,7 +5,7 @@ mod exec_support;
 
 use exec_support::{Project, statuses};
 
-const SELECTION: &str = r#"
+const SELECTION: &str = r"
 stages: [build, test, deploy]
 compile:
   stage: build
@@ -24,7 +24,7 @@ lint:
 ship:
   stage: deploy
   script: [echo ship]
-"#;
+";
 
 #[test]
 fn named_jobs_run_with_what_they_need_only() {
@@ -310,7 +310,7 @@ deploy:
 #[test]
 fn follow_streams_one_jobs_log_to_the_terminal() {
     let p = Project::with_pipeline(
-        r#"
+        r"
 quiet:
   stage: build
   script: [echo from-quiet]
@@ -319,7 +319,7 @@ loud:
   script:
     - echo first line of loud
     - echo second line of loud
-"#,
+",
     );
     let run = p.exec(&["--follow", "loud"]);
     run.expect_code(0);
@@ -339,7 +339,7 @@ loud:
 #[test]
 fn a_failed_job_fails_the_pipeline_and_skips_what_waits_for_it() {
     let p = Project::with_pipeline(
-        r#"
+        r"
 stages: [build, test, deploy]
 build:
   stage: build
@@ -355,7 +355,7 @@ test:
 deploy:
   stage: deploy
   script: [echo never]
-"#,
+",
     );
     let run = p.exec(&[]);
     run.expect_code(1);
@@ -384,7 +384,7 @@ deploy:
 #[test]
 fn allowed_failures_do_not_fail_the_pipeline() {
     let p = Project::with_pipeline(
-        r#"
+        r"
 may-fail:
   stage: build
   allow_failure: true
@@ -397,7 +397,7 @@ code-three:
 after:
   stage: test
   script: [echo after]
-"#,
+",
     );
     let run = p.exec(&[]);
     run.expect_code(0);
@@ -543,14 +543,14 @@ vars:
 #[test]
 fn a_job_over_its_timeout_fails() {
     let p = Project::with_pipeline(
-        r#"
+        r"
 slow:
   timeout: 1s
   script:
     - echo started
     - sleep 30
     - echo never printed
-"#,
+",
     );
     let started = std::time::Instant::now();
     let run = p.exec(&[]);
@@ -733,7 +733,7 @@ no-artifacts-need:
 #[test]
 fn an_interrupt_cancels_running_jobs_after_their_after_script() {
     let p = Project::with_pipeline(
-        r#"
+        r"
 stages: [a, b]
 slow:
   stage: a
@@ -742,7 +742,7 @@ slow:
 later:
   stage: b
   script: [echo never]
-"#,
+",
     );
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_flotilla"))
         .arg("exec")
@@ -786,14 +786,14 @@ later:
 #[test]
 fn a_job_asking_for_a_level_its_runner_does_not_offer_fails_at_once_and_names_the_offered_ones() {
     let p = Project::with_pipeline(
-        r#"
+        r"
 plain:
   script: [echo plain]
 boxed:
   variables:
     FLOTILLA_ISOLATION: microvm
   script: [echo must not run]
-"#,
+",
     );
     let list = p.exec(&["--list"]);
     list.expect_code(0);
@@ -830,11 +830,11 @@ fn infra_cgroup_exec_runs_each_job_at_the_level_it_asks_for() {
     let p = Project::with_pipeline(
         r#"
 plain:
-  script: [cat /proc/self/cgroup]
+  script: [cat /proc/self/cgroup, 'echo "slot=$GITLAB_RUNNER_SLOT_CGROUP."']
 boxed:
   variables:
     FLOTILLA_ISOLATION: cgroup
-  script: [cat /proc/self/cgroup]
+  script: [cat /proc/self/cgroup, 'echo "slot=$GITLAB_RUNNER_SLOT_CGROUP."']
 hog:
   variables:
     FLOTILLA_ISOLATION: cgroup
@@ -887,7 +887,65 @@ hog:
     assert!(!slot_path(&p.log("plain")), "shell: {}", p.log("plain"));
     assert!(slot_path(&p.log("boxed")), "cgroup: {}", p.log("boxed"));
     assert!(p.log("boxed").contains("Using cgroup isolation"));
+    // The cgroup level tells the job its slot's cgroup; shell (no use_slot_cgroups) does not.
+    assert!(
+        p.log("boxed").contains(&format!("slot={top}/slot-")),
+        "{}",
+        p.log("boxed")
+    );
+    assert!(p.log("plain").contains("slot=."), "{}", p.log("plain"));
     let hog = p.log("hog");
     assert!(hog.contains("killed: memory limit 48 MiB of slot"), "{hog}");
     assert!(!hog.contains("\nsurvived"), "{hog}");
+}
+
+#[test]
+fn exec_instance_level_gives_each_job_the_whole_instance() {
+    let p = Project::with_pipeline(
+        r#"
+whole:
+  variables:
+    FLOTILLA_ISOLATION: instance
+  script: [echo "on the instance"]
+"#,
+    );
+    p.write(
+        "fleet.toml",
+        r#"
+[[runners]]
+  name = "whole"
+  executor = "flotilla"
+  [runners.autoscaler]
+    plugin = "local"
+    capacity_per_instance = 1
+    max_use_count = 1
+    isolation = "instance"
+"#,
+    );
+    p.commit("config");
+    let config = p.path().join("fleet.toml");
+    let run = p.exec(&["--config", config.to_str().unwrap()]);
+    run.expect_code(0);
+    let log = p.log("whole");
+    assert!(log.contains("Using instance isolation"), "{log}");
+    assert!(log.contains("the whole instance is the job's"), "{log}");
+    assert!(log.contains("on the instance"), "{log}");
+
+    // Two jobs to an instance would share it: configuration refuses that, saying where.
+    p.write(
+        "shared.toml",
+        r#"
+[[runners]]
+  name = "whole"
+  executor = "flotilla"
+  [runners.autoscaler]
+    plugin = "local"
+    capacity_per_instance = 2
+    isolation = "instance"
+"#,
+    );
+    let config = p.path().join("shared.toml");
+    let run = p.exec(&["--config", config.to_str().unwrap()]);
+    assert_ne!(run.code, 0, "{run}");
+    assert!(run.stderr.contains("capacity_per_instance"), "{run}");
 }

@@ -19,12 +19,17 @@ use std::time::Duration;
 
 /// `[runners.autoscaler]` and its plugin_config for one small VM.
 fn autoscaler(extra: &str) -> String {
+    autoscaler_at("shell", 2, extra)
+}
+
+/// [`autoscaler`] with the isolation level and the slots per VM given.
+fn autoscaler_at(isolation: &str, capacity: u32, extra: &str) -> String {
     let image = vm_image();
     format!(
         r#"  [runners.autoscaler]
     plugin = "qemu"
-    isolation = "shell"
-    capacity_per_instance = 2
+    isolation = "{isolation}"
+    capacity_per_instance = {capacity}
     max_instances = 1
     delete_instances_on_shutdown = true
     shutdown_deletion_interval = "1s"
@@ -188,4 +193,79 @@ state_dir = "{state}"
         again.log_tail()
     );
     assert!(!again.log().contains(TOKEN), "the token leaked");
+}
+
+/// The cgroup level on cgroup v2, for real: in a QEMU guest the unified hierarchy has every
+/// controller (this host's v1 cannot show that). Each job's stages run in its slot's cgroup
+/// below `flotilla/`, with `cpu.max`, `memory.max` and `pids.max` written; a memory hog is
+/// killed by the kernel and a fork bomb is held, each told in its log; the job beside them
+/// passes.
+#[test]
+fn infra_cgroup_v2_limits_hold_in_a_qemu_guest() {
+    if !require(Infra::Qemu) {
+        return;
+    }
+    let p = Project::with_pipeline(
+        r#"
+limits:
+  script:
+    - c=$(sed -n 's/^0:://p' /proc/self/cgroup)
+    - echo "in $c"
+    - echo "cpu $(cat /sys/fs/cgroup$c/cpu.max) memory $(cat /sys/fs/cgroup$c/memory.max) pids $(cat /sys/fs/cgroup$c/pids.max)"
+    - echo "controllers $(cat /sys/fs/cgroup$c/cgroup.controllers)"
+hog:
+  script:
+    - x=$(head -c 100000000 /dev/zero | tr '\0' a)
+    - echo survived
+bomb:
+  script:
+    - set -e; for i in $(seq 64); do sleep 2 & done; wait
+"#,
+    );
+    let _guard = VmGuard::new(p.path());
+    p.write(
+        "config.toml",
+        &format!(
+            r#"concurrent = 3
+
+[[runners]]
+  name = "qemu-cgroup"
+  executor = "flotilla"
+  slot_cgroup_template = "flotilla/slot-${{slot}}"
+  [runners.cgroup]
+    cpu = "0.5"
+    memory = "48Mi"
+    pids = 24
+{}"#,
+            autoscaler_at("cgroup", 3, "")
+        ),
+    );
+    p.commit("config");
+    let run = p.exec(&["--config", "config.toml"]);
+    run.expect_code(1);
+    assert_eq!(
+        run.statuses(),
+        statuses(&[("limits", "passed"), ("hog", "failed"), ("bomb", "failed")])
+    );
+    let limits = p.log("limits");
+    assert!(limits.contains("(cgroup v2)"), "{limits}");
+    assert!(limits.contains("in /flotilla/slot-"), "{limits}");
+    assert!(
+        limits.contains("cpu 50000 100000 memory 50331648 pids 24"),
+        "{limits}"
+    );
+    for controller in ["cpu", "memory", "pids"] {
+        assert!(
+            limits
+                .lines()
+                .any(|l| l.starts_with("controllers ") && l.split(' ').any(|c| c == controller)),
+            "{controller}: {limits}"
+        );
+    }
+    let hog = p.log("hog");
+    assert!(hog.contains("killed: memory limit 48 MiB of slot"), "{hog}");
+    assert!(!hog.contains("\nsurvived"), "{hog}");
+    let bomb = p.log("bomb");
+    assert!(bomb.contains("(24) refused"), "{bomb}");
+    assert!(running_vms(p.path()).is_empty(), "a VM outlived exec");
 }

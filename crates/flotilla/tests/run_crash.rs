@@ -628,13 +628,12 @@ async fn infra_crash_kill_9_at_random_moments_loses_and_leaks_nothing() {
             .filter_map(|id| gl.job(*id))
             .map(|j| format!("job {} {:?} history {:?}", j.id, j.state, j.history))
             .collect();
-        if !stuck.is_empty() {
-            panic!(
-                "{}: jobs never finished: {stuck:?}\nlast manager:\n{}\nearlier:\n{logs}",
-                ctx("drain"),
-                m.log()
-            );
-        }
+        assert!(
+            stuck.is_empty(),
+            "{}: jobs never finished: {stuck:?}\nlast manager:\n{}\nearlier:\n{logs}",
+            ctx("drain"),
+            m.log()
+        );
         // What GitLab's stuck-job handling would do to them.
         for id in &lost {
             gl.abort(*id);

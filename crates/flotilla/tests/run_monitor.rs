@@ -69,8 +69,7 @@ async fn served_address(m: &Manager) -> String {
                 .chars()
                 .take_while(char::is_ascii_digit)
                 .collect();
-            let addr = format!("127.0.0.1:{port}");
-            return addr.to_string();
+            return format!("127.0.0.1:{port}");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -135,7 +135,7 @@ async fn main() {
         .collect();
     assert!(fake.wait_finished(&ids, Duration::from_secs(600)).await);
     let wall = t0.elapsed();
-    let cpu = cpu_time() - cpu0;
+    let cpu = cpu_time().checked_sub(cpu0).unwrap();
     println!(
         "throughput: {n} trivial jobs in {:.2?} = {:.1} jobs/s (4 slots, request_concurrency 4); manager CPU {:.2?} per job",
         wall,

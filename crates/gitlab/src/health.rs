@@ -33,7 +33,7 @@ pub(crate) enum Verdict {
 }
 
 impl Health {
-    pub fn new(limit: u32, interval: Duration, now: Instant) -> Health {
+    pub(crate) fn new(limit: u32, interval: Duration, now: Instant) -> Health {
         Health {
             limit: limit.max(1),
             interval,
@@ -43,7 +43,7 @@ impl Health {
     }
 
     /// Whether the next request may go out now.
-    pub fn verdict(&mut self, now: Instant) -> Verdict {
+    pub(crate) fn verdict(&mut self, now: Instant) -> Verdict {
         if self.failures < self.limit {
             return Verdict::Ask;
         }
@@ -54,11 +54,11 @@ impl Health {
             self.last_check = now;
             return Verdict::Ask;
         }
-        Verdict::WaitFor(self.interval - since)
+        Verdict::WaitFor(self.interval.checked_sub(since).unwrap())
     }
 
     /// Records how a request went; true when this failure made the runner unhealthy.
-    pub fn record(&mut self, healthy: bool, now: Instant) -> bool {
+    pub(crate) fn record(&mut self, healthy: bool, now: Instant) -> bool {
         if healthy {
             self.failures = 0;
             self.last_check = now;
@@ -69,7 +69,7 @@ impl Health {
     }
 
     #[cfg(test)]
-    pub fn failures(&self) -> u32 {
+    pub(crate) fn failures(&self) -> u32 {
         self.failures
     }
 }

@@ -37,7 +37,7 @@ use super::trace::{JobTrace, TraceOptions};
 use super::wire::UpdateJobRequest;
 use flotilla_fleet::Secret;
 use flotilla_job::{FailureReason, JobCancel, JobPayload, Outcome};
-use flotilla_scaler::{Acquisition, ScalerError};
+use flotilla_scaler::{Acquisition, Reservation, ScalerError};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -328,14 +328,14 @@ impl JobSource {
             tokio::time::sleep(inner.config.shutdown_timeout).await;
         };
         tokio::select! {
-            _ = inner.tracker.wait() => {}
-            _ = deadline => {
+            () = inner.tracker.wait() => {}
+            () = deadline => {
                 let running = self.running_jobs();
                 tracing::warn!(runner = %inner.config.name, ?running, "shutdown timeout reached; aborting running jobs");
                 inner.force.cancel();
                 inner.tracker.wait().await;
             }
-            _ = inner.force.cancelled() => inner.tracker.wait().await,
+            () = inner.force.cancelled() => inner.tracker.wait().await,
         }
         self.report()
     }
@@ -359,8 +359,8 @@ async fn permits(inner: &Inner) -> Permits {
 /// Sleeps `d` unless the requests end first; false when they ended.
 async fn pause(inner: &Inner, d: Duration) -> bool {
     tokio::select! {
-        _ = inner.graceful.cancelled() => false,
-        _ = tokio::time::sleep(d) => true,
+        () = inner.graceful.cancelled() => false,
+        () = tokio::time::sleep(d) => true,
     }
 }
 
@@ -372,9 +372,9 @@ async fn pause_for_capacity(
     freed: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>,
 ) -> bool {
     tokio::select! {
-        _ = inner.graceful.cancelled() => false,
-        _ = tokio::time::sleep(d) => true,
-        _ = freed => true,
+        () = inner.graceful.cancelled() => false,
+        () = tokio::time::sleep(d) => true,
+        () = freed => true,
     }
 }
 
@@ -423,7 +423,7 @@ async fn worker(inner: Arc<Inner>, n: usize) {
             continue;
         }
         let held = tokio::select! {
-            _ = inner.graceful.cancelled() => return,
+            () = inner.graceful.cancelled() => return,
             p = permits(&inner) => p,
         };
         let key = slot_key(&inner.config.name);
@@ -431,8 +431,8 @@ async fn worker(inner: Arc<Inner>, n: usize) {
         let freed = inner.slot_freed.notified();
         tokio::pin!(freed);
         freed.as_mut().enable();
-        match scaler.reserve(&key) {
-            Ok(()) => {}
+        let reservation = match scaler.reserve_owned(key) {
+            Ok(r) => r,
             Err(ScalerError::NoCapacity { why, .. }) => {
                 tracing::debug!(runner = %inner.config.name, worker = n, why, "no capacity: not requesting a job");
                 inner.count(|r| r.no_capacity += 1);
@@ -451,13 +451,10 @@ async fn worker(inner: Arc<Inner>, n: usize) {
                 }
                 continue;
             }
-        }
+        };
         let asked = Instant::now();
         let answer = tokio::select! {
-            _ = inner.graceful.cancelled() => {
-                scaler.unreserve(&key);
-                return;
-            }
+            () = inner.graceful.cancelled() => return,
             a = inner.client.request_job() => a,
         };
         inner.count(|r| r.requests += 1);
@@ -468,24 +465,28 @@ async fn worker(inner: Arc<Inner>, n: usize) {
                 let task_inner = inner.clone();
                 inner
                     .tracker
-                    .spawn(async move { handle_job(task_inner, held, key, *job).await });
+                    .spawn(async move { handle_job(task_inner, held, reservation, *job).await });
             }
             Ok(JobRequestOutcome::NoJob { queue_changed }) => {
                 inner.health().record(true, Instant::now());
-                scaler.unreserve(&key);
+                drop(reservation);
                 drop(held);
                 // Ask again at once when the queue changed; otherwise once `check_interval`
                 // has passed since the request went out (a long poll may have used it up).
                 let waited = asked.elapsed();
                 if !queue_changed
                     && waited < inner.config.check_interval
-                    && !pause(&inner, inner.config.check_interval - waited).await
+                    && !pause(
+                        &inner,
+                        inner.config.check_interval.checked_sub(waited).unwrap(),
+                    )
+                    .await
                 {
                     return;
                 }
             }
             Err(e) => {
-                scaler.unreserve(&key);
+                drop(reservation);
                 drop(held);
                 inner.count(|r| r.requests_failed += 1);
                 if refuses_the_runner(&e) {
@@ -550,7 +551,8 @@ struct Job {
     id: i64,
     token: Secret<String>,
     started: StartedJob,
-    key: String,
+    /// The job's claim on the scaler: its slot (once acquired) is free when this drops.
+    reservation: Reservation,
 }
 
 impl Job {
@@ -559,7 +561,7 @@ impl Job {
     async fn withdraw(&self, status: u16, when: &str) {
         tracing::info!(runner = %self.inner.config.name, job = self.id, status, "GitLab refused the job {when}; it does not run here");
         self.inner.hooks.job_withdrawn(&self.started).await;
-        self.inner.executor.scaler().release(&self.key);
+        self.reservation.release();
         self.inner.count(|r| r.jobs_withdrawn += 1);
     }
 
@@ -610,12 +612,16 @@ enum SlotWait {
     Refused(u16),
 }
 
-async fn handle_job(inner: Arc<Inner>, held: Permits, key: String, received: ReceivedJob) {
+async fn handle_job(
+    inner: Arc<Inner>,
+    held: Permits,
+    reservation: Reservation,
+    received: ReceivedJob,
+) {
     let _freed = SlotFreed(&inner);
-    let scaler = inner.executor.scaler();
     let (Some(id), Some(token)) = (received.id, received.token.clone()) else {
         tracing::error!(runner = %inner.config.name, "GitLab handed out a job without a readable id or token; it cannot be reported");
-        scaler.unreserve(&key);
+        drop(reservation);
         inner.count(|r| r.jobs_unidentified += 1);
         return;
     };
@@ -640,7 +646,7 @@ async fn handle_job(inner: Arc<Inner>, held: Permits, key: String, received: Rec
         id,
         token: token.clone(),
         started,
-        key,
+        reservation,
     };
     let cancel = JobCancel::new();
     let immediately = inner.config.acceptance == Acceptance::Immediately;
@@ -650,7 +656,7 @@ async fn handle_job(inner: Arc<Inner>, held: Permits, key: String, received: Rec
     let payload: JobPayload = match received.payload {
         Ok(p) => p.payload,
         Err(e) => {
-            scaler.unreserve(&job.key);
+            job.reservation.release();
             tracing::error!(runner = %inner.config.name, job = id, error = %e, "the job payload does not decode; failing the job");
             inner.count(|r| r.jobs_malformed += 1);
             let trace = JobTrace::start(
@@ -722,7 +728,7 @@ async fn handle_job(inner: Arc<Inner>, held: Permits, key: String, received: Rec
             )
         }
     };
-    scaler.release(&job.key);
+    job.reservation.release();
     let trace = match trace.take() {
         Some(t) => t,
         // Two-phase: accept before reporting anything.
@@ -783,8 +789,10 @@ async fn wait_for_slot(
     payload: &JobPayload,
 ) -> SlotWait {
     let inner = &job.inner;
-    let scaler = inner.executor.scaler();
-    let mut acquire = Box::pin(scaler.acquire(&job.key, inner.config.instance_acquire_timeout));
+    let mut acquire = Box::pin(
+        job.reservation
+            .acquire(inner.config.instance_acquire_timeout),
+    );
     let keepalive_every = match inner.config.acceptance {
         Acceptance::WhenSlotReady { interval } if trace.is_none() => Some(interval),
         _ => None,
@@ -812,8 +820,8 @@ async fn wait_for_slot(
                 Ok(a) => SlotWait::Acquired(Box::new(a)),
                 Err(e) => SlotWait::Failed(e),
             },
-            _ = inner.force.cancelled() => return SlotWait::Interrupted,
-            _ = cancel.requested() => return SlotWait::Canceled,
+            () = inner.force.cancelled() => return SlotWait::Interrupted,
+            () = cancel.requested() => return SlotWait::Canceled,
             _ = keepalive.tick(), if trace.is_none() && keepalive_every.is_some() => {
                 match put_state(inner, job.id, &job.token, "pending").await {
                     StateAnswer::Ok(_) | StateAnswer::Unanswered(_) => {}
@@ -856,7 +864,7 @@ async fn run_on_slot(
         loop {
             tokio::select! {
                 r = &mut run => break (r, interrupted),
-                _ = inner.force.cancelled(), if !interrupted => {
+                () = inner.force.cancelled(), if !interrupted => {
                     interrupted = true;
                     cancel.abort();
                 }

@@ -85,15 +85,15 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub fn lock_buf(&self) -> std::sync::MutexGuard<'_, TraceBuffer> {
+    pub(crate) fn lock_buf(&self) -> std::sync::MutexGuard<'_, TraceBuffer> {
         self.buf.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn interval(&self) -> Duration {
+    pub(crate) fn interval(&self) -> Duration {
         *self.interval.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn set_interval(&self, d: Option<Duration>) {
+    pub(crate) fn set_interval(&self, d: Option<Duration>) {
         if let Some(d) = d {
             *self.interval.lock().unwrap_or_else(|e| e.into_inner()) = d;
         }
@@ -103,15 +103,15 @@ impl Shared {
         *self.last_contact.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
     }
 
-    pub fn is_gone(&self) -> bool {
+    pub(crate) fn is_gone(&self) -> bool {
         self.gone.load(Ordering::SeqCst)
     }
 
-    pub fn gone_status(&self) -> u16 {
+    pub(crate) fn gone_status(&self) -> u16 {
         *self.gone_status.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn mark_gone(&self, status: u16) {
+    pub(crate) fn mark_gone(&self, status: u16) {
         if !self.gone.swap(true, Ordering::SeqCst) {
             *self.gone_status.lock().unwrap_or_else(|e| e.into_inner()) = status;
         }
@@ -119,7 +119,7 @@ impl Shared {
 
     /// Acts on what GitLab said about the job: `canceling` stops the script gracefully,
     /// `canceled`/`failed`/403 aborts everything and stops all further updates.
-    pub fn apply_remote(&self, state: RemoteJobState, status: u16) {
+    pub(crate) fn apply_remote(&self, state: RemoteJobState, status: u16) {
         let previous = {
             let mut r = self.remote.lock().unwrap_or_else(|e| e.into_inner());
             let prev = *r;
@@ -150,7 +150,7 @@ impl Shared {
     }
 
     /// PATCHes everything not yet acknowledged, in chunks of at most `max_patch` bytes.
-    pub async fn send_pending(&self) -> SendOutcome {
+    pub(crate) async fn send_pending(&self) -> SendOutcome {
         let _guard = self.send_lock.lock().await;
         // A few rounds of 416 corrections are normal after lost answers; more means the
         // server and we disagree, which the final update's checksum settles.
@@ -411,9 +411,9 @@ async fn upload_loop(shared: Arc<Shared>, stop: CancellationToken) {
             .interval()
             .min(keep_alive_due.max(Duration::from_millis(10)));
         tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(interval) => {}
-            _ = shared.wake.notified() => {}
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(interval) => {}
+            () = shared.wake.notified() => {}
         }
         if shared.is_gone() {
             return;

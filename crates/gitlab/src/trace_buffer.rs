@@ -14,28 +14,28 @@ pub(crate) struct TraceBuffer {
 
 impl TraceBuffer {
     /// Appends emitted bytes.
-    pub fn append(&mut self, bytes: &[u8]) {
+    pub(crate) fn append(&mut self, bytes: &[u8]) {
         self.data.extend_from_slice(bytes);
         self.hasher.update(bytes);
     }
 
     /// Bytes emitted so far.
-    pub fn len(&self) -> u64 {
+    pub(crate) fn len(&self) -> u64 {
         self.data.len() as u64
     }
 
     /// Bytes GitLab holds, as far as we know.
-    pub fn sent(&self) -> u64 {
+    pub(crate) fn sent(&self) -> u64 {
         self.sent
     }
 
     /// Whether GitLab holds everything.
-    pub fn all_sent(&self) -> bool {
+    pub(crate) fn all_sent(&self) -> bool {
         self.sent >= self.len()
     }
 
     /// The next chunk to send: its offset and at most `max` bytes; `None` when all is sent.
-    pub fn next_chunk(&self, max: usize) -> Option<(u64, Bytes)> {
+    pub(crate) fn next_chunk(&self, max: usize) -> Option<(u64, Bytes)> {
         if self.all_sent() {
             return None;
         }
@@ -45,24 +45,24 @@ impl TraceBuffer {
     }
 
     /// GitLab accepted `len` bytes at `offset` (202).
-    pub fn accepted(&mut self, offset: u64, len: u64) {
+    pub(crate) fn accepted(&mut self, offset: u64, len: u64) {
         if offset == self.sent {
             self.sent = (offset + len).min(self.len());
         }
     }
 
     /// GitLab said it holds `size` bytes (the `Range` of a 416): continue from there.
-    pub fn server_has(&mut self, size: u64) {
+    pub(crate) fn server_has(&mut self, size: u64) {
         self.sent = size.min(self.len());
     }
 
     /// GitLab's copy failed its checksum (412): send everything again.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.sent = 0;
     }
 
     /// The size and checksum of everything emitted.
-    pub fn summary(&self) -> TraceSummary {
+    pub(crate) fn summary(&self) -> TraceSummary {
         TraceSummary {
             bytesize: self.len(),
             crc32: self.hasher.clone().finalize(),

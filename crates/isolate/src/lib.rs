@@ -17,14 +17,13 @@
 //! policy applies) are separate from the I/O: see [`layout`], [`docker::spec`],
 //! [`docker::pull`], [`docker::labels`].
 
-#![warn(missing_docs)]
-
 pub mod cgroup;
 pub mod command;
 mod confinement;
 pub mod docker;
 mod error;
 pub mod exec;
+pub mod instance;
 mod isolation;
 pub mod layout;
 pub mod shell;
@@ -33,5 +32,6 @@ pub mod stage_record;
 pub use cgroup::{CgroupConfig, CgroupIsolation};
 pub use docker::{DockerIsolation, DockerIsolationConfig};
 pub use error::IsolateError;
+pub use instance::InstanceIsolation;
 pub use isolation::{IsolatedEnvironment, Isolation, PrepareRequest};
 pub use shell::ShellIsolation;

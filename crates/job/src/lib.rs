@@ -10,8 +10,6 @@
 //! - [`runner`]: [`JobRunner`], which runs the stages and returns a [`JobResult`].
 //! - [`duration`]: Go's duration syntax, as GitLab Runner reads it in variables and config.
 
-#![warn(missing_docs)]
-
 pub mod archive;
 pub mod duration;
 pub mod env;

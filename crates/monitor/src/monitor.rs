@@ -188,7 +188,7 @@ impl Monitor {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
-                _ = stop.cancelled() => break,
+                () = stop.cancelled() => break,
                 _ = tick.tick() => self.refresh(),
             }
         }

@@ -163,10 +163,10 @@ impl RunnerState {
                     ..
                 } => m.is_running_time.observe(d.as_secs_f64()),
                 FleetEvent::Ready { after_creation, .. } => {
-                    m.readiness_time.observe(after_creation.as_secs_f64())
+                    m.readiness_time.observe(after_creation.as_secs_f64());
                 }
                 FleetEvent::RemovalDecided { .. } => {
-                    m.instance_operations.with_label_values(&["delete"]).inc()
+                    m.instance_operations.with_label_values(&["delete"]).inc();
                 }
                 FleetEvent::Gone {
                     instance,

@@ -132,7 +132,7 @@ pub async fn serve(listener: Listener, monitor: Monitor, access: Access, stop: C
     let connections = TaskTracker::new();
     loop {
         let accepted = tokio::select! {
-            _ = stop.cancelled() => break,
+            () = stop.cancelled() => break,
             a = listener.listener.accept() => a,
         };
         let (stream, _) = match accepted {
@@ -155,7 +155,7 @@ pub async fn serve(listener: Listener, monitor: Monitor, access: Access, stop: C
             });
             let conn = hyper::server::conn::http1::Builder::new().serve_connection(io, service);
             tokio::select! {
-                _ = stop.cancelled() => {}
+                () = stop.cancelled() => {}
                 r = conn => {
                     if let Err(e) = r {
                         tracing::debug!(error = %e, "status connection ended with an error");

@@ -88,7 +88,7 @@ pub(crate) fn inherited(
         match parse(&text) {
             Ok(vars) => out.extend(vars.into_iter().map(|(k, v)| Variable::new(k, v))),
             Err(why) => {
-                tracing::warn!(job = %name, why, "the dotenv report is not valid; its variables are not passed on")
+                tracing::warn!(job = %name, why, "the dotenv report is not valid; its variables are not passed on");
             }
         }
     }

@@ -419,7 +419,7 @@ pub async fn run_pipeline(
         }
         tokio::select! {
             biased;
-            _ = cancel.cancelled(), if !canceled => {
+            () = cancel.cancelled(), if !canceled => {
                 canceled = true;
                 for c in cancels.iter().flatten() {
                     c.cancel();

@@ -163,7 +163,7 @@ fn main() {
                 let _ = tx.send(slot);
             }
             serve.push(t.elapsed());
-            serve_cpu.push(cpu_now() - c);
+            serve_cpu.push(cpu_now().checked_sub(c).unwrap());
             assert_eq!(receivers.len(), WAITERS);
             let t = StdInstant::now();
             for k in 0..WAITERS {
@@ -337,7 +337,7 @@ fn main() {
             let (t, c) = (StdInstant::now(), cpu_now());
             scaler.drive_once().await;
             samples.push(t.elapsed());
-            cpu.push(cpu_now() - c);
+            cpu.push(cpu_now().checked_sub(c).unwrap());
             // Let the ready-ups of the new instances finish outside the measurement.
             tokio::task::yield_now().await;
         }

@@ -32,7 +32,7 @@ fn main() {
     let cpu_before = cpu_time();
     let report = sim::run(&params);
     let wall = started.elapsed();
-    let cpu = cpu_time() - cpu_before;
+    let cpu = cpu_time().checked_sub(cpu_before).unwrap();
     println!(
         "simulated: {days} day(s) ({} s), seed {}",
         span.as_secs(),

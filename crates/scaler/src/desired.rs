@@ -284,7 +284,7 @@ pub fn desired(input: Inputs<'_>) -> Decision {
         let mut surplus = free_slots - demand;
         candidates.sort_by(|a, b| a.idle_since.cmp(&b.idle_since).then(a.id.cmp(&b.id)));
         let mut removed = 0usize;
-        for c in candidates.iter() {
+        for c in &candidates {
             if surplus < cap {
                 break;
             }

@@ -52,17 +52,17 @@ pub(crate) async fn run(shared: Arc<Shared>) {
         }
         let woken = tokio::select! {
             biased;
-            _ = shared.stop.cancelled() => return,
-            _ = shared.wake.notified() => true,
-            _ = tokio::time::sleep_until(wake_at) => false,
+            () = shared.stop.cancelled() => return,
+            () = shared.wake.notified() => true,
+            () = tokio::time::sleep_until(wake_at) => false,
         };
         if woken {
             // Events come in bursts: let them gather for one decision.
             let earliest = now + shared.config.decision_debounce;
             tokio::select! {
                 biased;
-                _ = shared.stop.cancelled() => return,
-                _ = tokio::time::sleep_until(earliest) => {}
+                () = shared.stop.cancelled() => return,
+                () = tokio::time::sleep_until(earliest) => {}
             }
         }
     }
@@ -188,7 +188,7 @@ pub(crate) async fn update(shared: &Arc<Shared>) {
 async fn ready_up(shared: Arc<Shared>, instance: ReadyUpInstance) {
     let result = tokio::select! {
         biased;
-        _ = shared.stop.cancelled() => return,
+        () = shared.stop.cancelled() => return,
         r = shared.hooks.ready_up_instance(&*shared.group, &instance) => r,
     };
     let now = shared.clock.now();

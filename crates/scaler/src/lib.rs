@@ -7,14 +7,13 @@
 //!   index of free slots by preference. Pure data.
 //! - [`desired()`]: one pure function from the ledger, the policy in force and the limits to a
 //!   [`Decision`] that explains itself.
-//! - [`Scaler`]: the API job sources use (`reserve`, `unreserve`, `acquire`, `release`) and
+//! - [`Scaler`]: the API job sources use (`reserve`, `unreserve`, `acquire`, `release`, or a
+//!   [`Reservation`] that ends its key when dropped) and
 //!   the async driver that polls the provider's listing (the truth), applies decisions with a
 //!   creation throttle and per-cause backoff, runs ready-ups, and shuts down cleanly.
 //!
 //! Time comes from a [`Clock`] on tokio's instant, so a paused runtime drives it all in
 //! virtual time; the simulation tests do exactly that.
-
-#![warn(missing_docs)]
 
 mod acquisition;
 mod cause;
@@ -30,6 +29,7 @@ mod hooks;
 mod journal;
 pub mod ledger;
 mod policy;
+mod reservation;
 mod scaler;
 mod shared;
 mod sweep;
@@ -50,5 +50,6 @@ pub use hooks::{Hooks, NoHooks, ReadyUpInstance};
 pub use journal::{InstanceRecord, Journal, JournalError, JournalEvent, NoJournal, Persisted};
 pub use ledger::Ledger;
 pub use policy::{Policy, PolicyError, Schedule, ScheduledPolicy};
+pub use reservation::Reservation;
 pub use scaler::{Scaler, ScalerBuilder, ShutdownReport, Snapshot};
 pub use throttle::{Backoff, NEVER, TokenBucket};

@@ -96,7 +96,7 @@ impl ScheduledPolicy {
         timezone: Option<&str>,
     ) -> Result<Self, PolicyError> {
         let timezone = match timezone {
-            None | Some("") | Some("Local") => None,
+            None | Some("" | "Local") => None,
             Some(name) => {
                 Some(Tz::from_str(name).map_err(|_| PolicyError::TimeZone(name.to_string()))?)
             }

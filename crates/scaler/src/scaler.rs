@@ -37,6 +37,15 @@ pub struct ScalerBuilder {
     initialized: Option<ProviderInfo>,
 }
 
+impl std::fmt::Debug for ScalerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScalerBuilder")
+            .field("config", &self.config)
+            .field("initialized", &self.initialized)
+            .finish_non_exhaustive()
+    }
+}
+
 impl ScalerBuilder {
     /// A builder for a scaler of `group`.
     pub fn new(group: Arc<dyn InstanceGroup>, config: ScalerConfig) -> Self {

@@ -25,7 +25,7 @@ pub(crate) async fn delete_all(shared: &Arc<Shared>) -> usize {
                     let mut observed = inner.ledger.observe(&listing, now);
                     shared.note_observed(&mut inner, &observed, now);
                     let events = observed_events(&inner, &observed, requested_before);
-                    for (_, cause) in observed.lost.iter_mut() {
+                    for (_, cause) in &mut observed.lost {
                         *cause = LostCause::Shutdown;
                     }
                     shared.signal_lost(&mut inner, observed.lost);

@@ -28,3 +28,40 @@ async fn a_dropped_acquisition_guard_releases_its_slot() {
     s.release(c.key());
     assert_eq!(s.counts().acquired, 0);
 }
+
+/// A `Reservation` ends its key whatever state it reached: dropped while reserved, the
+/// reservation is given back; dropped after its slot was acquired, the slot is free; dropped
+/// after an early `release`, nothing happens twice.
+#[tokio::test(start_paused = true)]
+async fn a_dropped_reservation_ends_its_key_in_any_state() {
+    let g = fake(FakeConfig::default());
+    let s = start(g.clone(), config(2, 1), policy(0, 600)).await;
+    let r = s.reserve_owned("r").unwrap();
+    assert_eq!(r.key(), "r");
+    assert!(s.snapshot().ledger.key("r").is_some());
+    drop(r);
+    assert!(s.snapshot().ledger.key("r").is_none(), "reservation kept");
+
+    let r = s.reserve_owned("held").unwrap();
+    let a = r.acquire(None).await.unwrap();
+    assert_eq!(s.counts().acquired, 1);
+    drop(a);
+    assert_eq!(
+        s.counts().acquired,
+        1,
+        "the reservation, not the acquisition, holds it"
+    );
+    drop(r);
+    assert_eq!(s.counts().acquired, 0);
+    assert!(s.snapshot().ledger.key("held").is_none());
+
+    let r = s.reserve_owned("early").unwrap();
+    let _a = r.acquire(None).await.unwrap();
+    r.release();
+    assert_eq!(s.counts().acquired, 0);
+    let other = s.acquire("other", None).await.unwrap().into_guard();
+    drop(r);
+    assert_eq!(s.counts().acquired, 1, "a second end touched nothing else");
+    drop(other);
+    s.check_invariants().unwrap();
+}

@@ -297,7 +297,7 @@ impl FakeInstanceGroup {
         if hi <= lo {
             lo
         } else {
-            let span = (hi - lo).as_nanos() as u64;
+            let span = hi.checked_sub(lo).unwrap().as_nanos() as u64;
             lo + Duration::from_nanos(rng.random_range(0..=span))
         }
     }

@@ -286,7 +286,7 @@ async fn simulate(spec: Spec, jobs: Vec<JobSpec>) -> Result<Outcome, SimError> {
             let mut tick = tokio::time::interval(world.spec.sample_every);
             loop {
                 tokio::select! {
-                    _ = stop.cancelled() => return,
+                    () = stop.cancelled() => return,
                     _ = tick.tick() => {}
                 }
                 let c = scaler.counts();
@@ -381,7 +381,7 @@ async fn worker(
     let mut seq = 0u64;
     loop {
         let held = tokio::select! {
-            _ = stop.cancelled() => return,
+            () = stop.cancelled() => return,
             p = permits(&world) => p,
         };
         seq += 1;
@@ -394,9 +394,9 @@ async fn worker(
             Err(_) => {
                 drop(held);
                 tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(world.spec.runner.check_interval) => {}
-                    _ = freed => {}
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(world.spec.runner.check_interval) => {}
+                    () = freed => {}
                 }
                 continue;
             }
@@ -415,9 +415,9 @@ async fn worker(
                 break Some(j);
             }
             tokio::select! {
-                _ = stop.cancelled() => break None,
-                _ = arrived => {}
-                _ = tokio::time::sleep_until(deadline) => break None,
+                () = stop.cancelled() => break None,
+                () = arrived => {}
+                () = tokio::time::sleep_until(deadline) => break None,
             }
         };
         let Some((index, arrived_at)) = job else {

@@ -16,8 +16,6 @@
 //! A file that is not a flotilla store, is corrupt, or comes from a newer flotilla is refused
 //! and left untouched, unless [`OpenMode::Rebuild`] asks to move it aside and start empty.
 
-#![warn(missing_docs)]
-
 pub mod codec;
 mod credentials;
 mod decisions;

@@ -31,7 +31,7 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
         description: "scopes, leases, fleet ledger, job records, credentials",
-        sql: r#"
+        sql: r"
 PRAGMA application_id = 1179406164;
 
 CREATE TABLE meta (
@@ -106,18 +106,18 @@ CREATE TABLE credentials (
     updated_at INTEGER NOT NULL,
     PRIMARY KEY (scope, name)
 );
-"#,
+",
     },
     Migration {
         version: 2,
         description: "the scaler's last decision per scope, for `flotilla status`",
-        sql: r#"
+        sql: r"
 CREATE TABLE decisions (
     scope       INTEGER PRIMARY KEY REFERENCES scopes (id) ON DELETE CASCADE,
     decided_at  INTEGER NOT NULL,
     explanation TEXT NOT NULL
 );
-"#,
+",
     },
 ];
 

@@ -102,7 +102,7 @@ pub(crate) struct Faults {
 }
 
 impl Faults {
-    pub fn new(config: FaultConfig) -> Faults {
+    pub(super) fn new(config: FaultConfig) -> Faults {
         let rng = ChaCha8Rng::seed_from_u64(config.seed);
         Faults {
             config,
@@ -110,12 +110,12 @@ impl Faults {
         }
     }
 
-    pub fn config(&self) -> &FaultConfig {
+    pub(super) fn config(&self) -> &FaultConfig {
         &self.config
     }
 
     /// The fault for the next request to `path`, if any.
-    pub fn decide(&self, path: &str) -> Option<FaultKind> {
+    pub(super) fn decide(&self, path: &str) -> Option<FaultKind> {
         if self.config.kinds.is_empty() || self.config.exempt.iter().any(|p| path.starts_with(p)) {
             return None;
         }

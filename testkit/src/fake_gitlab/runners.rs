@@ -87,8 +87,8 @@ pub(crate) async fn request_job(server: &Arc<Server>, req: &Request<'_>, body: &
                 // Wake up in time to requeue jobs whose accept never came.
                 let wake = (Instant::now() + Duration::from_millis(500)).min(deadline);
                 tokio::select! {
-                    _ = notified => {}
-                    _ = tokio::time::sleep_until(wake) => {
+                    () = notified => {}
+                    () = tokio::time::sleep_until(wake) => {
                         if Instant::now() >= deadline {
                             return workhorse_no_content();
                         }

@@ -38,7 +38,7 @@ pub(crate) struct Server {
 }
 
 impl Server {
-    pub fn lock(&self) -> std::sync::MutexGuard<'_, Data> {
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, Data> {
         self.data.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -75,7 +75,7 @@ impl std::error::Error for DropConnection {}
 pub(crate) async fn serve(listener: TcpListener, server: Arc<Server>, stop: CancellationToken) {
     loop {
         let (stream, _) = tokio::select! {
-            _ = stop.cancelled() => return,
+            () = stop.cancelled() => return,
             r = listener.accept() => match r {
                 Ok(s) => s,
                 Err(_) => continue,
@@ -89,7 +89,7 @@ pub(crate) async fn serve(listener: TcpListener, server: Arc<Server>, stop: Canc
                 .serve_connection(TokioIo::new(stream), service);
             tokio::select! {
                 _ = conn => {}
-                _ = stop.cancelled() => {}
+                () = stop.cancelled() => {}
             }
         });
     }
@@ -185,7 +185,7 @@ async fn handle(server: Arc<Server>, req: http::Request<Incoming>) -> Result<Res
         None => {}
     }
     let mut headers = BTreeMap::new();
-    for (k, v) in parts.headers.iter() {
+    for (k, v) in &parts.headers {
         headers.insert(
             k.as_str().to_ascii_lowercase(),
             String::from_utf8_lossy(v.as_bytes()).into_owned(),
@@ -303,7 +303,7 @@ pub(crate) struct Request<'a> {
 
 impl Request<'_> {
     /// A header as text.
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(super) fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 }

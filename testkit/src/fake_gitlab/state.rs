@@ -291,7 +291,7 @@ pub(crate) struct Data {
 
 impl Data {
     /// The runner's queue value (Rails' `runner_queue_value`, in Redis).
-    pub fn queue_value(&self, runner_token: &str) -> String {
+    pub(super) fn queue_value(&self, runner_token: &str) -> String {
         format!(
             "q{}",
             self.queue_values.get(runner_token).copied().unwrap_or(0)
@@ -299,19 +299,19 @@ impl Data {
     }
 
     /// `tick_runner_queue`: any change to what the runner may pick.
-    pub fn tick(&mut self, runner_token: &str) {
+    pub(super) fn tick(&mut self, runner_token: &str) {
         *self
             .queue_values
             .entry(runner_token.to_string())
             .or_insert(0) += 1;
     }
 
-    pub fn add_runner(&mut self, token: &str) -> i64 {
+    pub(super) fn add_runner(&mut self, token: &str) -> i64 {
         let n = self.runners.len() as i64 + 1;
         *self.runners.entry(token.to_string()).or_insert(n)
     }
 
-    pub fn enqueue(&mut self, runner_token: &str, builder: JobBuilder) -> i64 {
+    pub(super) fn enqueue(&mut self, runner_token: &str, builder: JobBuilder) -> i64 {
         self.next_id += 1;
         let id = self.next_id;
         self.token_counter += 1;
@@ -352,7 +352,7 @@ impl Data {
     }
 
     /// Queues again every handed-out job whose accept did not come in time.
-    pub fn requeue_expired(&mut self, now: Instant) {
+    pub(super) fn requeue_expired(&mut self, now: Instant) {
         let expired: Vec<i64> = self
             .jobs
             .values()
@@ -375,7 +375,7 @@ impl Data {
 
     /// The job whose token this is, if it is one GitLab accepts as a job token now: job
     /// tokens authenticate only while their job runs (`Ci::AuthJobFinder`).
-    pub fn active_job_by_token(&self, token: &str) -> Option<&FakeJob> {
+    pub(super) fn active_job_by_token(&self, token: &str) -> Option<&FakeJob> {
         self.jobs
             .values()
             .find(|j| j.token == token && j.state.is_active())
@@ -383,7 +383,12 @@ impl Data {
 
     /// Hands out the next job of `runner_token`'s queue (`Ci::RegisterJobService`).
     /// `two_phase`: the runner advertised `two_phase_job_commit`.
-    pub fn hand_out(&mut self, runner_token: &str, two_phase: bool, now: Instant) -> Option<Value> {
+    pub(super) fn hand_out(
+        &mut self,
+        runner_token: &str,
+        two_phase: bool,
+        now: Instant,
+    ) -> Option<Value> {
         let wait_for_ack = two_phase && self.behaviour.two_phase;
         let ack_timeout = self.behaviour.ack_timeout;
         let running_token_for_deps = self.behaviour.dependency_token_is_running_job;

@@ -102,7 +102,7 @@ impl World {
         if hi <= lo {
             return lo;
         }
-        let ms = lock(&self.rng).random_range(0..=(hi - lo).as_millis() as u64);
+        let ms = lock(&self.rng).random_range(0..=hi.checked_sub(lo).unwrap().as_millis() as u64);
         lo + Duration::from_millis(ms)
     }
 
@@ -558,7 +558,9 @@ impl World {
                 let r: f64 = rng.random_range(0.0..1.0);
                 let duration = {
                     let (lo, hi) = self.p.job;
-                    lo + Duration::from_millis(rng.random_range(0..=(hi - lo).as_millis() as u64))
+                    lo + Duration::from_millis(
+                        rng.random_range(0..=hi.checked_sub(lo).unwrap().as_millis() as u64),
+                    )
                 };
                 let kind = if r < self.p.drop_fraction {
                     Kind::Dropped(Duration::from_secs(rng.random_range(1..=120)))
@@ -644,7 +646,7 @@ impl World {
                 match scaler.reserve(&key) {
                     Ok(()) => break,
                     Err(ScalerError::NoCapacity { .. }) => {
-                        tokio::time::sleep(Duration::from_secs(3)).await
+                        tokio::time::sleep(Duration::from_secs(3)).await;
                     }
                     Err(e) => {
                         self.violation(format!("reserve {key}: unexpected error {e}"));
@@ -731,12 +733,12 @@ impl World {
         let lost = acq.lost_token();
         tokio::select! {
             biased;
-            _ = lost.cancelled() => {
+            () = lost.cancelled() => {
                 self.report().lost += 1;
                 // The job notices and tears down; its slot is still in use meanwhile.
                 tokio::time::sleep(self.draw(self.p.teardown)).await;
             }
-            _ = tokio::time::sleep(run_for) => {
+            () = tokio::time::sleep(run_for) => {
                 self.report().completed += 1;
             }
         }

@@ -9,7 +9,7 @@ use flotilla_ci::CompileOptions;
 use serde_json::Value;
 
 /// What every corpus pipeline runs with unless its options say otherwise: a push to `main`.
-pub fn base_variables() -> Vec<(String, String)> {
+pub(crate) fn base_variables() -> Vec<(String, String)> {
     [
         ("CI", "true"),
         ("GITLAB_CI", "true"),
@@ -33,7 +33,7 @@ pub fn base_variables() -> Vec<(String, String)> {
     .collect()
 }
 
-pub fn options_for(dir: &Path) -> CompileOptions {
+pub(crate) fn options_for(dir: &Path) -> CompileOptions {
     let mut variables = base_variables();
     let mut user_variables = Vec::new();
     let mut include_manual = false;
@@ -80,7 +80,7 @@ pub fn options_for(dir: &Path) -> CompileOptions {
 }
 
 /// The corpus directories (each holds a `.gitlab-ci.yml`), sorted.
-pub fn corpus() -> Vec<PathBuf> {
+pub(crate) fn corpus() -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pipelines");
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
         .unwrap()

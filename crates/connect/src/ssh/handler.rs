@@ -32,18 +32,18 @@ pub(crate) struct Observed {
 }
 
 impl Observed {
-    pub fn ended(&self) -> Option<Ended> {
+    pub(super) fn ended(&self) -> Option<Ended> {
         self.ended.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    pub fn mismatch(&self) -> Option<(String, String)> {
+    pub(super) fn mismatch(&self) -> Option<(String, String)> {
         self.mismatch
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
 
-    pub fn store_error(&self) -> Option<String> {
+    pub(super) fn store_error(&self) -> Option<String> {
         self.store_error
             .lock()
             .unwrap_or_else(|e| e.into_inner())

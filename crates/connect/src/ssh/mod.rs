@@ -490,7 +490,7 @@ impl SshConnector {
                 }
                 Some(ChannelMsg::Data { data }) => started.stdout.extend_from_slice(&data),
                 Some(ChannelMsg::ExtendedData { data, .. }) => {
-                    started.stderr.extend_from_slice(&data)
+                    started.stderr.extend_from_slice(&data);
                 }
                 Some(other) => started.early.push(other),
                 None => return Err(conn.lost()),
@@ -611,7 +611,7 @@ impl Sinks<'_, '_> {
             ChannelMsg::Data { data } => write_out(self.stdout, &data, "writing stdout").await?,
             ChannelMsg::ExtendedData { data, ext: 1 } => self.stderr(&data).await?,
             ChannelMsg::ExitStatus { exit_status } => {
-                self.status = Some(ExitStatus::Code(exit_status as i32))
+                self.status = Some(ExitStatus::Code(exit_status as i32));
             }
             ChannelMsg::ExitSignal {
                 signal_name,
@@ -621,7 +621,7 @@ impl Sinks<'_, '_> {
                 self.status = Some(ExitStatus::Signal {
                     name: exit_signal(&signal_name),
                     core_dumped,
-                })
+                });
             }
             ChannelMsg::Close => return Ok(true),
             _ => {}
@@ -683,15 +683,15 @@ impl SshConnector {
                 match tokio::time::timeout(KILL_WAIT, self.run_quiet(&kill)).await {
                     Ok(Ok(())) => {}
                     Ok(Err(e)) => {
-                        tracing::warn!(key_id = %self.key_id, error = %e, "could not stop a cancelled command")
+                        tracing::warn!(key_id = %self.key_id, error = %e, "could not stop a cancelled command");
                     }
                     Err(_) => {
-                        tracing::warn!(key_id = %self.key_id, "stopping a cancelled command timed out")
+                        tracing::warn!(key_id = %self.key_id, "stopping a cancelled command timed out");
                     }
                 }
             }
             None => {
-                tracing::warn!(key_id = %self.key_id, "a cancelled command never announced its pid; closing its channel only")
+                tracing::warn!(key_id = %self.key_id, "a cancelled command never announced its pid; closing its channel only");
             }
         }
         let _ = tx.close().await;

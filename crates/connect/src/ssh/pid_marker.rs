@@ -8,7 +8,7 @@
 //! [`PidSniffer`] takes the marker out of the stderr stream.
 
 /// The prologue that announces the pid (first thing the remote shell runs).
-pub const PROLOGUE: &str = "printf 'flotilla-pid:%s\\n' \"$$\" >&2\n";
+pub(super) const PROLOGUE: &str = "printf 'flotilla-pid:%s\\n' \"$$\" >&2\n";
 
 const MARKER: &[u8] = b"flotilla-pid:";
 
@@ -93,7 +93,7 @@ fn parse(line: &[u8]) -> Option<u32> {
 }
 
 /// The command that kills process group `pid`.
-pub fn kill_command(pid: u32) -> String {
+pub(super) fn kill_command(pid: u32) -> String {
     format!("kill -KILL -{pid} 2>/dev/null || kill -KILL {pid} 2>/dev/null; true")
 }
 

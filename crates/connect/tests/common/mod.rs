@@ -16,10 +16,10 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 /// Removes every container carrying a label when dropped, even when the test failed.
-pub use flotilla_testkit::containers::LabelGuard as Cleanup;
+pub(crate) use flotilla_testkit::containers::LabelGuard as Cleanup;
 
 /// Runs the docker CLI; panics on failure.
-pub fn docker(args: &[&str]) -> String {
+pub(crate) fn docker(args: &[&str]) -> String {
     let out = Command::new("docker").args(args).output().unwrap();
     assert!(
         out.status.success(),
@@ -30,7 +30,7 @@ pub fn docker(args: &[&str]) -> String {
 }
 
 /// A docker instance group of `n` running instances of the offline instance image.
-pub struct Fleet {
+pub(crate) struct Fleet {
     pub group: Arc<DockerGroup>,
     pub ids: Vec<String>,
     pub name: String,
@@ -39,7 +39,7 @@ pub struct Fleet {
 
 /// Starts a fleet named after `tag` (and this process) and waits until every instance
 /// answers SSH.
-pub async fn fleet(tag: &str, n: usize, inner_dockerd: bool) -> Fleet {
+pub(crate) async fn fleet(tag: &str, n: usize, inner_dockerd: bool) -> Fleet {
     let name = format!("c{}-{tag}", std::process::id());
     let cleanup = Cleanup::new(format!("{GROUP_LABEL}={name}"));
     let mut settings = DockerSettings::new(&name, flotilla_testkit::images::instance_image());
@@ -76,17 +76,17 @@ pub async fn fleet(tag: &str, n: usize, inner_dockerd: bool) -> Fleet {
 
 impl Fleet {
     /// Connection details of instance `i`.
-    pub async fn info(&self, i: usize) -> ConnectInfo {
+    pub(crate) async fn info(&self, i: usize) -> ConnectInfo {
         self.group.connect_info(&self.ids[i]).await.unwrap()
     }
 
     /// An SSH connector to instance `i` with default options.
-    pub async fn ssh(&self, i: usize) -> SshConnector {
+    pub(crate) async fn ssh(&self, i: usize) -> SshConnector {
         SshConnector::new(self.info(i).await)
     }
 
     /// An SSH connector to instance `i` with a short keepalive.
-    pub async fn ssh_with_keepalive(
+    pub(crate) async fn ssh_with_keepalive(
         &self,
         i: usize,
         keepalive: Duration,
@@ -104,7 +104,7 @@ impl Fleet {
 /// A sink that counts what it receives, remembers its largest write, and now and then makes
 /// the writer wait (a slow consumer: backpressure must hold the producer back).
 #[derive(Default)]
-pub struct CountingSink {
+pub(crate) struct CountingSink {
     pub total: u64,
     pub writes: u64,
     pub max_write: usize,
@@ -113,7 +113,7 @@ pub struct CountingSink {
 }
 
 impl CountingSink {
-    pub fn slow(every: u64) -> Self {
+    pub(crate) fn slow(every: u64) -> Self {
         CountingSink {
             slow_every: every,
             ..Default::default()
@@ -150,13 +150,13 @@ impl AsyncWrite for CountingSink {
 }
 
 /// A reader producing `remaining` bytes of a repeating pattern, generated on the fly.
-pub struct PatternReader {
+pub(crate) struct PatternReader {
     pub remaining: u64,
     offset: u64,
 }
 
 impl PatternReader {
-    pub fn new(len: u64) -> Self {
+    pub(crate) fn new(len: u64) -> Self {
         PatternReader {
             remaining: len,
             offset: 0,
@@ -183,7 +183,7 @@ impl AsyncRead for PatternReader {
 }
 
 /// A sink that notifies once the first byte arrives (to cancel a command after it started).
-pub struct StartedSink {
+pub(crate) struct StartedSink {
     pub started: Arc<Notify>,
     pub data: Vec<u8>,
 }
@@ -209,22 +209,21 @@ impl AsyncWrite for StartedSink {
 }
 
 /// Generous bound on anything a test waits for; exceeding it fails the test.
-pub const PATIENCE: Duration = Duration::from_secs(60);
+pub(crate) const PATIENCE: Duration = Duration::from_secs(60);
 
-pub async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
-    match tokio::time::timeout(PATIENCE, f).await {
-        Ok(v) => v,
-        Err(_) => panic!("{what} did not finish within {PATIENCE:?}: it hangs"),
-    }
+pub(crate) async fn within<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(PATIENCE, f)
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not finish within {PATIENCE:?}: it hangs"))
 }
 
 /// What every connector must do. `signals`: whether the connector reports signals as such
 /// (docker exec reports `128 + n` exit codes instead).
-pub mod conformance {
+pub(crate) mod conformance {
     use super::*;
 
     /// stdout and stderr arrive separately; environment variables are exported verbatim.
-    pub async fn output_and_env(c: &dyn Connector) {
+    pub(crate) async fn output_and_env(c: &dyn Connector) {
         let mut out = Vec::new();
         let mut err = Vec::new();
         let status = c
@@ -252,7 +251,7 @@ pub mod conformance {
     }
 
     /// A script on stdin (how stage scripts run) and a large stream through stdin.
-    pub async fn stdin(c: &dyn Connector, shell: &str) {
+    pub(crate) async fn stdin(c: &dyn Connector, shell: &str) {
         let mut out = Vec::new();
         let status = c
             .exec(
@@ -289,7 +288,7 @@ pub mod conformance {
     }
 
     /// Exit codes, and signals where the connector can report them.
-    pub async fn exit_statuses(c: &dyn Connector, signals: bool) {
+    pub(crate) async fn exit_statuses(c: &dyn Connector, signals: bool) {
         for code in [0, 1, 3, 127] {
             let out = c.output(&format!("exit {code}")).await.unwrap();
             assert_eq!(out.status, ExitStatus::Code(code));
@@ -306,7 +305,7 @@ pub mod conformance {
     }
 
     /// Output is streamed as it is produced, with bounded chunks, and counted exactly.
-    pub async fn streaming(c: &dyn Connector, bytes: u64) {
+    pub(crate) async fn streaming(c: &dyn Connector, bytes: u64) {
         let mut sink = CountingSink::slow(16);
         let mut err = Vec::new();
         let status = c
@@ -324,7 +323,7 @@ pub mod conformance {
     }
 
     /// Cancelling stops the command and everything it started, promptly.
-    pub async fn cancellation(c: &dyn Connector, marker: &str) {
+    pub(crate) async fn cancellation(c: &dyn Connector, marker: &str) {
         let token = CancellationToken::new();
         let started = Arc::new(Notify::new());
         let mut sink = StartedSink {
@@ -375,7 +374,7 @@ pub mod conformance {
     }
 
     /// `dial_stdio` carries bytes both ways and ends with the command.
-    pub async fn dial_stdio(c: &dyn Connector) {
+    pub(crate) async fn dial_stdio(c: &dyn Connector) {
         let mut s = c.dial_stdio("cat").await.unwrap();
         s.write_all(b"ping\n").await.unwrap();
         let mut buf = [0u8; 5];

@@ -10,13 +10,13 @@ use flotilla_job::{BufferSink, JobCancel, JobPayload, JobResult, Variable};
 use std::sync::atomic::{AtomicI64, Ordering};
 
 /// A unique job id per test process.
-pub fn next_id() -> i64 {
+pub(crate) fn next_id() -> i64 {
     static ID: AtomicI64 = AtomicI64::new(1000);
     ID.fetch_add(1, Ordering::Relaxed)
 }
 
 /// A job with `script` and no git (`GIT_STRATEGY=none`).
-pub fn job(script: &[&str]) -> JobPayload {
+pub(crate) fn job(script: &[&str]) -> JobPayload {
     let id = next_id();
     JobPayload {
         id,
@@ -51,7 +51,7 @@ pub fn job(script: &[&str]) -> JobPayload {
 }
 
 /// The same job with an image.
-pub fn with_image(mut job: JobPayload, image: &str) -> JobPayload {
+pub(crate) fn with_image(mut job: JobPayload, image: &str) -> JobPayload {
     job.image = Some(Image {
         name: image.into(),
         ..Default::default()
@@ -60,7 +60,7 @@ pub fn with_image(mut job: JobPayload, image: &str) -> JobPayload {
 }
 
 /// Adds an after_script step.
-pub fn with_after_script(mut job: JobPayload, script: &[&str]) -> JobPayload {
+pub(crate) fn with_after_script(mut job: JobPayload, script: &[&str]) -> JobPayload {
     job.steps.push(Step {
         name: STEP_AFTER_SCRIPT.into(),
         script: script.iter().map(|s| s.to_string()).collect(),
@@ -72,11 +72,11 @@ pub fn with_after_script(mut job: JobPayload, script: &[&str]) -> JobPayload {
 }
 
 /// Dispatches `job` under `key` and returns the result and the trace.
-pub async fn dispatch(d: &Dispatcher, job: &JobPayload) -> (JobResult, String) {
+pub(crate) async fn dispatch(d: &Dispatcher, job: &JobPayload) -> (JobResult, String) {
     dispatch_with(d, job, &JobCancel::new()).await
 }
 
-pub async fn dispatch_with(
+pub(crate) async fn dispatch_with(
     d: &Dispatcher,
     job: &JobPayload,
     cancel: &JobCancel,
@@ -96,13 +96,13 @@ pub async fn dispatch_with(
 
 /// The level a test runs at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Level {
+pub(crate) enum Level {
     Shell,
     Docker,
 }
 
 /// A one-instance, one-slot fleet at `level`.
-pub async fn fleet(level: Level, tag: &str) -> flotilla_testkit::docker_fleet::DockerFleet {
+pub(crate) async fn fleet(level: Level, tag: &str) -> flotilla_testkit::docker_fleet::DockerFleet {
     use flotilla_testkit::docker_fleet::{DockerFleet, FleetIsolation, FleetOptions};
     match level {
         Level::Shell => DockerFleet::start(FleetOptions::new(tag, FleetIsolation::Shell)).await,
@@ -111,7 +111,7 @@ pub async fn fleet(level: Level, tag: &str) -> flotilla_testkit::docker_fleet::D
 }
 
 /// A job for `level`: with the busybox image for docker isolation.
-pub fn job_at(level: Level, script: &[&str]) -> JobPayload {
+pub(crate) fn job_at(level: Level, script: &[&str]) -> JobPayload {
     match level {
         Level::Shell => job(script),
         Level::Docker => with_image(job(script), &flotilla_testkit::images::busybox_image()),
@@ -119,7 +119,7 @@ pub fn job_at(level: Level, script: &[&str]) -> JobPayload {
 }
 
 /// Runs a command on an instance over SSH and returns its stdout.
-pub async fn on_instance(
+pub(crate) async fn on_instance(
     fleet: &flotilla_testkit::docker_fleet::DockerFleet,
     instance: &str,
     command: &str,
@@ -130,7 +130,7 @@ pub async fn on_instance(
 }
 
 /// A dependency on the artifacts of `job`.
-pub fn dependency_on(job: &JobPayload) -> flotilla_job::model::Dependency {
+pub(crate) fn dependency_on(job: &JobPayload) -> flotilla_job::model::Dependency {
     flotilla_job::model::Dependency {
         id: job.id,
         name: job.job_info.name.clone(),
@@ -143,7 +143,7 @@ pub fn dependency_on(job: &JobPayload) -> flotilla_job::model::Dependency {
 }
 
 /// The names in a zip archive, sorted.
-pub fn zip_names(path: &std::path::Path) -> Vec<String> {
+pub(crate) fn zip_names(path: &std::path::Path) -> Vec<String> {
     let mut z = zip::ZipArchive::new(std::fs::File::open(path).unwrap()).unwrap();
     let mut names: Vec<String> = (0..z.len())
         .map(|i| z.by_index(i).unwrap().name().unwrap().to_string())

@@ -402,7 +402,7 @@ impl Policy {
     /// them too.
     pub fn tz(&self) -> Option<chrono_tz::Tz> {
         match self.timezone.as_deref() {
-            None | Some("") | Some("Local") => None,
+            None | Some("" | "Local") => None,
             Some(name) => name.parse().ok(),
         }
     }

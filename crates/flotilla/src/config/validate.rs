@@ -101,7 +101,7 @@ fn check_runner(f: &mut Findings, path: &KeyPath, runner: &RunnerConfig) {
                 format!("{label}: `token` is required for executor `{executor}`"),
             ),
             Some(t) if t.expose().trim().is_empty() => {
-                f.error(path.key("token"), format!("{label}: `token` is empty"))
+                f.error(path.key("token"), format!("{label}: `token` is empty"));
             }
             Some(_) => {}
         }
@@ -160,11 +160,15 @@ fn check_runner(f: &mut Findings, path: &KeyPath, runner: &RunnerConfig) {
     }
     if let Some(docker) = &runner.docker {
         let docker_path = path.key("docker");
-        if docker.privileged {
+        if docker.privileged && !runner.isolation_levels().offers(IsolationLevel::Docker) {
             f.error(
                 docker_path.key("privileged"),
-                "privileged = true is not supported by flotilla; use a stronger isolation \
-                 level (microvm, vm, instance) for jobs that need it",
+                format!(
+                    "privileged = true applies to docker isolation's containers, which this \
+                     runner does not offer (it offers {}); offer \"docker\", or use \
+                     isolation \"instance\" for a job that needs the whole machine",
+                    runner.isolation_levels()
+                ),
             );
         }
         if docker.services_limit.is_some_and(|l| l < -1) {
@@ -209,23 +213,25 @@ fn check_autoscaler(f: &mut Findings, path: &KeyPath, a: &AutoscalerConfig) {
         .as_ref()
         .is_some_and(|l| l.offers(IsolationLevel::Instance))
     {
-        if a.max_use_count != 1 {
-            f.error(
-                path.key("max_use_count"),
-                format!(
-                    "isolation = \"instance\" deletes each instance after its job: \
-                     max_use_count must be 1, got {}",
-                    a.max_use_count
-                ),
-            );
-        }
         if a.capacity_per_instance > 1 {
             f.error(
                 path.key("capacity_per_instance"),
                 format!(
-                    "isolation = \"instance\" gives each job a whole instance: \
-                     capacity_per_instance must be 1, got {}",
+                    "isolation \"instance\" gives a job the whole instance, so every job on \
+                     this fleet must have one to itself: capacity_per_instance must be 1, got {}",
                     a.capacity_per_instance
+                ),
+            );
+        }
+        if a.max_use_count != 1 {
+            f.warn(
+                path.key("max_use_count"),
+                format!(
+                    "with isolation \"instance\", jobs use an instance one after another \
+                     (max_use_count = {}): what one job leaves on it, the next finds; \
+                     max_use_count = 1 gives every job a fresh instance, the only setting safe \
+                     for untrusted jobs",
+                    a.max_use_count
                 ),
             );
         }
@@ -552,7 +558,7 @@ mod tests {
     }
 
     #[test]
-    fn instance_isolation_needs_single_use_instances() {
+    fn instance_isolation_needs_an_instance_per_job_and_warns_when_they_are_reused() {
         let mut r = runner(Executor::Flotilla);
         let a = r.autoscaler.as_mut().unwrap();
         a.isolation = Some(IsolationLevel::Instance.into());
@@ -562,9 +568,16 @@ mod tests {
             ..Default::default()
         };
         let e = messages(&c, Severity::Error);
-        assert_eq!(e.len(), 2, "{e:?}");
-        assert!(e[0].contains("max_use_count must be 1, got 0"));
-        assert!(e[1].contains("capacity_per_instance must be 1, got 2"));
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].contains("capacity_per_instance must be 1, got 2"));
+        // Reusing an instance is allowed (a static host cannot be thrown away), with a
+        // warning that says what it means.
+        let w = messages(&c, Severity::Warning);
+        assert!(
+            w.iter()
+                .any(|w| w.contains("max_use_count = 1 gives every job a fresh instance")),
+            "{w:?}"
+        );
     }
 
     #[test]

@@ -4,9 +4,10 @@
 use crate::config::{PullPolicy, RunnerConfig};
 use anyhow::{Context, Result};
 use flotilla_isolate::cgroup::{DEFAULT_ROOT, SlotLimits};
+use flotilla_isolate::docker::SlotCgroupTemplates;
 use flotilla_isolate::{
-    CgroupConfig, CgroupIsolation, DockerIsolation, DockerIsolationConfig, Isolation,
-    ShellIsolation,
+    CgroupConfig, CgroupIsolation, DockerIsolation, DockerIsolationConfig, InstanceIsolation,
+    Isolation, ShellIsolation,
 };
 use std::sync::Arc;
 
@@ -22,11 +23,24 @@ pub struct LevelContext<'a> {
 /// `shell`: a build directory per slot. With the builds directory known, a new instance's
 /// first contact also stops what jobs of a crashed manager left running in its slots.
 pub fn shell(cx: &LevelContext<'_>) -> Result<Arc<dyn Isolation>> {
-    Ok(Arc::new(
-        ShellIsolation::new()
-            .with_builds_dir(cx.builds_dir)
-            .with_context(|| format!("runner {:?}: builds_dir", cx.runner.name))?,
-    ))
+    Ok(Arc::new(shell_stages(cx)?))
+}
+
+/// `instance`: the whole instance for one job, its stages run as shell isolation runs them.
+pub fn instance(cx: &LevelContext<'_>) -> Result<Arc<dyn Isolation>> {
+    Ok(Arc::new(InstanceIsolation::new(shell_stages(cx)?)))
+}
+
+/// Shell isolation as the runner configures it (builds directory, the slot cgroup the job is
+/// told of): the `shell` level, and how the `instance` level runs stages.
+fn shell_stages(cx: &LevelContext<'_>) -> Result<ShellIsolation> {
+    let mut level = ShellIsolation::new()
+        .with_builds_dir(cx.builds_dir)
+        .with_context(|| format!("runner {:?}: builds_dir", cx.runner.name))?;
+    if cx.runner.use_slot_cgroups {
+        level = level.with_slot_cgroup_template(&cx.runner.slot_cgroup_template);
+    }
+    Ok(level)
 }
 
 /// `cgroup`: shell isolation with each slot's stages in a cgroup of their own, limited by
@@ -54,10 +68,19 @@ pub fn cgroup(cx: &LevelContext<'_>) -> Result<Arc<dyn Isolation>> {
 pub fn docker(cx: &LevelContext<'_>) -> Result<Arc<dyn Isolation>> {
     let docker = cx.runner.docker.clone().unwrap_or_default();
     let policies = docker.effective_pull_policies();
+    let slot_cgroups = cx.runner.use_slot_cgroups.then(|| SlotCgroupTemplates {
+        build: cx.runner.slot_cgroup_template.clone(),
+        services: docker
+            .service_slot_cgroup_template
+            .clone()
+            .unwrap_or_else(|| cx.runner.slot_cgroup_template.clone()),
+    });
     Ok(Arc::new(DockerIsolation::new(DockerIsolationConfig {
         default_image: docker.image.clone(),
         pull_policy: policies.iter().map(pull).collect(),
         owner: format!("flotilla-{}", cx.runner.name),
+        privileged: docker.privileged,
+        slot_cgroups,
         ..DockerIsolationConfig::default()
     })))
 }

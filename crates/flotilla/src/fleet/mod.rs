@@ -39,12 +39,28 @@ pub struct Fleet {
     pub description: String,
 }
 
+impl std::fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fleet")
+            .field("scaler", &self.scaler)
+            .field("capacity", &self.capacity)
+            .field("description", &self.description)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Durable state for a fleet: what the store knew, and where changes go.
 pub struct Durable {
     /// State before this start.
     pub persisted: flotilla_scaler::Persisted,
     /// The journal of the fleet's scope.
     pub journal: Arc<dyn flotilla_scaler::Journal>,
+}
+
+impl std::fmt::Debug for Durable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Durable").finish_non_exhaustive()
+    }
 }
 
 /// What every fleet needs from its user.
@@ -62,6 +78,15 @@ pub struct FleetParts {
     pub durable: Option<Durable>,
 }
 
+impl std::fmt::Debug for FleetParts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FleetParts")
+            .field("local_builds_dir", &self.local_builds_dir)
+            .field("run_options", &self.run_options)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A runner's instance group, built from the registry and initialised.
 pub struct Provider {
     /// The plugin name it was built from.
@@ -71,6 +96,15 @@ pub struct Provider {
     /// What it said about itself: its id (which keys the fleet's durable state) and
     /// capabilities.
     pub info: ProviderInfo,
+}
+
+impl std::fmt::Debug for Provider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Provider")
+            .field("plugin", &self.plugin)
+            .field("info", &self.info)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Builds and initialises the instance group `runner`'s `plugin` names. `state_dir` is where

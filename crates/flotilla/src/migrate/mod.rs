@@ -107,7 +107,7 @@ pub fn migrate(
     let root_path = KeyPath::root();
 
     // The global section.
-    for (key, _) in value.iter() {
+    for (key, _) in &value {
         if key == "runners" {
             continue;
         }

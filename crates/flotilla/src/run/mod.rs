@@ -118,7 +118,7 @@ async fn handle_signals(
     };
     loop {
         let quit_now = tokio::select! {
-            _ = done.cancelled() => return,
+            () = done.cancelled() => return,
             _ = term.recv() => false,
             _ = int.recv() => false,
             _ = quit.recv() => true,

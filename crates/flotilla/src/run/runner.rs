@@ -153,17 +153,17 @@ pub(super) async fn run_runner(
     let handle = source.stop_handle();
     let stops = async {
         tokio::select! {
-            _ = shared.stop.cancelled() => {}
-            _ = lost_lease.cancelled() => {}
+            () = shared.stop.cancelled() => {}
+            () = lost_lease.cancelled() => {}
         }
         handle.graceful();
         shared.force.cancelled().await;
         handle.force();
-        std::future::pending::<()>().await
+        std::future::pending::<()>().await;
     };
     let report = tokio::select! {
         r = source.run() => r,
-        _ = stops => unreachable!("the stop forwarder never ends"),
+        () = stops => unreachable!("the stop forwarder never ends"),
     };
     tracing::info!(runner = %runner.name, ?report, "runner stopped taking jobs; its jobs are done");
     if let Some(m) = &monitor {
@@ -283,8 +283,8 @@ async fn renew_lease(
 ) {
     loop {
         tokio::select! {
-            _ = done.cancelled() => return,
-            _ = tokio::time::sleep(LEASE_RENEW) => {}
+            () = done.cancelled() => return,
+            () = tokio::time::sleep(LEASE_RENEW) => {}
         }
         if let Err(e) = store.renew_lease(scope, &holder, LEASE_TTL, SystemTime::now()) {
             tracing::error!(runner = %runner, error = %e, "lost the lease on the fleet; stopping this runner");
@@ -310,7 +310,7 @@ async fn record_decisions(
             match store.record_decision(scope, &text, SystemTime::now()) {
                 Ok(()) => written = Some(text),
                 Err(e) => {
-                    tracing::warn!(runner = %runner, error = %e, "cannot record the scaler's decision for `flotilla status`")
+                    tracing::warn!(runner = %runner, error = %e, "cannot record the scaler's decision for `flotilla status`");
                 }
             }
         }
@@ -318,8 +318,8 @@ async fn record_decisions(
             return;
         }
         tokio::select! {
-            _ = done.cancelled() => {}
-            _ = tokio::time::sleep(DECISION_RECORD_INTERVAL) => {}
+            () = done.cancelled() => {}
+            () = tokio::time::sleep(DECISION_RECORD_INTERVAL) => {}
         }
     }
 }

@@ -43,7 +43,7 @@ pub(super) async fn verify_until_ok(
     let mut failures = 0;
     loop {
         let result = tokio::select! {
-            _ = stop.cancelled() => return None,
+            () = stop.cancelled() => return None,
             r = client.verify() => r,
         };
         match result {
@@ -69,8 +69,8 @@ pub(super) async fn verify_until_ok(
                     "verifying the runner with GitLab failed; retrying"
                 );
                 tokio::select! {
-                    _ = stop.cancelled() => return None,
-                    _ = tokio::time::sleep(wait) => {}
+                    () = stop.cancelled() => return None,
+                    () = tokio::time::sleep(wait) => {}
                 }
             }
         }

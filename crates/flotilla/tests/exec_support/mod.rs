@@ -9,20 +9,20 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// The repository's `examples/` directory.
-pub fn examples_dir() -> PathBuf {
+pub(crate) fn examples_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
 }
 
 /// A project directory of its own, `<temporary directory>/project` (so `CI_PROJECT_NAME` is
 /// `project`), removed when dropped.
-pub struct Project {
+pub(crate) struct Project {
     tmp: tempfile::TempDir,
     dir: PathBuf,
 }
 
 /// What one `flotilla` run printed and returned.
 #[derive(Debug)]
-pub struct Run {
+pub(crate) struct Run {
     /// The exit status (`-1` when killed by a signal).
     pub code: i32,
     /// Standard output (the summary table, `--list`, followed logs).
@@ -33,7 +33,7 @@ pub struct Run {
 
 /// One row of the summary table.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Row {
+pub(crate) struct Row {
     /// The STAGE column.
     pub stage: String,
     /// The STATUS column.
@@ -77,7 +77,7 @@ fn copy_tree(from: &Path, to: &Path) {
 
 impl Project {
     /// An empty project: a git repository on branch `main` with no commit yet.
-    pub fn empty() -> Project {
+    pub(crate) fn empty() -> Project {
         let tmp = tempfile::Builder::new()
             .prefix("flotilla-exec-test-")
             .tempdir()
@@ -89,7 +89,7 @@ impl Project {
     }
 
     /// A project whose `.gitlab-ci.yml` is `yaml`, committed on `main`.
-    pub fn with_pipeline(yaml: &str) -> Project {
+    pub(crate) fn with_pipeline(yaml: &str) -> Project {
         let p = Project::empty();
         p.write(".gitlab-ci.yml", yaml);
         p.commit("the pipeline");
@@ -97,12 +97,12 @@ impl Project {
     }
 
     /// A copy of `examples/<name>`, committed on `main`.
-    pub fn example(name: &str) -> Project {
+    pub(crate) fn example(name: &str) -> Project {
         Project::copy_of(&examples_dir().join(name))
     }
 
     /// A copy of the directory `dir`, committed on `main`.
-    pub fn copy_of(dir: &Path) -> Project {
+    pub(crate) fn copy_of(dir: &Path) -> Project {
         let p = Project::empty();
         copy_tree(dir, p.path());
         p.commit("a copy");
@@ -110,26 +110,26 @@ impl Project {
     }
 
     /// The project's directory.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.dir
     }
 
     /// A directory beside the project, for files a job must not find in its build directory.
-    pub fn outside(&self) -> PathBuf {
+    pub(crate) fn outside(&self) -> PathBuf {
         let d = self.tmp.path().join("outside");
         std::fs::create_dir_all(&d).unwrap();
         d
     }
 
     /// Writes `text` to the project file `rel` (directories made as needed).
-    pub fn write(&self, rel: &str, text: &str) {
+    pub(crate) fn write(&self, rel: &str, text: &str) {
         let path = self.path().join(rel);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, text).unwrap();
     }
 
     /// Commits everything (`git add -A`).
-    pub fn commit(&self, message: &str) {
+    pub(crate) fn commit(&self, message: &str) {
         git(self.path(), &["add", "-A"]);
         git(
             self.path(),
@@ -138,17 +138,17 @@ impl Project {
     }
 
     /// Runs git in the project.
-    pub fn git(&self, args: &[&str]) {
+    pub(crate) fn git(&self, args: &[&str]) {
         git(self.path(), args);
     }
 
     /// Runs `flotilla exec ARGS` in the project directory.
-    pub fn exec(&self, args: &[&str]) -> Run {
+    pub(crate) fn exec(&self, args: &[&str]) -> Run {
         self.flotilla(&[&["exec"], args].concat())
     }
 
     /// Runs `flotilla ARGS` in the project directory.
-    pub fn flotilla(&self, args: &[&str]) -> Run {
+    pub(crate) fn flotilla(&self, args: &[&str]) -> Run {
         let out: Output = Command::new(env!("CARGO_BIN_EXE_flotilla"))
             .args(args)
             .current_dir(self.path())
@@ -164,7 +164,7 @@ impl Project {
     }
 
     /// The pipeline directories under `.flotilla/logs`, oldest first.
-    pub fn pipelines(&self) -> Vec<PathBuf> {
+    pub(crate) fn pipelines(&self) -> Vec<PathBuf> {
         let Ok(entries) = std::fs::read_dir(self.path().join(".flotilla/logs")) else {
             return Vec::new();
         };
@@ -177,7 +177,7 @@ impl Project {
     }
 
     /// The log files of the latest pipeline, by file name (`NN-<job slug>.log`).
-    pub fn logs(&self) -> BTreeMap<String, String> {
+    pub(crate) fn logs(&self) -> BTreeMap<String, String> {
         let latest = self.pipelines().pop().expect("a pipeline ran");
         std::fs::read_dir(latest)
             .unwrap()
@@ -190,7 +190,7 @@ impl Project {
     }
 
     /// The latest pipeline's log of the job whose slug is `slug` (`NN-<slug>.log`).
-    pub fn log(&self, slug: &str) -> String {
+    pub(crate) fn log(&self, slug: &str) -> String {
         let logs = self.logs();
         let found: Vec<&String> = logs
             .iter()
@@ -213,13 +213,13 @@ impl Project {
 
 impl Run {
     /// Panics with everything printed unless the exit status is `code`.
-    pub fn expect_code(&self, code: i32) -> &Run {
+    pub(crate) fn expect_code(&self, code: i32) -> &Run {
         assert_eq!(self.code, code, "exit status; the run printed:\n{self}");
         self
     }
 
     /// The summary table: job name to stage and status.
-    pub fn rows(&self) -> BTreeMap<String, Row> {
+    pub(crate) fn rows(&self) -> BTreeMap<String, Row> {
         let mut lines = self.stdout.lines().skip_while(|l| {
             !(l.starts_with("JOB ") && l.contains(" STATUS ") && l.ends_with("DURATION"))
         });
@@ -245,7 +245,7 @@ impl Run {
     }
 
     /// The summary as `job → status`.
-    pub fn statuses(&self) -> BTreeMap<String, String> {
+    pub(crate) fn statuses(&self) -> BTreeMap<String, String> {
         self.rows()
             .into_iter()
             .map(|(job, row)| (job, row.status))
@@ -264,7 +264,7 @@ impl std::fmt::Display for Run {
 }
 
 /// `[("a", "passed"), …]` as the map [`Run::statuses`] returns.
-pub fn statuses(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+pub(crate) fn statuses(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
         .iter()
         .map(|(j, s)| (j.to_string(), s.to_string()))

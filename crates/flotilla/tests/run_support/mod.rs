@@ -9,14 +9,14 @@ use tokio::time::Instant;
 
 /// `flotilla run --config FILE` as a child process with its log in a file next to the
 /// config; killed when dropped.
-pub struct Manager {
+pub(crate) struct Manager {
     child: Child,
     stderr: PathBuf,
 }
 
 impl Manager {
     /// Starts `flotilla run --config <config> <extra...>` with `RUST_LOG=info`.
-    pub fn start(config: &Path, extra: &[&str]) -> Manager {
+    pub(crate) fn start(config: &Path, extra: &[&str]) -> Manager {
         let stderr = config.with_extension(format!("stderr-{}", now_nanos()));
         let child = Command::new(env!("CARGO_BIN_EXE_flotilla"))
             .args(["run", "--config"])
@@ -32,7 +32,7 @@ impl Manager {
     }
 
     /// Sends `sig` to the process.
-    pub fn signal(&self, sig: i32) {
+    pub(crate) fn signal(&self, sig: i32) {
         // SAFETY: kill(2) on our own child's pid.
         unsafe {
             libc::kill(self.child.id() as i32, sig);
@@ -40,12 +40,12 @@ impl Manager {
     }
 
     /// The exit status, if it has exited.
-    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+    pub(crate) fn exited(&mut self) -> Option<std::process::ExitStatus> {
         self.child.try_wait().unwrap()
     }
 
     /// Waits up to `timeout` for the process to exit.
-    pub async fn wait(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+    pub(crate) async fn wait(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.exited() {
@@ -59,7 +59,7 @@ impl Manager {
     }
 
     /// SIGKILL, and wait until the process is gone.
-    pub async fn kill9(&mut self) {
+    pub(crate) async fn kill9(&mut self) {
         self.signal(libc::SIGKILL);
         self.wait(Duration::from_secs(10))
             .await
@@ -67,12 +67,12 @@ impl Manager {
     }
 
     /// Everything it logged so far.
-    pub fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
     /// The last 20 kB of its log (for failure messages).
-    pub fn log_tail(&self) -> String {
+    pub(crate) fn log_tail(&self) -> String {
         let log = self.log();
         let start = log.len().saturating_sub(20_000);
         let start = (start..log.len())
@@ -90,7 +90,7 @@ impl Drop for Manager {
 }
 
 /// Nanoseconds since the epoch: a suffix that keeps file names apart.
-pub fn now_nanos() -> u128 {
+pub(crate) fn now_nanos() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -99,7 +99,7 @@ pub fn now_nanos() -> u128 {
 
 /// Writes `config.toml` in `dir` for one runner on the local provider with shell isolation,
 /// taking jobs from `url` with `token`, its state under `dir/state`.
-pub fn write_local_config(dir: &Path, url: &str, token: &str, concurrent: u32) -> PathBuf {
+pub(crate) fn write_local_config(dir: &Path, url: &str, token: &str, concurrent: u32) -> PathBuf {
     let path = dir.join("config.toml");
     std::fs::write(
         &path,

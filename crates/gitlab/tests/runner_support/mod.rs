@@ -20,11 +20,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub const RUNNER_TOKEN: &str = "glrt-test_runner_token_0123456789";
+pub(crate) const RUNNER_TOKEN: &str = "glrt-test_runner_token_0123456789";
 
 /// A fake GitLab (GitLab as installed: two-phase acceptance off) with our runner token and
 /// short timings.
-pub fn fake() -> FakeGitLabBuilder {
+pub(crate) fn fake() -> FakeGitLabBuilder {
     FakeGitLab::builder()
         .runner_token(RUNNER_TOKEN)
         .poll_duration(Duration::from_millis(800))
@@ -32,7 +32,7 @@ pub fn fake() -> FakeGitLabBuilder {
 }
 
 /// Fast retries for tests.
-pub fn fast_retry() -> RetryPolicy {
+pub(crate) fn fast_retry() -> RetryPolicy {
     RetryPolicy {
         attempts: 5,
         base: Duration::from_millis(20),
@@ -40,7 +40,7 @@ pub fn fast_retry() -> RetryPolicy {
     }
 }
 
-pub fn client_config(url: &str, token: &str) -> ClientConfig {
+pub(crate) fn client_config(url: &str, token: &str) -> ClientConfig {
     let mut c = ClientConfig::new(
         url,
         Secret::new(token.to_string()),
@@ -53,12 +53,12 @@ pub fn client_config(url: &str, token: &str) -> ClientConfig {
     c
 }
 
-pub fn client(fake: &FakeGitLab) -> Arc<Client> {
+pub(crate) fn client(fake: &FakeGitLab) -> Arc<Client> {
     Arc::new(Client::new(client_config(fake.url(), RUNNER_TOKEN)).unwrap())
 }
 
 /// Trace options for tests: 200 ms between PATCHes unless GitLab says otherwise.
-pub fn trace_options() -> TraceOptions {
+pub(crate) fn trace_options() -> TraceOptions {
     TraceOptions {
         update_interval: Duration::from_millis(200),
         force_send_interval: Duration::from_secs(30),
@@ -68,7 +68,7 @@ pub fn trace_options() -> TraceOptions {
     }
 }
 
-pub fn source_config() -> SourceConfig {
+pub(crate) fn source_config() -> SourceConfig {
     SourceConfig {
         name: "test-runner".into(),
         limit: 0,
@@ -84,7 +84,7 @@ pub fn source_config() -> SourceConfig {
 }
 
 /// [`source_config`] for a GitLab known to wait for the acknowledgement (two-phase on).
-pub fn two_phase_source_config() -> SourceConfig {
+pub(crate) fn two_phase_source_config() -> SourceConfig {
     SourceConfig {
         acceptance: Acceptance::WhenSlotReady {
             interval: Duration::from_millis(300),
@@ -94,7 +94,7 @@ pub fn two_phase_source_config() -> SourceConfig {
 }
 
 /// A scaler over this host (one instance) with `capacity` slots.
-pub async fn local_scaler(capacity: usize, preemptive: bool) -> Scaler {
+pub(crate) async fn local_scaler(capacity: usize, preemptive: bool) -> Scaler {
     let config = ScalerConfig {
         capacity_per_instance: capacity,
         max_instances: 1,
@@ -143,7 +143,7 @@ impl TraceSink for Tee<'_> {
 }
 
 /// Runs jobs locally with real bash; remembers each job's log and how often it ran.
-pub struct LocalExecutor {
+pub(crate) struct LocalExecutor {
     pub scaler: Scaler,
     pub root: tempfile::TempDir,
     pub artifacts: Arc<dyn ArtifactStore>,
@@ -154,7 +154,10 @@ pub struct LocalExecutor {
 }
 
 impl LocalExecutor {
-    pub fn new(scaler: Scaler, artifacts: Option<Arc<dyn ArtifactStore>>) -> Arc<LocalExecutor> {
+    pub(crate) fn new(
+        scaler: Scaler,
+        artifacts: Option<Arc<dyn ArtifactStore>>,
+    ) -> Arc<LocalExecutor> {
         let root = tempfile::tempdir().unwrap();
         let artifacts = artifacts.unwrap_or_else(|| {
             Arc::new(flotilla_job::LocalArtifactStore::new(
@@ -174,7 +177,7 @@ impl LocalExecutor {
     }
 
     /// The log the job engine emitted for job `id` (what GitLab must hold).
-    pub fn log(&self, id: i64) -> Vec<u8> {
+    pub(crate) fn log(&self, id: i64) -> Vec<u8> {
         self.logs
             .lock()
             .unwrap()
@@ -183,11 +186,11 @@ impl LocalExecutor {
             .unwrap_or_default()
     }
 
-    pub fn runs(&self, id: i64) -> u32 {
+    pub(crate) fn runs(&self, id: i64) -> u32 {
         self.runs.lock().unwrap().get(&id).copied().unwrap_or(0)
     }
 
-    pub fn result(&self, id: i64) -> Option<JobResult> {
+    pub(crate) fn result(&self, id: i64) -> Option<JobResult> {
         self.results.lock().unwrap().get(&id).cloned()
     }
 }
@@ -227,7 +230,7 @@ impl SlotExecutor for LocalExecutor {
 }
 
 /// A source over `executor` with `config`, running in the background.
-pub fn spawn_source(
+pub(crate) fn spawn_source(
     client: Arc<Client>,
     executor: Arc<LocalExecutor>,
     config: SourceConfig,
@@ -239,12 +242,12 @@ pub fn spawn_source(
 }
 
 /// The GitLab artifact store for `client`.
-pub fn gitlab_artifacts(client: &Arc<Client>) -> Arc<dyn ArtifactStore> {
+pub(crate) fn gitlab_artifacts(client: &Arc<Client>) -> Arc<dyn ArtifactStore> {
     Arc::new(GitLabArtifactStore::new(client.clone()))
 }
 
 /// Waits up to 20 s until the trace of job `id` shows `text`; panics if it never does.
-pub async fn wait_for_trace(fake: &FakeGitLab, id: i64, text: &str) {
+pub(crate) async fn wait_for_trace(fake: &FakeGitLab, id: i64, text: &str) {
     let found = fake
         .wait_for_job(id, Duration::from_secs(20), |j| {
             j.trace_text().contains(text)
@@ -255,7 +258,7 @@ pub async fn wait_for_trace(fake: &FakeGitLab, id: i64, text: &str) {
 
 /// Waits up to 20 s until the job's accept (`PUT state=running`) was answered, so that
 /// answers scripted for its path next reach the PUTs after it.
-pub async fn wait_for_accept(fake: &FakeGitLab, id: i64) {
+pub(crate) async fn wait_for_accept(fake: &FakeGitLab, id: i64) {
     let path = format!("/api/v4/jobs/{id}");
     for _ in 0..1000 {
         if fake

@@ -45,22 +45,20 @@ impl Confinement for JobCgroup {
             .output(&helper_command(&self.cgroup.prepare_command(&self.limits)))
             .await
             .map_err(|e| env_error(what, e))?;
-        let prepared = match (out.status.success(), Prepared::parse(&out.stdout_str())) {
-            (true, Some(p)) => p,
-            _ => {
-                let why = out.stderr_str();
-                let why = why.trim();
-                return Err(EnvError::System(format!(
-                    "cgroup isolation cannot use the cgroup {} below {}: {}",
-                    self.cgroup.path,
-                    self.cgroup.root,
-                    if why.is_empty() {
-                        format!("the script ended with {}", out.status)
-                    } else {
-                        why.to_string()
-                    }
-                )));
-            }
+        let (true, Some(prepared)) = (out.status.success(), Prepared::parse(&out.stdout_str()))
+        else {
+            let why = out.stderr_str();
+            let why = why.trim();
+            return Err(EnvError::System(format!(
+                "cgroup isolation cannot use the cgroup {} below {}: {}",
+                self.cgroup.path,
+                self.cgroup.root,
+                if why.is_empty() {
+                    format!("the script ended with {}", out.status)
+                } else {
+                    why.to_string()
+                }
+            )));
         };
         let _ = self.version.set(prepared.version);
         let mut lines = vec![format!(

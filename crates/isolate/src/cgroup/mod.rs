@@ -137,21 +137,20 @@ impl Isolation for CgroupIsolation {
         let layout = BuildLayout::new(&req.builds_dir, req.slot, req.job)
             .map_err(IsolateError::Configuration)?;
         let (limits, warnings) = self.config.limits.for_job(req.job);
+        let path = expand_template(&self.config.template, req.slot);
         let cgroup = JobCgroup {
             cgroup: SlotCgroup {
                 root: self.config.root.clone(),
-                path: expand_template(&self.config.template, req.slot),
+                path: path.clone(),
             },
             slot: req.slot,
             limits,
             warnings,
             version: OnceLock::new(),
         };
-        Ok(Box::new(ShellEnvironment::confined(
-            &req,
-            layout,
-            Arc::new(cgroup),
-        )))
+        Ok(Box::new(
+            ShellEnvironment::confined(&req, layout, Arc::new(cgroup)).with_slot_cgroup(Some(path)),
+        ))
     }
 
     async fn cleanup_instance(

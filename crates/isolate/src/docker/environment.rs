@@ -1,9 +1,10 @@
 //! One job's environment under docker isolation.
 
+use super::SlotCgroupTemplates;
 use super::cleanup::remove_matching;
 use super::labels::{JobLabels, Role};
 use super::services::{Target, parse_down, wait_script};
-use super::spec::{build_container, service_container, service_env, service_ports};
+use super::spec::{HostSettings, build_container, service_container, service_env, service_ports};
 use super::warm::WarmShell;
 use super::{DockerIsolationConfig, LiveGuard, pull};
 use crate::command::{SHELL_SELECT, helper_command};
@@ -272,6 +273,23 @@ impl DockerEnvironment {
             )
             .await?;
         }
+        let settings = |template: fn(&SlotCgroupTemplates) -> &String| HostSettings {
+            privileged: self.config.privileged,
+            cgroup_parent: self
+                .config
+                .slot_cgroups
+                .as_ref()
+                .map(|t| SlotCgroupTemplates::parent(template(t), self.labels.slot)),
+        };
+        let (build_settings, service_settings) =
+            (settings(|t| &t.build), settings(|t| &t.services));
+        if let Some(parent) = &build_settings.cgroup_parent {
+            say(
+                log,
+                &format!("The job's containers run in the slot's cgroup {parent}"),
+            )
+            .await?;
+        }
         let build_body = build_container(
             image,
             &image_entrypoint,
@@ -279,6 +297,7 @@ impl DockerEnvironment {
             &self.layout.slot_dir,
             network.as_deref(),
             &self.labels,
+            &build_settings,
         );
         let build = self.create_and_start(Role::Build, build_body);
         let services = join_all(self.services.iter().enumerate().map(|(i, s)| {
@@ -288,6 +307,7 @@ impl DockerEnvironment {
                 self.service_env[i].clone(),
                 network.as_deref().unwrap_or_default(),
                 &self.labels,
+                &service_settings,
             );
             self.create_and_start(Role::Service(i), body)
         }));
@@ -346,7 +366,7 @@ impl DockerEnvironment {
                             self.services[i].name
                         ),
                     )
-                    .await?
+                    .await?;
                 }
             }
         }

@@ -69,6 +69,33 @@ pub struct DockerIsolationConfig {
     /// The owner label of everything this manager makes; give every manager sharing a fleet
     /// its own (e.g. the runner's id).
     pub owner: String,
+    /// Run the job's containers privileged (GitLab's `[runners.docker] privileged`).
+    pub privileged: bool,
+    /// Slot cgroups (GitLab's `use_slot_cgroups`): the templates of the build container's and
+    /// the services' cgroup parents, `${slot}` replaced by the slot; `None` when off.
+    pub slot_cgroups: Option<SlotCgroupTemplates>,
+}
+
+/// Where a job's containers go in the cgroup tree when slot cgroups are on (GitLab's
+/// `slot_cgroup_template` and `[runners.docker] service_slot_cgroup_template`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotCgroupTemplates {
+    /// The build container's parent.
+    pub build: String,
+    /// The service containers' parent.
+    pub services: String,
+}
+
+impl SlotCgroupTemplates {
+    /// The absolute cgroup parent of `template` on `slot`: `/gitlab-runner/slot-3`. Docker
+    /// 20.10 with the cgroupfs driver puts only the memory controller under a *relative*
+    /// parent and the others at the root; an absolute one keeps them together.
+    pub fn parent(template: &str, slot: usize) -> String {
+        format!(
+            "/{}",
+            crate::cgroup::expand_template(template, slot).trim_start_matches('/')
+        )
+    }
 }
 
 impl Default for DockerIsolationConfig {
@@ -82,6 +109,8 @@ impl Default for DockerIsolationConfig {
             allowed_pull_policies: PullPolicy::ALL.to_vec(),
             wait_for_services_timeout: Duration::from_secs(30),
             owner: "flotilla".into(),
+            privileged: false,
+            slot_cgroups: None,
         }
     }
 }

@@ -50,6 +50,26 @@ pub fn keepalive(
     }
 }
 
+/// What the runner's configuration adds to every container of a job.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostSettings {
+    /// Run with every capability and device (GitLab's `privileged = true`).
+    pub privileged: bool,
+    /// The cgroup the container's own cgroup is made under (`--cgroup-parent`), absolute.
+    pub cgroup_parent: Option<String>,
+}
+
+impl HostSettings {
+    /// `host` with these settings applied.
+    fn apply(&self, mut host: HostConfig) -> HostConfig {
+        if self.privileged {
+            host.privileged = Some(true);
+        }
+        host.cgroup_parent.clone_from(&self.cgroup_parent);
+        host
+    }
+}
+
 /// The build container: the job's image kept alive, the slot directory bind-mounted at the
 /// same path, on the job's network when there is one.
 pub fn build_container(
@@ -59,6 +79,7 @@ pub fn build_container(
     slot_dir: &str,
     network: Option<&str>,
     labels: &JobLabels,
+    settings: &HostSettings,
 ) -> ContainerCreateBody {
     let (entrypoint, cmd) = keepalive(&image.entrypoint, image_entrypoint);
     ContainerCreateBody {
@@ -69,11 +90,11 @@ pub fn build_container(
         labels: Some(labels.labels(Some(Role::Build))),
         tty: Some(false),
         open_stdin: Some(false),
-        host_config: Some(HostConfig {
+        host_config: Some(settings.apply(HostConfig {
             binds: Some(vec![format!("{slot_dir}:{slot_dir}")]),
             network_mode: network.map(str::to_string),
             ..Default::default()
-        }),
+        })),
         ..Default::default()
     }
 }
@@ -86,6 +107,7 @@ pub fn service_container(
     env: Vec<String>,
     network: &str,
     labels: &JobLabels,
+    settings: &HostSettings,
 ) -> ContainerCreateBody {
     let user = service
         .executor_opts
@@ -100,10 +122,10 @@ pub fn service_container(
         env: Some(env),
         user: (!user.is_empty()).then_some(user),
         labels: Some(labels.labels(Some(Role::Service(index)))),
-        host_config: Some(HostConfig {
+        host_config: Some(settings.apply(HostConfig {
             network_mode: Some(network.to_string()),
             ..Default::default()
-        }),
+        })),
         networking_config: Some(NetworkingConfig {
             endpoints_config: Some(HashMap::from([(
                 network.to_string(),
@@ -232,15 +254,46 @@ mod tests {
             name: "busybox:1".into(),
             ..Default::default()
         };
-        let b = build_container(&image, &[], "1000", "/builds/1", Some("net"), &labels());
+        let plain = HostSettings::default();
+        let b = build_container(
+            &image,
+            &[],
+            "1000",
+            "/builds/1",
+            Some("net"),
+            &labels(),
+            &plain,
+        );
         assert_eq!(b.image.as_deref(), Some("busybox:1"));
         assert_eq!(b.user.as_deref(), Some("1000"));
         let host = b.host_config.unwrap();
         assert_eq!(host.binds.unwrap(), vec!["/builds/1:/builds/1"]);
         assert_eq!(host.network_mode.as_deref(), Some("net"));
+        assert_eq!((host.privileged, host.cgroup_parent), (None, None));
         assert_eq!(b.labels.unwrap()["flotilla.role"], "build");
-        let b = build_container(&image, &[], "", "/b/0", None, &labels());
+        let b = build_container(&image, &[], "", "/b/0", None, &labels(), &plain);
         assert!(b.user.is_none() && b.host_config.unwrap().network_mode.is_none());
+    }
+
+    /// GitLab's `privileged = true` and slot cgroups reach every container of the job; the
+    /// cgroup parent is absolute (a relative one splits the controllers on Docker 20.10 with
+    /// cgroupfs: isolation-and-providers.md §1).
+    #[test]
+    fn privileged_and_the_slot_cgroup_reach_build_and_service_containers() {
+        let image = Image {
+            name: "docker:24-dind".into(),
+            ..Default::default()
+        };
+        let settings = HostSettings {
+            privileged: true,
+            cgroup_parent: Some("/gitlab-runner/slot-3".into()),
+        };
+        let b = build_container(&image, &[], "", "/b/3", Some("n"), &labels(), &settings);
+        let s = service_container(&image, 0, vec![], "n", &labels(), &settings);
+        for host in [b.host_config.unwrap(), s.host_config.unwrap()] {
+            assert_eq!(host.privileged, Some(true));
+            assert_eq!(host.cgroup_parent.as_deref(), Some("/gitlab-runner/slot-3"));
+        }
     }
 
     #[test]
@@ -250,7 +303,14 @@ mod tests {
             command: v(&["redis-server", "--port", "6380"]),
             ..Default::default()
         };
-        let s = service_container(&service, 2, v(&["A=1"]), "net", &labels());
+        let s = service_container(
+            &service,
+            2,
+            v(&["A=1"]),
+            "net",
+            &labels(),
+            &HostSettings::default(),
+        );
         assert_eq!(s.cmd.unwrap(), v(&["redis-server", "--port", "6380"]));
         assert!(s.entrypoint.is_none());
         assert_eq!(s.env.unwrap(), v(&["A=1"]));

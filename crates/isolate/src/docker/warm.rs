@@ -124,10 +124,10 @@ impl WarmShell {
                 () = &mut feed, if !fed => fed = true,
                 item = self.output.next() => match item {
                     Some(Ok(LogOutput::StdOut { message })) => {
-                        stdout.write_all(&message).await.map_err(io)?
+                        stdout.write_all(&message).await.map_err(io)?;
                     }
                     Some(Ok(LogOutput::StdErr { message })) => {
-                        stderr.write_all(&message).await.map_err(io)?
+                        stderr.write_all(&message).await.map_err(io)?;
                     }
                     Some(Ok(_)) => {}
                     Some(Err(e)) => {
@@ -157,7 +157,7 @@ async fn kill(docker: &Docker, container: &str, pid_file: &str) {
     match start_exec(docker, container, cmd, false).await {
         Ok((_, mut output, _)) => while output.next().await.is_some() {},
         Err(e) => {
-            tracing::warn!(%container, error = %e, "could not stop a canceled build stage")
+            tracing::warn!(%container, error = %e, "could not stop a canceled build stage");
         }
     }
 }

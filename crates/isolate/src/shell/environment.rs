@@ -13,12 +13,15 @@ use async_trait::async_trait;
 use flotilla_connect::shell::quote;
 use flotilla_connect::{Connector, ConnectorExt};
 use flotilla_job::script::{ANSI_RESET, ANSI_YELLOW};
-use flotilla_job::{EnvError, EnvPaths, Environment, ExecSpec, ExitStatus};
+use flotilla_job::{EnvError, EnvPaths, Environment, ExecSpec, ExitStatus, Variable};
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
+
+/// The variable that tells a job its slot's cgroup (GitLab's instance executor).
+pub const SLOT_CGROUP_VARIABLE: &str = "GITLAB_RUNNER_SLOT_CGROUP";
 
 /// Slots (`(instance, stage record)`) a process cleaned up after their last job.
 pub(crate) type CleanSlots = Arc<Mutex<HashSet<(String, String)>>>;
@@ -36,6 +39,11 @@ pub struct ShellEnvironment {
     clean: CleanSlots,
     /// What holds the job's processes instead of the stage record, if anything.
     confinement: Option<Arc<dyn Confinement>>,
+    /// The slot's cgroup path the job is told of (`GITLAB_RUNNER_SLOT_CGROUP`), if any.
+    slot_cgroup: Option<String>,
+    /// The level's name and what the job's log says of it, when another level runs its
+    /// stages this way (`instance`).
+    named: Option<(&'static str, &'static str)>,
     /// A stage ended without its exit status (cancelled, connection lost): it may still be
     /// starting on the instance, after the cleanup's stomp, so the slot is not called clean.
     interrupted: AtomicBool,
@@ -57,8 +65,23 @@ impl ShellEnvironment {
             layout,
             clean,
             confinement: None,
+            slot_cgroup: None,
+            named: None,
             interrupted: AtomicBool::new(false),
         }
+    }
+
+    /// The environment as another level's, which the job's log names with `note`.
+    pub(crate) fn named(mut self, level: &'static str, note: &'static str) -> ShellEnvironment {
+        self.named = Some((level, note));
+        self
+    }
+
+    /// Tells the job its slot's cgroup path in `GITLAB_RUNNER_SLOT_CGROUP`, as GitLab's
+    /// instance executor does with `use_slot_cgroups`.
+    pub(crate) fn with_slot_cgroup(mut self, path: Option<String>) -> ShellEnvironment {
+        self.slot_cgroup = path;
+        self
     }
 
     /// The environment for `req` with its stages inside `confinement`.
@@ -80,7 +103,11 @@ impl ShellEnvironment {
 
     /// The level's name, as the job's log shows it.
     fn level(&self) -> &'static str {
-        self.confinement.as_ref().map_or("shell", |c| c.level())
+        match (&self.named, &self.confinement) {
+            (Some((level, _)), _) => level,
+            (None, Some(c)) => c.level(),
+            (None, None) => "shell",
+        }
     }
 }
 
@@ -110,6 +137,13 @@ impl Environment for ShellEnvironment {
         &self.layout.paths
     }
 
+    fn variables(&self) -> Vec<Variable> {
+        self.slot_cgroup
+            .iter()
+            .map(|p| Variable::new(SLOT_CGROUP_VARIABLE, p.clone()))
+            .collect()
+    }
+
     async fn prepare(
         &self,
         log: &mut (dyn AsyncWrite + Send + Unpin),
@@ -121,6 +155,9 @@ impl Environment for ShellEnvironment {
             self.instance,
             self.layout.slot_dir
         );
+        if let Some((_, note)) = self.named {
+            text.push_str(&format!("{note}\n"));
+        }
         for w in &self.warnings {
             text.push_str(&format!("{ANSI_YELLOW}WARNING: {w}{ANSI_RESET}\n"));
         }

@@ -23,7 +23,7 @@ mod cleanup;
 mod environment;
 
 pub(crate) use cleanup::stopped_count;
-pub use environment::ShellEnvironment;
+pub use environment::{SLOT_CGROUP_VARIABLE, ShellEnvironment};
 
 use crate::layout::{BuildLayout, stage_records_dir};
 use crate::{IsolateError, IsolatedEnvironment, Isolation, PrepareRequest};
@@ -40,6 +40,10 @@ pub struct ShellIsolation {
     /// Slots (`(instance, stage record)`) this process cleaned up after their last job,
     /// stomp included: their next job needs no stomp. Shared by clones.
     clean: CleanSlots,
+    /// GitLab's `slot_cgroup_template`, when `use_slot_cgroups` is on: jobs are told their
+    /// slot's cgroup in `GITLAB_RUNNER_SLOT_CGROUP` (it is the administrator's; this level
+    /// does not make or use it).
+    slot_cgroup_template: Option<String>,
 }
 
 impl ShellIsolation {
@@ -58,6 +62,27 @@ impl ShellIsolation {
             Some(stage_records_dir(builds_dir).map_err(IsolateError::Configuration)?);
         Ok(self)
     }
+
+    /// The environment of the job `req` describes, at `layout`.
+    pub(crate) fn environment(
+        &self,
+        req: &PrepareRequest<'_>,
+        layout: BuildLayout,
+    ) -> ShellEnvironment {
+        let slot_cgroup = self
+            .slot_cgroup_template
+            .as_ref()
+            .map(|t| crate::cgroup::expand_template(t, req.slot));
+        ShellEnvironment::unconfined(req, layout, self.clean.clone()).with_slot_cgroup(slot_cgroup)
+    }
+
+    /// Tells every job its slot's cgroup (`template` with the slot filled in) in
+    /// `GITLAB_RUNNER_SLOT_CGROUP`, as GitLab's instance executor does with
+    /// `use_slot_cgroups`.
+    pub fn with_slot_cgroup_template(mut self, template: &str) -> ShellIsolation {
+        self.slot_cgroup_template = Some(template.to_string());
+        self
+    }
 }
 
 #[async_trait]
@@ -72,11 +97,7 @@ impl Isolation for ShellIsolation {
     ) -> Result<Box<dyn IsolatedEnvironment>, IsolateError> {
         let layout = BuildLayout::new(&req.builds_dir, req.slot, req.job)
             .map_err(IsolateError::Configuration)?;
-        Ok(Box::new(ShellEnvironment::unconfined(
-            &req,
-            layout,
-            self.clean.clone(),
-        )))
+        Ok(Box::new(self.environment(&req, layout)))
     }
 
     async fn cleanup_instance(

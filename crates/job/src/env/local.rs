@@ -192,7 +192,7 @@ impl Environment for LocalEnvironment {
             let mut canceled = false;
             let status = tokio::select! {
                 s = child.wait() => s,
-                _ = cancel.cancelled() => {
+                () = cancel.cancelled() => {
                     canceled = true;
                     signal_group(pgid, Signal::SIGTERM);
                     match tokio::time::timeout(grace, child.wait()).await {

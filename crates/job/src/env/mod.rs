@@ -146,6 +146,12 @@ pub trait Environment: Send + Sync {
     /// The paths scripts see.
     fn paths(&self) -> &EnvPaths;
 
+    /// Variables the environment gives the job on top of its own and the predefined ones
+    /// (GitLab's `GITLAB_RUNNER_SLOT_CGROUP`, say). The default gives none.
+    fn variables(&self) -> Vec<crate::Variable> {
+        Vec::new()
+    }
+
     /// Gets the environment ready (pull images, start services...), writing progress lines to
     /// `log`. Runs inside the job's `prepare_executor` section. The default does nothing.
     async fn prepare(

@@ -55,10 +55,10 @@ where
     let stop = tokio::select! {
         biased;
         out = &mut work => return Ok(out),
-        _ = cancel.forced_token().cancelled(), if limits.forced => Stop::Aborted,
-        _ = cancel.graceful_token().cancelled(), if limits.graceful => Stop::Canceled,
-        _ = deadline, if limits.deadline.is_some() => Stop::JobTimeout,
-        _ = timeout, if limits.timeout.is_some() => Stop::StageTimeout(limits.timeout.unwrap_or(FAR)),
+        () = cancel.forced_token().cancelled(), if limits.forced => Stop::Aborted,
+        () = cancel.graceful_token().cancelled(), if limits.graceful => Stop::Canceled,
+        () = deadline, if limits.deadline.is_some() => Stop::JobTimeout,
+        () = timeout, if limits.timeout.is_some() => Stop::StageTimeout(limits.timeout.unwrap_or(FAR)),
     };
     token.cancel();
     let _ = tokio::time::timeout(grace, &mut work).await;

@@ -74,6 +74,14 @@ pub struct JobRunner<'a> {
     pub options: RunOptions,
 }
 
+impl std::fmt::Debug for JobRunner<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobRunner")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<'a> JobRunner<'a> {
     /// A runner with default options.
     pub fn new(

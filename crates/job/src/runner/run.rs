@@ -68,7 +68,8 @@ fn job_variables(runner: &JobRunner<'_>, job: &JobPayload, paths: &EnvPaths) -> 
     let all = predefined_defaults(job, &ctx)
         .into_iter()
         .chain(job.variables.iter().cloned())
-        .chain(runner_provided(job, &ctx));
+        .chain(runner_provided(job, &ctx))
+        .chain(runner.env.variables());
     JobVariables::new(all, &paths.tmp_dir)
 }
 
@@ -456,7 +457,7 @@ impl Run<'_, '_> {
                     last = (
                         FailureReason::ScriptFailure,
                         format!("getting the sources failed with {status}"),
-                    )
+                    );
                 }
                 Ok(Err(e)) => last = (env_failure(&e), format!("getting the sources: {e}")),
                 Err(stop) => {

@@ -88,7 +88,7 @@ impl SourcesPlan {
                 .map_err(|_| ScriptError::BadGitDepth(d.to_owned()))?,
         };
         let submodules = match vars.value("GIT_SUBMODULE_STRATEGY").map(str::trim) {
-            None | Some("") | Some("none") => SubmoduleStrategy::None,
+            None | Some("" | "none") => SubmoduleStrategy::None,
             Some("normal") => SubmoduleStrategy::Normal,
             Some("recursive") => SubmoduleStrategy::Recursive,
             Some(other) => {

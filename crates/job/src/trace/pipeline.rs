@@ -38,6 +38,17 @@ pub struct TracePipeline<'a> {
     scratch: Vec<u8>,
 }
 
+impl std::fmt::Debug for TracePipeline<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The masker holds the secrets it masks: never printed.
+        f.debug_struct("TracePipeline")
+            .field("limit", &self.limit)
+            .field("bytesize", &self.bytesize)
+            .field("truncated", &self.truncated)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<'a> TracePipeline<'a> {
     /// A pipeline into `sink` with this masker and output limit (bytes).
     pub fn new(masker: Masker, limit: u64, sink: &'a mut dyn TraceSink) -> TracePipeline<'a> {

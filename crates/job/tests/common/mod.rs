@@ -14,14 +14,14 @@ use std::process::Command;
 use std::time::Duration;
 
 /// A builds directory and local stores in a temporary directory.
-pub struct Harness {
+pub(crate) struct Harness {
     pub root: tempfile::TempDir,
     pub artifacts: LocalArtifactStore,
     pub cache: LocalCacheStore,
 }
 
 impl Harness {
-    pub fn new() -> Harness {
+    pub(crate) fn new() -> Harness {
         let root = tempfile::tempdir().unwrap();
         let artifacts = LocalArtifactStore::new(root.path().join("store/artifacts"));
         let cache = LocalCacheStore::new(root.path().join("store/cache"));
@@ -33,27 +33,27 @@ impl Harness {
         }
     }
 
-    pub fn builds(&self) -> PathBuf {
+    pub(crate) fn builds(&self) -> PathBuf {
         self.root.path().join("builds")
     }
 
     /// The project directory of the environment named `name`.
-    pub fn project(&self, name: &str) -> PathBuf {
+    pub(crate) fn project(&self, name: &str) -> PathBuf {
         self.builds().join(name)
     }
 
-    pub fn env(&self, name: &str) -> LocalEnvironment {
+    pub(crate) fn env(&self, name: &str) -> LocalEnvironment {
         LocalEnvironment::new(self.builds(), self.project(name))
             .with_kill_grace(Duration::from_secs(2))
     }
 
     /// Runs `job` in the environment `name`; returns the result and the trace.
-    pub async fn run(&self, name: &str, job: &JobPayload) -> (JobResult, String) {
+    pub(crate) async fn run(&self, name: &str, job: &JobPayload) -> (JobResult, String) {
         self.run_with(name, job, &JobCancel::new(), RunOptions::default())
             .await
     }
 
-    pub async fn run_with(
+    pub(crate) async fn run_with(
         &self,
         name: &str,
         job: &JobPayload,
@@ -64,7 +64,7 @@ impl Harness {
     }
 
     /// Runs `job` in a given environment.
-    pub async fn run_in(
+    pub(crate) async fn run_in(
         &self,
         env: &LocalEnvironment,
         job: &JobPayload,
@@ -83,7 +83,7 @@ impl Harness {
 }
 
 /// A job with `script` (and no git: `GIT_STRATEGY=none`).
-pub fn job(id: i64, script: &[&str]) -> JobPayload {
+pub(crate) fn job(id: i64, script: &[&str]) -> JobPayload {
     JobPayload {
         id,
         token: Secret::new(format!("glcbt-64_jobtoken{id}")),
@@ -117,7 +117,7 @@ pub fn job(id: i64, script: &[&str]) -> JobPayload {
 }
 
 /// Adds an after_script step.
-pub fn with_after_script(mut job: JobPayload, script: &[&str]) -> JobPayload {
+pub(crate) fn with_after_script(mut job: JobPayload, script: &[&str]) -> JobPayload {
     job.steps.push(Step {
         name: STEP_AFTER_SCRIPT.into(),
         script: script.iter().map(|s| s.to_string()).collect(),
@@ -129,7 +129,7 @@ pub fn with_after_script(mut job: JobPayload, script: &[&str]) -> JobPayload {
 }
 
 /// Runs git in `dir` and returns its stdout.
-pub fn git(dir: &Path, args: &[&str]) -> String {
+pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .args(["-c", "user.name=Test", "-c", "user.email=test@example.com"])
         .args([
@@ -151,7 +151,7 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
 }
 
 /// Whether the trace has a GitLab section named `name` (start and end markers).
-pub fn has_section(trace: &str, name: &str) -> bool {
+pub(crate) fn has_section(trace: &str, name: &str) -> bool {
     let starts = trace.match_indices("section_start:").any(|(i, _)| {
         let rest = &trace[i + "section_start:".len()..];
         let digits = rest.chars().take_while(|c| c.is_ascii_digit()).count();

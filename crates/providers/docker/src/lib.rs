@@ -489,7 +489,7 @@ impl InstanceGroup for DockerGroup {
             .filter(|c| {
                 !matches!(
                     c.state.map(|s| s.to_string()).as_deref(),
-                    Some("removing") | Some("dead")
+                    Some("removing" | "dead")
                 )
             })
             .count();

@@ -12,15 +12,15 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// The record file.
-pub const RECORD: &str = "vm.json";
+pub(crate) const RECORD: &str = "vm.json";
 /// The pid file QEMU writes.
-pub const PID_FILE: &str = "qemu.pid";
+pub(crate) const PID_FILE: &str = "qemu.pid";
 /// QEMU's QMP socket.
-pub const QMP_SOCKET: &str = "qmp.sock";
+pub(crate) const QMP_SOCKET: &str = "qmp.sock";
 /// The guest's serial console.
-pub const CONSOLE_LOG: &str = "console.log";
+pub(crate) const CONSOLE_LOG: &str = "console.log";
 /// QEMU's standard output and error.
-pub const QEMU_LOG: &str = "qemu.log";
+pub(crate) const QEMU_LOG: &str = "qemu.log";
 
 /// What the provider writes about a VM before starting it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -120,7 +120,7 @@ impl VmDir {
 
 /// Whether process `pid` is the QEMU of VM `id` (its command line names it). A zombie's
 /// command line is empty: it is not the VM any more.
-pub fn is_process_of(pid: u32, id: &str) -> bool {
+pub(crate) fn is_process_of(pid: u32, id: &str) -> bool {
     let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
         return false;
     };
@@ -129,7 +129,7 @@ pub fn is_process_of(pid: u32, id: &str) -> bool {
 }
 
 /// Seconds since the epoch.
-pub fn now_secs() -> u64 {
+pub(crate) fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
@@ -137,7 +137,7 @@ pub fn now_secs() -> u64 {
 }
 
 /// How long ago `created` (seconds since the epoch) was.
-pub fn age(created: u64) -> Duration {
+pub(crate) fn age(created: u64) -> Duration {
     Duration::from_secs(now_secs().saturating_sub(created))
 }
 

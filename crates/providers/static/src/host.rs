@@ -31,7 +31,7 @@ impl Host {
 /// Every host of `settings`, with `fleet` (the runner's `connector_config`) filling in what a
 /// host leaves unset. Private key files are read and parsed here, so a wrong path or a bad
 /// key is refused when flotilla starts, not at a job's first connection.
-pub fn resolve(
+pub(crate) fn resolve(
     settings: &StaticSettings,
     fleet: &ConnectorConfig,
 ) -> Result<Vec<Host>, FleetError> {

@@ -12,7 +12,7 @@ struct LentFile {
 }
 
 /// The ids kept in `path`; none when the file does not exist.
-pub fn load(path: &Path) -> Result<Vec<String>, String> {
+pub(crate) fn load(path: &Path) -> Result<Vec<String>, String> {
     match std::fs::read(path) {
         Ok(bytes) => serde_json::from_slice::<LentFile>(&bytes)
             .map(|f| f.lent)
@@ -23,7 +23,7 @@ pub fn load(path: &Path) -> Result<Vec<String>, String> {
 }
 
 /// Writes `ids` to `path` atomically (a temporary file renamed over it).
-pub fn save(path: &Path, ids: &[String]) -> Result<(), String> {
+pub(crate) fn save(path: &Path, ids: &[String]) -> Result<(), String> {
     let err = |e: std::io::Error| format!("{}: {e}", path.display());
     if let Some(dir) = path.parent()
         && !dir.as_os_str().is_empty()

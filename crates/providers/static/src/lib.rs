@@ -120,10 +120,10 @@ impl StaticGroup {
         let change = self.lock().pool.probed(&host.id, result.is_ok());
         match (&result, change) {
             (Err(e), Change::WentAway) => {
-                tracing::warn!(pool = %self.settings.name, host = %host.id, error = %e, "host stopped answering")
+                tracing::warn!(pool = %self.settings.name, host = %host.id, error = %e, "host stopped answering");
             }
             (Ok(()), Change::CameBack) => {
-                tracing::info!(pool = %self.settings.name, host = %host.id, "host answers again")
+                tracing::info!(pool = %self.settings.name, host = %host.id, "host answers again");
             }
             _ => {}
         }
@@ -241,7 +241,7 @@ impl InstanceGroup for StaticGroup {
                     // Given back now, or already free: either way it is no longer lent.
                     Some(_) => done.push(id.clone()),
                     None => {
-                        tracing::warn!(pool = %self.settings.name, host = %id, "not a host of this pool; nothing to give back")
+                        tracing::warn!(pool = %self.settings.name, host = %id, "not a host of this pool; nothing to give back");
                     }
                 }
             }

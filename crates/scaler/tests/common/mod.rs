@@ -8,17 +8,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// A fake group with default latencies (create 5 s, delete 1 s).
-pub fn fake(config: FakeConfig) -> Arc<FakeInstanceGroup> {
+pub(crate) fn fake(config: FakeConfig) -> Arc<FakeInstanceGroup> {
     Arc::new(FakeInstanceGroup::new(config, 1))
 }
 
 /// Monday 2026-11-23 12:00 UTC.
-pub fn monday_noon() -> chrono::DateTime<Utc> {
+pub(crate) fn monday_noon() -> chrono::DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 11, 23, 12, 0, 0).unwrap()
 }
 
 /// Starts a scaler on `group` with one always-active policy.
-pub async fn start(group: Arc<FakeInstanceGroup>, config: ScalerConfig, policy: Policy) -> Scaler {
+pub(crate) async fn start(
+    group: Arc<FakeInstanceGroup>,
+    config: ScalerConfig,
+    policy: Policy,
+) -> Scaler {
     ScalerBuilder::new(group, config)
         .schedule(Schedule::single(policy))
         .clock(Clock::anchored(monday_noon()))
@@ -28,7 +32,7 @@ pub async fn start(group: Arc<FakeInstanceGroup>, config: ScalerConfig, policy: 
 }
 
 /// Policy shorthand.
-pub fn policy(idle_count: usize, idle_time_secs: u64) -> Policy {
+pub(crate) fn policy(idle_count: usize, idle_time_secs: u64) -> Policy {
     Policy {
         idle_count,
         idle_time: Duration::from_secs(idle_time_secs),
@@ -37,7 +41,7 @@ pub fn policy(idle_count: usize, idle_time_secs: u64) -> Policy {
 }
 
 /// Config shorthand.
-pub fn config(capacity: usize, max_instances: usize) -> ScalerConfig {
+pub(crate) fn config(capacity: usize, max_instances: usize) -> ScalerConfig {
     ScalerConfig {
         capacity_per_instance: capacity,
         max_instances,
@@ -46,7 +50,7 @@ pub fn config(capacity: usize, max_instances: usize) -> ScalerConfig {
 }
 
 /// Waits (virtual time, 1 s steps) until `cond` holds, failing after `max_secs`.
-pub async fn wait_until(what: &str, max_secs: u64, mut cond: impl FnMut() -> bool) {
+pub(crate) async fn wait_until(what: &str, max_secs: u64, mut cond: impl FnMut() -> bool) {
     for _ in 0..max_secs {
         if cond() {
             return;
@@ -57,14 +61,14 @@ pub async fn wait_until(what: &str, max_secs: u64, mut cond: impl FnMut() -> boo
 }
 
 /// Sleeps `secs` of virtual time.
-pub async fn pass(secs: u64) {
+pub(crate) async fn pass(secs: u64) {
     tokio::time::sleep(Duration::from_secs(secs)).await;
 }
 
 /// The fake group with listing glitches and an `increase` that fails after creating, as
 /// real providers show them (fleeting plugins list whatever the cloud API returned; the AWS
 /// plugin's `Increase` can set the desired capacity and then fail).
-pub struct Glitchy {
+pub(crate) struct Glitchy {
     /// The group behind.
     pub fake: Arc<FakeInstanceGroup>,
     /// Listings still to come back empty.
@@ -77,7 +81,7 @@ pub struct Glitchy {
 
 impl Glitchy {
     /// A glitch-free wrapper around `fake`.
-    pub fn new(fake: Arc<FakeInstanceGroup>) -> Arc<Self> {
+    pub(crate) fn new(fake: Arc<FakeInstanceGroup>) -> Arc<Self> {
         Arc::new(Glitchy {
             fake,
             empty_listings: Default::default(),
@@ -87,7 +91,7 @@ impl Glitchy {
     }
 
     /// Leaves `ids` out of the next `listings` listings.
-    pub fn hide(&self, ids: &[&str], listings: usize) {
+    pub(crate) fn hide(&self, ids: &[&str], listings: usize) {
         *self.hidden.lock().unwrap() = (ids.iter().map(|s| s.to_string()).collect(), listings);
     }
 }
@@ -153,7 +157,7 @@ impl flotilla_fleet::InstanceGroup for Glitchy {
 }
 
 /// Starts a scaler on any group with one always-active policy.
-pub async fn start_on(
+pub(crate) async fn start_on(
     group: Arc<dyn flotilla_fleet::InstanceGroup>,
     config: ScalerConfig,
     policy: Policy,

@@ -145,7 +145,7 @@ proptest! {
         let s = String::from_utf8(out).unwrap();
         for (i, _) in s.match_indices("glpat-") {
             let next = s[i + 6..].chars().next();
-            prop_assert!(matches!(next, None | Some(' ') | Some('[')), "{:?}", s);
+            prop_assert!(matches!(next, None | Some(' ' | '[')), "{:?}", s);
         }
     }
 
