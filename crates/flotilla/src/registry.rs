@@ -81,6 +81,10 @@ pub fn isolations() -> Vec<IsolationEntry> {
             level: IsolationLevel::Instance,
             build: levels::instance,
         },
+        IsolationEntry {
+            level: IsolationLevel::Microvm,
+            build: levels::microvm,
+        },
     ]
 }
 
@@ -178,10 +182,10 @@ mod tests {
 
     #[test]
     fn a_level_this_build_lacks_is_refused_by_name() {
-        let e = isolation(IsolationLevel::Microvm).unwrap_err();
-        assert_eq!(e.name, "microvm");
+        let e = isolation(IsolationLevel::Vm).unwrap_err();
+        assert_eq!(e.name, "vm");
         assert!(
-            ["shell", "cgroup", "docker"]
+            ["shell", "cgroup", "docker", "instance", "microvm"]
                 .iter()
                 .all(|l| e.available.contains(l))
         );

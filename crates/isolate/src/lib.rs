@@ -12,6 +12,9 @@
 //!   service as a container of its own (its own network namespace, reachable by alias on a
 //!   per-job network), on the instance's Docker daemon reached over the connector's
 //!   `dial_stdio`.
+//! - [`microvm::MicrovmIsolation`] (`microvm`): the job's build stages in a QEMU `microvm`
+//!   machine of their own, booted from the job's image and reached through flotilla's guest
+//!   agent; helper stages on the instance.
 //!
 //! The pure parts (where a job's directories are, what a container looks like, which pull
 //! policy applies) are separate from the I/O: see [`layout`], [`docker::spec`],
@@ -26,6 +29,7 @@ pub mod exec;
 pub mod instance;
 mod isolation;
 pub mod layout;
+pub mod microvm;
 pub mod shell;
 pub mod stage_record;
 
@@ -34,4 +38,5 @@ pub use docker::{DockerIsolation, DockerIsolationConfig};
 pub use error::IsolateError;
 pub use instance::InstanceIsolation;
 pub use isolation::{IsolatedEnvironment, Isolation, PrepareRequest};
+pub use microvm::{MicrovmConfig, MicrovmIsolation};
 pub use shell::ShellIsolation;

@@ -52,7 +52,8 @@ pub use listen::{ListenAddress, ListenHost};
 pub use redact::REDACTED;
 pub use runner::{
     CgroupConfig, CpuQuantity, DEFAULT_SLOT_CGROUP_TEMPLATE, DOCKER_MACHINE_EXECUTORS,
-    DockerConfig, Executor, InstanceConfig, MemoryQuantity, PullPolicy, RunnerConfig, expand_slot,
+    DockerConfig, Executor, InstanceConfig, MemoryQuantity, MicrovmConfig, PullPolicy,
+    RunnerConfig, expand_slot,
 };
 
 use source::{KeyPath, SourceMap, Target};
@@ -318,6 +319,31 @@ shutdown_timeout = 0
     [runners.autoscaler.connector_config]
       key_path = "keys/id_ed25519"
 "#;
+
+    #[test]
+    fn the_microvm_table_is_checked() {
+        let with = |table: &str| {
+            let text = MINIMAL.replace(
+                "    plugin = \"aws\"\n",
+                "    plugin = \"aws\"\n    isolation = [\"docker\", \"microvm\"]\n",
+            ) + "  [runners.microvm]\n"
+                + table;
+            Config::from_str(&text, "/etc/gitlab-runner/config.toml")
+        };
+        let loaded = with("    memory = \"256Mi\"\n    cpus = 2\n    network = false\n").unwrap();
+        let m = loaded.config.runners[0].microvm.clone().unwrap();
+        assert_eq!(m.memory.and_then(|q| q.bytes()), Some(256 << 20));
+        assert_eq!((m.cpus, m.network), (Some(2), Some(false)));
+        assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+        for bad in [
+            "    memory = \"16Mi\"\n",
+            "    cpus = 0\n",
+            "    state_dir = \"relative\"\n",
+            "    memroy = \"1Gi\"\n",
+        ] {
+            assert!(with(bad).is_err(), "{bad} was accepted");
+        }
+    }
 
     #[test]
     fn isolation_is_one_level_or_a_list_with_the_default_first() {

@@ -200,6 +200,9 @@ pub struct RunnerConfig {
     /// `cgroup` level.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cgroup: Option<CgroupConfig>,
+    /// `[runners.microvm]` (flotilla extension): the VMs of the `microvm` level.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub microvm: Option<MicrovmConfig>,
 }
 
 impl fmt::Debug for RunnerConfig {
@@ -231,6 +234,7 @@ impl RunnerConfig {
             instance: None,
             autoscaler: None,
             cgroup: None,
+            microvm: None,
         }
     }
 
@@ -435,6 +439,41 @@ impl MemoryQuantity {
         }?;
         (bytes > 0).then_some(bytes)
     }
+}
+
+/// `[runners.microvm]` (flotilla extension): each job's microVM at the `microvm` level.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MicrovmConfig {
+    /// The image of jobs that name none (else `[runners.docker] image`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// The guest kernel on the instances (default: the newest `/boot/vmlinuz-*`, cloud
+    /// kernels first).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<String>,
+    /// The emulator on the instances (default `qemu-system-x86_64`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub qemu: Option<String>,
+    /// Use KVM; without it QEMU emulates (TCG).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub kvm: bool,
+    /// Virtual CPUs per VM (default 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<u32>,
+    /// Guest memory per VM, as a Kubernetes quantity (`"512Mi"`) or bytes (default 512 MiB).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryQuantity>,
+    /// Outbound network for jobs (QEMU user-mode networking; default on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<bool>,
+    /// Free space in each VM's root file system beyond the image's files (default 1 GiB;
+    /// sparse).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk_free: Option<MemoryQuantity>,
+    /// Where the level keeps its files on the instances (default `/var/lib/flotilla/microvm`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_dir: Option<String>,
 }
 
 /// `[runners.instance]`: settings of the `instance` executor.

@@ -158,6 +158,33 @@ fn check_runner(f: &mut Findings, path: &KeyPath, runner: &RunnerConfig) {
             );
         }
     }
+    if let Some(m) = &runner.microvm {
+        let m_path = path.key("microvm");
+        if m.memory
+            .as_ref()
+            .is_some_and(|q| q.bytes().is_none_or(|b| b < 64 << 20))
+        {
+            f.error(
+                m_path.key("memory"),
+                "memory must be a quantity of at least 64 MiB, such as \"512Mi\"",
+            );
+        }
+        if m.cpus == Some(0) {
+            f.error(m_path.key("cpus"), "cpus must be 1 or more");
+        }
+        if m.state_dir.as_ref().is_some_and(|d| !d.starts_with('/')) {
+            f.error(
+                m_path.key("state_dir"),
+                "state_dir must be an absolute path",
+            );
+        }
+        if !runner.isolation_levels().offers(IsolationLevel::Microvm) {
+            f.warn(
+                m_path.clone(),
+                "[runners.microvm] configures only the microvm level, which this runner does not offer",
+            );
+        }
+    }
     if let Some(docker) = &runner.docker {
         let docker_path = path.key("docker");
         if docker.privileged && !runner.isolation_levels().offers(IsolationLevel::Docker) {

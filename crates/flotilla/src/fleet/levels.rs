@@ -7,7 +7,7 @@ use flotilla_isolate::cgroup::{DEFAULT_ROOT, SlotLimits};
 use flotilla_isolate::docker::SlotCgroupTemplates;
 use flotilla_isolate::{
     CgroupConfig, CgroupIsolation, DockerIsolation, DockerIsolationConfig, InstanceIsolation,
-    Isolation, ShellIsolation,
+    Isolation, MicrovmConfig, MicrovmIsolation, ShellIsolation,
 };
 use std::sync::Arc;
 
@@ -83,6 +83,62 @@ pub fn docker(cx: &LevelContext<'_>) -> Result<Arc<dyn Isolation>> {
         slot_cgroups,
         ..DockerIsolationConfig::default()
     })))
+}
+
+/// `microvm`: each job's build stages in a QEMU microVM of their own, booted from the job's
+/// image (`[runners.microvm]`).
+pub fn microvm(cx: &LevelContext<'_>) -> Result<Arc<dyn Isolation>> {
+    let m = cx.runner.microvm.clone().unwrap_or_default();
+    let defaults = MicrovmConfig::default();
+    let config = MicrovmConfig {
+        default_image: m
+            .image
+            .clone()
+            .or_else(|| cx.runner.docker.as_ref().and_then(|d| d.image.clone())),
+        kernel: m.kernel.clone(),
+        qemu: m.qemu.clone().unwrap_or(defaults.qemu.clone()),
+        kvm: m.kvm,
+        vcpus: m.cpus.unwrap_or(defaults.vcpus),
+        memory_mib: m
+            .memory
+            .as_ref()
+            .and_then(|q| q.bytes())
+            .map_or(defaults.memory_mib, |b| {
+                u32::try_from(b >> 20).unwrap_or(u32::MAX)
+            }),
+        network: m.network.unwrap_or(defaults.network),
+        disk_free_mib: m
+            .disk_free
+            .as_ref()
+            .and_then(|q| q.bytes())
+            .map_or(defaults.disk_free_mib, |b| b >> 20),
+        state_dir: m.state_dir.clone().unwrap_or(defaults.state_dir.clone()),
+        owner: owner_name(&cx.runner.name),
+        ..defaults
+    };
+    Ok(Arc::new(MicrovmIsolation::new(config).with_context(
+        || format!("runner {:?}: the microvm level", cx.runner.name),
+    )?))
+}
+
+/// A runner's name as part of a path: `flotilla-<name>` with anything but letters, digits
+/// and `._-` replaced by `_`.
+fn owner_name(runner: &str) -> String {
+    let name: String = runner
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if name.is_empty() {
+        "flotilla".into()
+    } else {
+        format!("flotilla-{name}")
+    }
 }
 
 fn pull(p: &PullPolicy) -> flotilla_isolate::docker::PullPolicy {

@@ -28,7 +28,7 @@ pub use environment::{SLOT_CGROUP_VARIABLE, ShellEnvironment};
 use crate::layout::{BuildLayout, stage_records_dir};
 use crate::{IsolateError, IsolatedEnvironment, Isolation, PrepareRequest};
 use async_trait::async_trait;
-use environment::CleanSlots;
+pub(crate) use environment::CleanSlots;
 use flotilla_connect::Connector;
 use std::sync::Arc;
 

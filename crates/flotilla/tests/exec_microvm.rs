@@ -1,0 +1,240 @@
+//! The `microvm` level in the real binary: `flotilla exec` of a pipeline whose jobs ask for
+//! it (`FLOTILLA_ISOLATION: microvm`) boots a QEMU microVM per job under TCG from the job's
+//! image, runs the job's script in it (the checkout made on the instance is there), and
+//! reports the script's output and exit status as any other job's; no VM is left after.
+
+mod exec_support;
+
+use exec_support::{Project, statuses};
+use flotilla_testkit::images::busybox_image;
+use flotilla_testkit::infra::{Infra, require};
+
+/// QEMU processes whose command line names `dir`.
+fn vms_under(dir: &str) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let cmd = String::from_utf8_lossy(&cmd);
+        if cmd.contains("qemu-system") && cmd.contains(dir) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+#[test]
+fn infra_microvm_exec_runs_jobs_in_their_own_vms() {
+    if !require(Infra::Qemu) || !require(Infra::Docker) {
+        return;
+    }
+    let image = busybox_image();
+    let state = tempfile::Builder::new()
+        .prefix("fl-exec-microvm-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let state_dir = state.path().to_str().unwrap().to_string();
+    let p = Project::with_pipeline(&format!(
+        r#"
+on-the-host:
+  script: [uname -r, hostname]
+in-a-vm:
+  image: {image}
+  variables:
+    FLOTILLA_ISOLATION: microvm
+  script:
+    - cat checked-out.txt
+    - uname -r
+    - hostname
+    - echo "pid 1 is $(cat /proc/1/comm)"
+fails-in-a-vm:
+  image: {image}
+  variables:
+    FLOTILLA_ISOLATION: microvm
+  script:
+    - echo about to fail
+    - exit 7
+"#
+    ));
+    p.write("checked-out.txt", "this came from the repository\n");
+    p.write(
+        "fleet.toml",
+        &format!(
+            r#"
+[[runners]]
+  name = "vms"
+  executor = "flotilla"
+  [runners.autoscaler]
+    plugin = "local"
+    capacity_per_instance = 2
+    isolation = ["shell", "microvm"]
+  [runners.microvm]
+    memory = "256Mi"
+    network = false
+    state_dir = "{state_dir}"
+"#
+        ),
+    );
+    p.commit("pipeline, file and config");
+    let config = p.path().join("fleet.toml");
+    let run = p.exec(&["--config", config.to_str().unwrap()]);
+    run.expect_code(1);
+    assert_eq!(
+        run.statuses(),
+        statuses(&[
+            ("on-the-host", "passed"),
+            ("in-a-vm", "passed"),
+            ("fails-in-a-vm", "failed"),
+        ])
+    );
+    let vm = p.log("in-a-vm");
+    assert!(vm.contains("Using microvm isolation"), "{vm}");
+    assert!(vm.contains("microVM up in"), "{vm}");
+    assert!(vm.contains("\nthis came from the repository"), "{vm}");
+    assert!(
+        vm.contains("\nflotilla-vms-slot-"),
+        "the VM's host name: {vm}"
+    );
+    assert!(vm.contains("\npid 1 is init"), "{vm}");
+    let host = p.log("on-the-host");
+    assert!(!host.contains("microvm"), "{host}");
+    let failed = p.log("fails-in-a-vm");
+    assert!(failed.contains("\nabout to fail"), "{failed}");
+    assert!(failed.contains("exit code 7"), "{failed}");
+    assert!(vms_under(&state_dir).is_empty(), "every VM is gone");
+    let left: Vec<_> = std::fs::read_dir(state.path().join("vms"))
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "VM directories left: {left:?}");
+}
+
+#[test]
+fn infra_microvm_exec_branches_a_matrix_from_a_snapshot() {
+    if !require(Infra::Qemu) || !require(Infra::Docker) {
+        return;
+    }
+    let image = busybox_image();
+    let state = tempfile::Builder::new()
+        .prefix("fl-exec-microvm-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let state_dir = state.path().to_str().unwrap().to_string();
+    let p = Project::with_pipeline(&format!(
+        r#"
+stages: [setup, test]
+default:
+  image: {image}
+variables:
+  FLOTILLA_ISOLATION: microvm
+setup:
+  stage: setup
+  variables:
+    FLOTILLA_SNAPSHOT: always
+  script:
+    - echo "made by setup" > /root/state
+broken:
+  stage: setup
+  allow_failure: true
+  variables:
+    FLOTILLA_SNAPSHOT: on_failure
+  script:
+    - echo "left for debugging" > /root/clue
+    - exit 2
+test:
+  stage: test
+  variables:
+    FLOTILLA_RESTORE_FROM: setup
+  parallel:
+    matrix:
+      - SHARD: [a, b, c]
+  script:
+    - cat /root/state
+    - echo "shard $SHARD"
+look:
+  stage: test
+  variables:
+    FLOTILLA_RESTORE_FROM: broken
+  script:
+    - cat /root/clue
+"#
+    ));
+    p.write(
+        "fleet.toml",
+        &format!(
+            r#"
+[[runners]]
+  name = "snap"
+  executor = "flotilla"
+  [runners.autoscaler]
+    plugin = "local"
+    capacity_per_instance = 3
+    isolation = ["microvm"]
+  [runners.microvm]
+    memory = "256Mi"
+    network = false
+    state_dir = "{state_dir}"
+"#
+        ),
+    );
+    p.commit("pipeline and config");
+    let config = p.path().join("fleet.toml");
+    let run = p.exec(&["--config", config.to_str().unwrap()]);
+    eprintln!("{}", run.stdout);
+    let statuses_seen = run.statuses();
+    for (slug, log) in p.logs() {
+        eprintln!("--- {slug}\n{log}");
+    }
+    assert_eq!(
+        statuses_seen.get("setup").map(String::as_str),
+        Some("passed"),
+        "{statuses_seen:?}"
+    );
+    assert_eq!(
+        statuses_seen.get("broken").map(String::as_str),
+        Some("failed (allowed)"),
+        "{statuses_seen:?}"
+    );
+    assert_eq!(
+        statuses_seen.get("look").map(String::as_str),
+        Some("passed"),
+        "{statuses_seen:?}"
+    );
+    let setup = p.log("setup");
+    assert!(setup.contains("Saved snapshot setup of the VM"), "{setup}");
+    let broken = p.log("broken");
+    assert!(
+        broken.contains("Saved snapshot broken of the VM"),
+        "{broken}"
+    );
+    assert!(
+        p.log("look").contains("\nleft for debugging"),
+        "{}",
+        p.log("look")
+    );
+    let matrix: Vec<(String, String)> = p
+        .logs()
+        .into_iter()
+        .filter(|(slug, _)| slug.contains("test---"))
+        .collect();
+    assert_eq!(matrix.len(), 3, "{:?}", p.logs().keys().collect::<Vec<_>>());
+    for (slug, log) in &matrix {
+        assert!(
+            log.contains("microVM restored from snapshot setup"),
+            "{slug}: {log}"
+        );
+        assert!(log.contains("\nmade by setup"), "{slug}: {log}");
+    }
+    for shard in ["a", "b", "c"] {
+        assert!(
+            matrix
+                .iter()
+                .any(|(_, log)| log.contains(&format!("\nshard {shard}"))),
+            "shard {shard}"
+        );
+    }
+    assert!(vms_under(&state_dir).is_empty(), "every VM is gone");
+}

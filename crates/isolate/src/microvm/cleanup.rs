@@ -1,0 +1,77 @@
+//! What the `microvm` level leaves behind: VMs and their directories, found by the slot
+//! directories of this runner's owner name under the state directory.
+
+use super::MicrovmConfig;
+use crate::IsolateError;
+use flotilla_connect::shell::quote;
+use flotilla_connect::{Connector, ConnectorExt};
+use flotilla_vmm::Vmm;
+use flotilla_vmm::qemu::Qemu;
+
+/// Kills every VM of `config.owner` on the instance and removes its directory (what a manager
+/// that died left); returns how many VMs were still running.
+pub(super) async fn sweep(
+    connector: &dyn Connector,
+    instance_id: &str,
+    config: &MicrovmConfig,
+    qemu: &Qemu,
+) -> Result<usize, IsolateError> {
+    let vms = format!("{}/vms", config.state_dir);
+    let prefix = format!("{}-slot-", config.owner);
+    let out = connector
+        .output(&format!("ls -1 {} 2>/dev/null || true", quote(&vms)))
+        .await
+        .map_err(|source| IsolateError::Connect {
+            instance: instance_id.to_string(),
+            source,
+        })?;
+    let mut killed = 0;
+    for name in out
+        .stdout_str()
+        .lines()
+        .filter(|n| n.starts_with(&prefix) && !n.contains('/'))
+    {
+        let dir = format!("{vms}/{name}");
+        if qemu
+            .kill_dir(connector, &dir)
+            .await
+            .map_err(|e| IsolateError::Cleanup {
+                instance: instance_id.to_string(),
+                message: format!("killing the VM in {dir}: {e}"),
+            })?
+        {
+            killed += 1;
+        }
+        remove_dir(connector, instance_id, &dir).await?;
+    }
+    if killed > 0 {
+        tracing::warn!(
+            instance = instance_id,
+            vms = killed,
+            "killed microVMs an earlier manager left"
+        );
+    }
+    Ok(killed)
+}
+
+/// Removes `dir` on the instance.
+pub(super) async fn remove_dir(
+    connector: &dyn Connector,
+    instance: &str,
+    dir: &str,
+) -> Result<(), IsolateError> {
+    let out = connector
+        .output(&format!("rm -rf {}", quote(dir)))
+        .await
+        .map_err(|source| IsolateError::Connect {
+            instance: instance.to_string(),
+            source,
+        })?;
+    if !out.status.success() {
+        return Err(IsolateError::Cleanup {
+            instance: instance.to_string(),
+            message: format!("removing {dir}: {}", out.stderr_str().trim()),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,643 @@
+//! One job's microVM: booted in the environment's `prepare`, build stages run in it through
+//! the guest agent, helper stages on the instance, the job's directories copied between the
+//! two when the side that runs changes.
+
+use super::cleanup::remove_dir;
+use super::sizing::{self, VmSize};
+use super::snapshot::{SnapshotPlan, When};
+use super::{MicrovmConfig, rootfs, sync};
+use crate::command::{helper_command, script_command};
+use crate::exec::run_with;
+use crate::layout::BuildLayout;
+use crate::shell::ShellEnvironment;
+use crate::{IsolateError, IsolatedEnvironment, PrepareRequest};
+use async_trait::async_trait;
+use flotilla_connect::shell::quote;
+use flotilla_connect::{Connector, ForwardTarget};
+use flotilla_guest::{AGENT, Dialer, GuestConnector};
+use flotilla_job::script::{ANSI_RESET, ANSI_YELLOW};
+use flotilla_job::{EnvError, EnvPaths, Environment, ExecSpec, ExitStatus, Place};
+use flotilla_vmm::qemu::Qemu;
+use flotilla_vmm::{
+    Accel, AfterSnapshot, Disk, Machine, SnapshotFiles, Vm, VmSpec, Vmm, VmmError, disk, initramfs,
+    kernel,
+};
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio_util::sync::CancellationToken;
+
+/// QEMU's user-mode network: the guest's address, its gateway and DNS server.
+const USER_NET: [&str; 3] = ["10.0.2.15/24", "10.0.2.2", "10.0.2.3"];
+
+/// Where the job's directories were last written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    /// On the instance (a helper stage ran last, or nothing yet).
+    Instance,
+    /// In the VM (a build stage ran last).
+    Vm,
+}
+
+/// What a snapshot keeps besides the VM's state and disk: the machine it must be restored
+/// into, the guest's base environment and the image it came from.
+#[derive(Debug, Serialize, Deserialize)]
+struct SnapshotMeta {
+    spec: VmSpec,
+    env: Vec<(String, String)>,
+    image: String,
+}
+
+/// A started VM, the guest's base environment, and how it started (for the log).
+type Booted = (Box<dyn Vm>, Vec<(String, String)>, String);
+
+/// The running VM of a job.
+struct Running {
+    vm: Box<dyn Vm>,
+    guest: Arc<GuestConnector>,
+}
+
+/// One job's environment at the `microvm` level.
+pub(crate) struct MicrovmEnvironment {
+    connector: Arc<dyn Connector>,
+    instance: String,
+    slot: usize,
+    layout: BuildLayout,
+    helper: ShellEnvironment,
+    config: Arc<MicrovmConfig>,
+    qemu: Qemu,
+    image: Option<String>,
+    services: Vec<String>,
+    running: OnceLock<Running>,
+    side: Mutex<Side>,
+    plan: SnapshotPlan,
+    /// The VM's size, and warnings about the job's requests.
+    size: (VmSize, Vec<String>),
+    /// Build stages run so far (the first is `step_script`).
+    builds: AtomicUsize,
+    /// The VM was restored and nothing was copied into it yet.
+    restored: AtomicBool,
+    /// The guest's base environment and the image (kept with a snapshot).
+    guest_env: OnceLock<(Vec<(String, String)>, String)>,
+    /// The kernel and initramfs found on each instance (shared by the level's jobs).
+    boot_cache: BootCache,
+}
+
+/// The kernel and initramfs paths found on each instance, by instance id: found once per
+/// manager process (the initramfs is named by a hash of what is in it, so a path found
+/// stays right).
+pub(crate) type BootCache = Arc<Mutex<std::collections::HashMap<String, (String, String)>>>;
+
+impl std::fmt::Debug for MicrovmEnvironment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MicrovmEnvironment")
+            .field("instance", &self.instance)
+            .field("slot", &self.slot)
+            .field("vm", &self.running.get().map(|r| r.vm.pid()))
+            .finish_non_exhaustive()
+    }
+}
+
+fn vmm_error(what: &str, e: VmmError) -> EnvError {
+    EnvError::System(format!("{what}: {e}"))
+}
+
+impl MicrovmEnvironment {
+    pub(crate) fn new(
+        req: &PrepareRequest<'_>,
+        layout: BuildLayout,
+        helper: ShellEnvironment,
+        config: Arc<MicrovmConfig>,
+        qemu: Qemu,
+        boot_cache: BootCache,
+    ) -> MicrovmEnvironment {
+        let image = req
+            .job
+            .image
+            .as_ref()
+            .map(|i| i.name.clone())
+            .filter(|n| !n.is_empty())
+            .or_else(|| config.default_image.clone());
+        let size = sizing::for_job(
+            VmSize {
+                vcpus: config.vcpus,
+                memory_mib: config.memory_mib,
+            },
+            req.job,
+        );
+        MicrovmEnvironment {
+            connector: req.connector.clone(),
+            instance: req.instance_id.to_string(),
+            slot: req.slot,
+            layout,
+            helper,
+            config,
+            qemu,
+            image,
+            services: req.job.services.iter().map(|s| s.name.clone()).collect(),
+            running: OnceLock::new(),
+            side: Mutex::new(Side::Instance),
+            plan: SnapshotPlan::for_job(req.job),
+            size,
+            builds: AtomicUsize::new(0),
+            restored: AtomicBool::new(false),
+            guest_env: OnceLock::new(),
+            boot_cache,
+        }
+    }
+
+    fn vm_dir(&self) -> String {
+        self.config.vm_dir(self.slot)
+    }
+
+    /// The job's directories, as both sides see them.
+    fn job_dirs(&self) -> [&str; 2] {
+        [&self.layout.paths.project_dir, &self.layout.paths.tmp_dir]
+    }
+
+    fn guest(&self) -> Result<Arc<GuestConnector>, EnvError> {
+        self.running
+            .get()
+            .map(|r| r.guest.clone())
+            .ok_or_else(|| EnvError::System("the job's microVM is not running".into()))
+    }
+
+    /// Boots the job's VM, or restores it from a snapshot; adds lines for the job's log.
+    async fn boot(&self, text: &mut String) -> Result<(), EnvError> {
+        let host = &*self.connector;
+        let started = Instant::now();
+        // What an earlier job (or a dead manager) left in this slot goes first.
+        let dir = self.vm_dir();
+        if self
+            .qemu
+            .kill_dir(host, &dir)
+            .await
+            .map_err(|e| vmm_error("stopping the slot's earlier VM", e))?
+        {
+            tracing::warn!(instance = %self.instance, slot = self.slot, "killed a VM an earlier job left in the slot");
+            text.push_str(&format!(
+                "{ANSI_YELLOW}WARNING: killed a VM an earlier job left in this slot{ANSI_RESET}\n"
+            ));
+        }
+        remove_dir(host, &self.instance, &dir)
+            .await
+            .map_err(|e| EnvError::System(e.to_string()))?;
+        flotilla_vmm::host::run(
+            host,
+            "making the VM's directory",
+            &format!("mkdir -p {}", quote(&dir)),
+        )
+        .await
+        .map_err(|e| vmm_error("making the VM's directory", e))?;
+        let cleared = started.elapsed();
+        let (vm, env, what) = match &self.plan.restore {
+            Some(key) => self.restore(key, &dir).await?,
+            None => self.cold_boot(&dir, text).await?,
+        };
+        let vm_started = started.elapsed();
+        let socket = vm.agent().socket;
+        let host_arc = self.connector.clone();
+        let dial: Dialer = Arc::new(move || {
+            let (host, socket) = (host_arc.clone(), socket.clone());
+            Box::pin(async move { host.forward(&ForwardTarget::Unix(socket)).await })
+        });
+        let guest = Arc::new(
+            GuestConnector::new(format!("microvm slot {}", self.slot), dial).with_env(env),
+        );
+        // Stored before waiting, so a failed boot's VM is still killed by the cleanup.
+        let pid = vm.pid();
+        let (vcpus, memory_mib) = (vm.spec().vcpus, vm.spec().memory_mib);
+        let _ = self.running.set(Running {
+            vm,
+            guest: guest.clone(),
+        });
+        let info = match guest.wait_ready(self.config.boot_timeout).await {
+            Ok(info) => info,
+            Err(e) => {
+                let console = flotilla_vmm::host::read(host, &format!("{dir}/console.log"))
+                    .await
+                    .unwrap_or_default();
+                let console = String::from_utf8_lossy(&console);
+                let tail: Vec<&str> = console.lines().rev().take(15).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                return Err(EnvError::System(format!(
+                    "the microVM did not come up: {e}; its console ends with:\n{}",
+                    tail.join("\n")
+                )));
+            }
+        };
+        let ready = started.elapsed();
+        text.push_str(&format!(
+            "microVM {what} in {:.2} s (slot cleared {:.2} s, VM running {:.2} s, agent answered \
+             {:.2} s; {} vCPU, {} MiB, {}, pid {pid}): {}\n",
+            ready.as_secs_f64(),
+            cleared.as_secs_f64(),
+            vm_started.as_secs_f64(),
+            ready.as_secs_f64(),
+            vcpus,
+            memory_mib,
+            if self.config.kvm { "KVM" } else { "TCG" },
+            info.info
+        ));
+        Ok(())
+    }
+
+    /// Starts the VM from snapshot `key`: the machine it was taken of, in `dir`, writing to
+    /// a layer of its own over the snapshot's disk.
+    async fn restore(&self, key: &str, dir: &str) -> Result<Booted, EnvError> {
+        let host = &*self.connector;
+        let snap = SnapshotFiles {
+            dir: format!("{}/{key}", self.config.snapshots_dir()),
+        };
+        let meta = flotilla_vmm::host::read(host, &format!("{}/meta.json", snap.dir))
+            .await
+            .map_err(|_| {
+                EnvError::System(format!(
+                    "no snapshot {key:?} on instance {} (snapshots stay on the instance that \
+                     took them)",
+                    self.instance
+                ))
+            })?;
+        let meta: SnapshotMeta = serde_json::from_slice(&meta)
+            .map_err(|e| EnvError::System(format!("the snapshot {key:?} is unreadable: {e}")))?;
+        let top = format!("{dir}/disk-0.qcow2");
+        disk::overlay(host, &top, &snap.disk(0), "qcow2", None)
+            .await
+            .map_err(|e| vmm_error("making the VM's disk over the snapshot's", e))?;
+        let spec = meta.spec.relocated(
+            dir,
+            vec![Disk {
+                path: top,
+                format: "qcow2".into(),
+                read_only: false,
+            }],
+        );
+        let vm = self
+            .qemu
+            .restore(self.connector.clone(), spec, &snap)
+            .await
+            .map_err(|e| vmm_error(&format!("restoring snapshot {key:?}"), e))?;
+        let _ = self.guest_env.set((meta.env.clone(), meta.image.clone()));
+        self.restored.store(true, Ordering::SeqCst);
+        Ok((
+            vm,
+            meta.env,
+            format!("restored from snapshot {key} (image {})", meta.image),
+        ))
+    }
+
+    /// Boots a new VM from the job's image in `dir`.
+    async fn cold_boot(&self, dir: &str, text: &mut String) -> Result<Booted, EnvError> {
+        let host = &*self.connector;
+        let prep = Instant::now();
+        let image = self.image.clone().ok_or_else(|| {
+            EnvError::System(
+                "the microvm level needs an image: name one in the job (image:) or set \
+                 [runners.microvm] image"
+                    .into(),
+            )
+        })?;
+        // The boot pieces and the root file system at once: each is a few round trips.
+        let boot_pieces = async {
+            if let Some(found) = self
+                .boot_cache
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&self.instance)
+                .cloned()
+            {
+                return Ok(found);
+            }
+            let k = kernel::find(host, self.config.kernel.as_deref())
+                .await
+                .map_err(|e| vmm_error("finding the guest kernel", e))?;
+            let wanted = initramfs::wanted_modules(Machine::Microvm, self.config.network, false);
+            let initrd = initramfs::ensure(host, &self.config.boot_dir(), &k, AGENT, &wanted)
+                .await
+                .map_err(|e| vmm_error("making the guest's initramfs", e))?;
+            let found = (k.path, initrd.path);
+            self.boot_cache
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(self.instance.clone(), found.clone());
+            Ok::<_, EnvError>(found)
+        };
+        let root_fs = async {
+            rootfs::ensure(
+                host,
+                &self.instance,
+                &image,
+                &self.config.rootfs_dir(),
+                self.config.disk_free_mib,
+            )
+            .await
+            .map_err(|e| EnvError::System(e.to_string()))
+        };
+        let (pieces, root) = tokio::join!(boot_pieces, root_fs);
+        let (kernel_path, initrd_path) = pieces?;
+        let root = root?;
+        text.push_str(&format!(
+            "Using image {image} ({}) as the root file system{}\n",
+            root.image_id,
+            if root.made { ", converted now" } else { "" }
+        ));
+        let top = format!("{dir}/disk-0.qcow2");
+        disk::overlay(host, &top, &root.path, "raw", None)
+            .await
+            .map_err(|e| vmm_error("making the VM's disk", e))?;
+        let mut extra = vec![
+            format!("flotilla.hostname={}-slot-{}", self.config.owner, self.slot),
+            "flotilla.root=/dev/vda".to_string(),
+            "flotilla.rootfstype=ext4".to_string(),
+        ];
+        if self.config.network {
+            extra.push(format!("flotilla.ip={}", USER_NET[0]));
+            extra.push(format!("flotilla.gw={}", USER_NET[1]));
+            extra.push(format!("flotilla.dns={}", USER_NET[2]));
+        }
+        let spec = VmSpec {
+            name: format!("flotilla-{}-slot-{}", self.config.owner, self.slot),
+            machine: Machine::Microvm,
+            accel: if self.config.kvm {
+                Accel::Kvm
+            } else {
+                Accel::Tcg
+            },
+            vcpus: self.size.0.vcpus,
+            memory_mib: self.size.0.memory_mib,
+            kernel: kernel_path,
+            initrd: initrd_path,
+            cmdline: flotilla_vmm::kernel_cmdline(self.config.tsc_khz, &extra),
+            disks: vec![Disk {
+                path: top,
+                format: "qcow2".into(),
+                read_only: false,
+            }],
+            user_net: self.config.network,
+            dir: dir.to_string(),
+        };
+        let prepared = prep.elapsed();
+        let vm = self
+            .qemu
+            .boot(self.connector.clone(), spec)
+            .await
+            .map_err(|e| vmm_error("starting QEMU", e))?;
+        tracing::debug!(
+            prepared_ms = prepared.as_millis() as u64,
+            qemu_ms = prep.elapsed().checked_sub(prepared).unwrap().as_millis() as u64,
+            "microVM started"
+        );
+        text.push_str(&format!(
+            "Disk, kernel and initramfs ready in {:.2} s, QEMU started in {:.2} s\n",
+            prepared.as_secs_f64(),
+            prep.elapsed().checked_sub(prepared).unwrap().as_secs_f64()
+        ));
+        let mut env = root.env.clone();
+        if !env.iter().any(|(k, _)| k == "PATH") {
+            env.push((
+                "PATH".into(),
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
+            ));
+        }
+        if !env.iter().any(|(k, _)| k == "HOME") {
+            env.push(("HOME".into(), "/root".into()));
+        }
+        let _ = self.guest_env.set((env.clone(), image));
+        Ok((vm, env, "up".to_string()))
+    }
+
+    /// Saves the VM as snapshot `key` (it runs on); returns the line for the job's log.
+    async fn save(&self, key: &str) -> Result<String, EnvError> {
+        let host = &*self.connector;
+        let running = self
+            .running
+            .get()
+            .ok_or_else(|| EnvError::System("the job's microVM is not running".into()))?;
+        let (env, image) = self.guest_env.get().cloned().unwrap_or_default();
+        let base = self.config.snapshots_dir();
+        let fin = format!("{base}/{key}");
+        // Written aside and renamed: a restore never sees half a snapshot.
+        let tmp = SnapshotFiles {
+            dir: format!("{base}/.{key}.{}-slot-{}.tmp", self.config.owner, self.slot),
+        };
+        flotilla_vmm::host::run(
+            host,
+            "clearing a snapshot directory",
+            &format!("rm -rf {}", quote(&tmp.dir)),
+        )
+        .await
+        .map_err(|e| vmm_error("clearing a snapshot directory", e))?;
+        let report = running
+            .vm
+            .snapshot(&tmp, AfterSnapshot::Resume)
+            .await
+            .map_err(|e| vmm_error("saving the VM", e))?;
+        let meta = SnapshotMeta {
+            spec: running.vm.spec().clone(),
+            env,
+            image,
+        };
+        let meta = serde_json::to_vec(&meta)
+            .map_err(|e| EnvError::System(format!("describing the snapshot: {e}")))?;
+        flotilla_vmm::host::write(host, &format!("{}/meta.json", tmp.dir), meta)
+            .await
+            .map_err(|e| vmm_error("describing the snapshot", e))?;
+        flotilla_vmm::host::run(
+            host,
+            "keeping the snapshot",
+            &format!(
+                "rm -rf {f} && mv {t} {f}",
+                f = quote(&fin),
+                t = quote(&tmp.dir)
+            ),
+        )
+        .await
+        .map_err(|e| vmm_error("keeping the snapshot", e))?;
+        Ok(format!(
+            "Saved snapshot {key} of the VM on instance {}: memory and devices {:.1} MiB, disk \
+             {:.1} MiB written by the job, the VM paused {:.0} ms; start a job from it with \
+             FLOTILLA_RESTORE_FROM: {key}",
+            self.instance,
+            report.state_bytes as f64 / 1048576.0,
+            report.disk_bytes as f64 / 1048576.0,
+            report.took.as_secs_f64() * 1e3
+        ))
+    }
+
+    /// Copies the job's directories to where the next stage runs.
+    async fn follow(&self, to: Side, cancel: CancellationToken) -> Result<(), EnvError> {
+        let from = *self.side.lock().unwrap_or_else(|e| e.into_inner());
+        if from == to {
+            return Ok(());
+        }
+        let guest = self.guest()?;
+        let dirs = self.job_dirs();
+        // The first copy into a restored VM keeps what the snapshotted job left there.
+        let mode = if to == Side::Vm && self.restored.swap(false, Ordering::SeqCst) {
+            sync::Mode::Merge
+        } else {
+            sync::Mode::Replace
+        };
+        match to {
+            Side::Vm => {
+                sync::copy(
+                    &*self.connector,
+                    &*guest,
+                    &dirs,
+                    mode,
+                    "copying the job's files into the VM",
+                    cancel,
+                )
+                .await?;
+            }
+            Side::Instance => {
+                sync::copy(
+                    &*guest,
+                    &*self.connector,
+                    &dirs,
+                    mode,
+                    "copying the job's files out of the VM",
+                    cancel,
+                )
+                .await?;
+            }
+        }
+        *self.side.lock().unwrap_or_else(|e| e.into_inner()) = to;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Environment for MicrovmEnvironment {
+    fn paths(&self) -> &EnvPaths {
+        &self.layout.paths
+    }
+
+    async fn prepare(
+        &self,
+        log: &mut (dyn AsyncWrite + Send + Unpin),
+        cancel: CancellationToken,
+    ) -> Result<(), EnvError> {
+        let mut text = format!(
+            "Using microvm isolation on instance {} (slot {})\n",
+            self.instance, self.slot
+        );
+        if !self.services.is_empty() {
+            text.push_str(&format!(
+                "{ANSI_YELLOW}WARNING: services are not started at the microvm level yet: {}{ANSI_RESET}\n",
+                self.services.join(", ")
+            ));
+        }
+        for w in self.plan.warnings.iter().chain(&self.size.1) {
+            text.push_str(&format!("{ANSI_YELLOW}WARNING: {w}{ANSI_RESET}\n"));
+        }
+        // The helper side is the shell level's: stop what an earlier job left running in the
+        // slot. Its own lines (it calls itself shell isolation) stay out of the log but for
+        // warnings.
+        let mut helper_log = Vec::new();
+        self.helper.prepare(&mut helper_log, cancel.clone()).await?;
+        for line in String::from_utf8_lossy(&helper_log).lines() {
+            if line.contains("WARNING: stopped") {
+                text.push_str(line);
+                text.push('\n');
+            }
+        }
+        let booted = tokio::select! {
+            r = self.boot(&mut text) => r,
+            () = cancel.cancelled() => Err(EnvError::Canceled),
+        };
+        log.write_all(text.as_bytes())
+            .await
+            .map_err(|source| EnvError::Io {
+                context: "writing to the job log".into(),
+                source,
+            })?;
+        booted
+    }
+
+    async fn exec(&self, spec: ExecSpec<'_>) -> Result<ExitStatus, EnvError> {
+        match spec.place {
+            Place::Helper => {
+                self.follow(Side::Instance, spec.cancel.clone()).await?;
+                self.helper.exec(spec).await
+            }
+            Place::Build => {
+                self.follow(Side::Vm, spec.cancel.clone()).await?;
+                let guest = self.guest()?;
+                let first = self.builds.fetch_add(1, Ordering::SeqCst) == 0;
+                let Some((when, key)) = self.plan.save.as_ref().filter(|_| first) else {
+                    return run_with(
+                        &*guest,
+                        "running in the microVM",
+                        spec,
+                        &script_command(),
+                        helper_command,
+                    )
+                    .await;
+                };
+                // The stage's output stays ours after it ends: the snapshot is reported
+                // where the job's output is.
+                let ExecSpec {
+                    place,
+                    command,
+                    stdin,
+                    mut stdout,
+                    stderr,
+                    cancel,
+                } = spec;
+                let borrowed = ExecSpec {
+                    place,
+                    command,
+                    stdin,
+                    stdout: Box::new(&mut stdout),
+                    stderr,
+                    cancel,
+                };
+                let status = run_with(
+                    &*guest,
+                    "running in the microVM",
+                    borrowed,
+                    &script_command(),
+                    helper_command,
+                )
+                .await?;
+                if *when == When::Always || !status.success() {
+                    let line = match self.save(key).await {
+                        Ok(line) => line,
+                        Err(e) => {
+                            format!("{ANSI_YELLOW}WARNING: no snapshot was taken: {e}{ANSI_RESET}")
+                        }
+                    };
+                    let _ = stdout.write_all(format!("\n{line}\n").as_bytes()).await;
+                }
+                Ok(status)
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl IsolatedEnvironment for MicrovmEnvironment {
+    async fn cleanup(&self) -> Result<(), IsolateError> {
+        if let Some(r) = self.running.get() {
+            r.guest.disconnect().await;
+        }
+        // By the directory, not the handle: a VM whose boot was interrupted has none.
+        let dir = self.vm_dir();
+        let killed = self
+            .qemu
+            .kill_dir(&*self.connector, &dir)
+            .await
+            .map_err(|e| IsolateError::Cleanup {
+                instance: self.instance.clone(),
+                message: format!("killing the job's VM: {e}"),
+            });
+        let removed = remove_dir(&*self.connector, &self.instance, &dir).await;
+        let helper = self.helper.cleanup().await;
+        killed?;
+        removed?;
+        helper
+    }
+}

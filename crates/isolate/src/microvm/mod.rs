@@ -1,0 +1,253 @@
+//! MicroVM isolation: each job's build stages run in a QEMU `microvm` machine of their own,
+//! booted fresh for the job on its slot of the instance and killed after it.
+//!
+//! - **Root file system**: the job's image (or the level's default), exported from the
+//!   instance's Docker engine into a sparse ext4 image cached by the image's id
+//!   ([`rootfs`]); each VM writes to a qcow2 layer of its own over it, so the cached image is
+//!   never changed and a VM's disk costs only what the job writes.
+//! - **Kernel and init**: the instance's kernel (Debian's cloud kernel) booted directly, with
+//!   an initramfs whose `/init` is flotilla's guest agent ([`flotilla_guest::AGENT`]), made
+//!   once per kernel and agent ([`flotilla_vmm::initramfs`]).
+//! - **Reaching the job**: manager → instance → guest. The instance's connector forwards to
+//!   the VM's virtio-serial socket, where the agent serves `exec`, `dial_stdio` and copies
+//!   ([`flotilla_guest::GuestConnector`]).
+//! - **Helper stages** (sources, caches, artifacts) run on the instance in the slot's build
+//!   directory, as at the `shell` level; the project and temporary directories are copied
+//!   into the VM (a tar stream through the agent) before a build stage that follows a helper
+//!   stage, and back after, so both sides see the same paths ([`sync`]).
+//! - **Cleanup**: the VM is killed and its directory removed after the job; a VM an earlier
+//!   job or a dead manager left in the slot is killed before the next job boots there, and
+//!   [`Isolation::cleanup_instance`] kills every VM of this runner's on an instance met for
+//!   the first time.
+//!
+//! - **Snapshots** ([`snapshot`]): `FLOTILLA_SNAPSHOT` saves the VM after `step_script`,
+//!   `FLOTILLA_RESTORE_FROM` starts a job's VM from a saved one instead of booting.
+//!
+//! Services are not started at this level yet (the job's log says so).
+
+mod cleanup;
+mod environment;
+pub mod rootfs;
+pub mod sizing;
+pub mod snapshot;
+pub mod sync;
+
+use crate::layout::BuildLayout;
+use crate::shell::ShellEnvironment;
+use crate::{IsolateError, IsolatedEnvironment, Isolation, PrepareRequest};
+use async_trait::async_trait;
+use environment::MicrovmEnvironment;
+use flotilla_connect::Connector;
+use flotilla_vmm::qemu::Qemu;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where the level keeps its files on an instance by default.
+pub const DEFAULT_STATE_DIR: &str = "/var/lib/flotilla/microvm";
+
+/// The `microvm` level's configuration (`[runners.microvm]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MicrovmConfig {
+    /// The image of jobs that name none.
+    pub default_image: Option<String>,
+    /// The kernel on the instance; `None`: the newest `/boot/vmlinuz-*` (cloud kernels first).
+    pub kernel: Option<String>,
+    /// The emulator on the instance.
+    pub qemu: String,
+    /// Hardware acceleration (KVM); off, QEMU emulates (TCG).
+    pub kvm: bool,
+    /// Virtual CPUs per VM (a job may ask for fewer: [`sizing`]).
+    pub vcpus: u32,
+    /// Guest memory per VM, in MiB (a job may ask for less: [`sizing`]).
+    pub memory_mib: u32,
+    /// Outbound network for the guest (QEMU user-mode networking: NAT, no inbound).
+    pub network: bool,
+    /// Free space in each VM's root file system beyond the image's files, in MiB (sparse:
+    /// it costs the instance only what the job writes).
+    pub disk_free_mib: u64,
+    /// The TSC frequency the guest kernel is told (`tsc_early_khz`): without it most boots
+    /// under TCG hang calibrating.
+    pub tsc_khz: u32,
+    /// Where the level keeps its files on the instance (cached root file systems and
+    /// initramfs images, each VM's directory).
+    pub state_dir: String,
+    /// Names this runner's VMs, so runners sharing an instance leave each other's alone.
+    pub owner: String,
+    /// How long a VM may take to boot to its agent.
+    pub boot_timeout: Duration,
+}
+
+impl Default for MicrovmConfig {
+    fn default() -> Self {
+        MicrovmConfig {
+            default_image: None,
+            kernel: None,
+            qemu: "qemu-system-x86_64".into(),
+            kvm: false,
+            vcpus: 1,
+            memory_mib: 512,
+            network: true,
+            disk_free_mib: 1024,
+            tsc_khz: 2_000_000,
+            state_dir: DEFAULT_STATE_DIR.into(),
+            owner: "flotilla".into(),
+            boot_timeout: Duration::from_secs(90),
+        }
+    }
+}
+
+impl MicrovmConfig {
+    /// The directory of slot `slot`'s VM on an instance.
+    pub fn vm_dir(&self, slot: usize) -> String {
+        format!("{}/vms/{}-slot-{slot}", self.state_dir, self.owner)
+    }
+
+    /// Where initramfs images are cached.
+    pub fn boot_dir(&self) -> String {
+        format!("{}/boot", self.state_dir)
+    }
+
+    /// Where root file systems are cached.
+    pub fn rootfs_dir(&self) -> String {
+        format!("{}/rootfs", self.state_dir)
+    }
+
+    /// Where snapshots are kept.
+    pub fn snapshots_dir(&self) -> String {
+        format!("{}/snapshots", self.state_dir)
+    }
+}
+
+/// Checks a name that goes into paths: letters, digits and `._-`.
+fn check_owner(owner: &str) -> Result<(), String> {
+    if owner.is_empty()
+        || owner.starts_with('.')
+        || !owner
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+    {
+        return Err(format!(
+            "the microvm owner {owner:?} may hold only letters, digits and `._-`"
+        ));
+    }
+    Ok(())
+}
+
+/// The `microvm` isolation level.
+#[derive(Debug, Clone)]
+pub struct MicrovmIsolation {
+    config: Arc<MicrovmConfig>,
+    qemu: Qemu,
+    clean: crate::shell::CleanSlots,
+    boot_cache: environment::BootCache,
+}
+
+impl MicrovmIsolation {
+    /// The level with `config`; fails for a state directory that is not absolute, an owner
+    /// that cannot be part of a path, or no CPUs or memory.
+    pub fn new(config: MicrovmConfig) -> Result<MicrovmIsolation, IsolateError> {
+        if !config.state_dir.starts_with('/') || config.state_dir.split('/').any(|c| c == "..") {
+            return Err(IsolateError::Configuration(format!(
+                "the microvm state directory {:?} must be an absolute path",
+                config.state_dir
+            )));
+        }
+        check_owner(&config.owner).map_err(IsolateError::Configuration)?;
+        if config.vcpus == 0 || config.memory_mib < sizing::MIN_MEMORY_MIB {
+            return Err(IsolateError::Configuration(format!(
+                "a microVM needs at least 1 vCPU and 64 MiB (asked: {} vCPU, {} MiB)",
+                config.vcpus, config.memory_mib
+            )));
+        }
+        let qemu = Qemu {
+            binary: config.qemu.clone(),
+            ..Qemu::default()
+        };
+        Ok(MicrovmIsolation {
+            config: Arc::new(config),
+            qemu,
+            clean: Default::default(),
+            boot_cache: Default::default(),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &MicrovmConfig {
+        &self.config
+    }
+}
+
+#[async_trait]
+impl Isolation for MicrovmIsolation {
+    fn name(&self) -> &'static str {
+        "microvm"
+    }
+
+    async fn prepare(
+        &self,
+        req: PrepareRequest<'_>,
+    ) -> Result<Box<dyn IsolatedEnvironment>, IsolateError> {
+        let layout = BuildLayout::new(&req.builds_dir, req.slot, req.job)
+            .map_err(IsolateError::Configuration)?;
+        let helper = ShellEnvironment::unconfined(&req, layout.clone(), self.clean.clone());
+        Ok(Box::new(MicrovmEnvironment::new(
+            &req,
+            layout,
+            helper,
+            self.config.clone(),
+            self.qemu.clone(),
+            self.boot_cache.clone(),
+        )))
+    }
+
+    async fn cleanup_instance(
+        &self,
+        connector: Arc<dyn Connector>,
+        instance_id: &str,
+    ) -> Result<usize, IsolateError> {
+        cleanup::sweep(&*connector, instance_id, &self.config, &self.qemu).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn configurations_that_cannot_work_are_refused() {
+        assert!(MicrovmIsolation::new(MicrovmConfig::default()).is_ok());
+        for bad in [
+            MicrovmConfig {
+                state_dir: "relative".into(),
+                ..MicrovmConfig::default()
+            },
+            MicrovmConfig {
+                owner: "a/../b".into(),
+                ..MicrovmConfig::default()
+            },
+            MicrovmConfig {
+                memory_mib: 16,
+                ..MicrovmConfig::default()
+            },
+            MicrovmConfig {
+                vcpus: 0,
+                ..MicrovmConfig::default()
+            },
+        ] {
+            assert!(MicrovmIsolation::new(bad.clone()).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn each_slot_has_its_own_vm_directory() {
+        let c = MicrovmConfig {
+            owner: "flotilla-r1".into(),
+            ..MicrovmConfig::default()
+        };
+        assert_eq!(
+            c.vm_dir(3),
+            "/var/lib/flotilla/microvm/vms/flotilla-r1-slot-3"
+        );
+        assert_ne!(c.vm_dir(0), c.vm_dir(1));
+    }
+}
