@@ -24,10 +24,18 @@ PACKAGES=(
   debootstrap          # offline Debian instance image and test VM image
   cpio kmod            # the test VM's initramfs and modules (scripts/build-vm-image.sh)
   git ca-certificates curl iproute2 procps zip unzip
+  prometheus           # promtool: judges the /metrics exposition
+  python3-prometheus-client  # a second, independent parser of it
+  chromium nodejs npm  # the status page in a real browser (playwright-core from npm)
 )
 
 missing=()
 for p in "${PACKAGES[@]}"; do
+  # A Node.js from elsewhere (NodeSource's nodejs bundles npm and conflicts with Debian's
+  # npm package) serves as well as Debian's: asking apt for npm then would fail.
+  case "$p" in
+    nodejs | npm) command -v "${p/nodejs/node}" >/dev/null 2>&1 && continue ;;
+  esac
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -59,3 +67,11 @@ if ! $SUDO docker version >/dev/null 2>&1; then
   fi
 fi
 log "docker engine: $($SUDO docker version --format '{{.Server.Version}} (API {{.Server.APIVersion}})')"
+
+# The status page test drives Debian's Chromium with playwright-core from npm (pinned by
+# testkit/browser/package-lock.json); no browser is downloaded.
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if [ ! -d "$ROOT/testkit/browser/node_modules/playwright-core" ]; then
+  log "installing playwright-core for the browser test"
+  (cd "$ROOT/testkit/browser" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund)
+fi

@@ -24,6 +24,16 @@ pub enum Infra {
     /// `pids` hierarchies of cgroup v1 (as on this project's CI machine), or cgroup v2 with
     /// those controllers. Needs root.
     Cgroups,
+    /// Prometheus's `promtool` (Debian's `prometheus` package), the parser that judges the
+    /// metrics exposition.
+    Promtool,
+    /// Python 3 with the Prometheus client library (Debian's `python3-prometheus-client`),
+    /// whose text parser is a second, independent judge of the metrics exposition.
+    PythonPrometheusClient,
+    /// Debian's Chromium (`/usr/bin/chromium`), Node.js, and `playwright-core` installed by
+    /// `scripts/setup.sh` under `testkit/browser/node_modules`: a real browser driven by a
+    /// test.
+    Browser,
 }
 
 impl Infra {
@@ -33,6 +43,14 @@ impl Infra {
             Infra::Sshd => "OpenSSH's sshd",
             Infra::Qemu => "QEMU and a kernel",
             Infra::Cgroups => "writable cgroups (root, cgroup v1 cpu/memory/pids or v2)",
+            Infra::Promtool => "Prometheus's promtool (Debian package prometheus)",
+            Infra::PythonPrometheusClient => {
+                "Python's prometheus_client (Debian package python3-prometheus-client)"
+            }
+            Infra::Browser => {
+                "Chromium (Debian package chromium), Node.js and playwright-core \
+                 (testkit/browser, installed by scripts/setup.sh)"
+            }
         }
     }
 }
@@ -43,7 +61,18 @@ pub fn available(infra: Infra) -> bool {
     static SSHD: OnceLock<bool> = OnceLock::new();
     static QEMU: OnceLock<bool> = OnceLock::new();
     static CGROUPS: OnceLock<bool> = OnceLock::new();
+    static PROMTOOL: OnceLock<bool> = OnceLock::new();
+    static PY_PROMETHEUS: OnceLock<bool> = OnceLock::new();
+    static BROWSER: OnceLock<bool> = OnceLock::new();
     match infra {
+        Infra::Promtool => *PROMTOOL.get_or_init(|| runs("promtool", &["--version"])),
+        Infra::PythonPrometheusClient => *PY_PROMETHEUS
+            .get_or_init(|| runs("python3", &["-c", "import prometheus_client.parser"])),
+        Infra::Browser => *BROWSER.get_or_init(|| {
+            std::path::Path::new(CHROMIUM).exists()
+                && runs("node", &["--version"])
+                && browser_dir().join("node_modules/playwright-core").is_dir()
+        }),
         Infra::Cgroups => *CGROUPS.get_or_init(cgroups_writable),
         Infra::Docker => *DOCKER.get_or_init(|| {
             Command::new("docker")
@@ -66,6 +95,25 @@ pub fn available(infra: Infra) -> bool {
             qemu && kernel_path().is_some()
         }),
     }
+}
+
+/// Where Debian installs Chromium.
+pub const CHROMIUM: &str = "/usr/bin/chromium";
+
+/// The directory holding the browser tests' Node.js package (`playwright-core`).
+pub fn browser_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("browser")
+}
+
+/// Whether `program args` runs and succeeds.
+fn runs(program: &str, args: &[&str]) -> bool {
+    Command::new(program)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
 }
 
 /// Whether a cgroup can be made in every hierarchy the cgroup level uses (and removed again).

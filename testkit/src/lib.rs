@@ -6,6 +6,7 @@
 //! - [`images`]: the offline test images (`scripts/build-images.sh`), built once per process.
 //! - [`fake_group`]: [`FakeInstanceGroup`], an in-memory instance group whose latencies and
 //!   faults tests control, deterministic given a seed and tokio's (possibly paused) clock.
+//!   It lives in `flotilla-sim` (so `flotilla simulate` can use it) and is re-exported here.
 //! - [`fake_gitlab`]: [`fake_gitlab::FakeGitLab`], the runner side of GitLab's runner API
 //!   over HTTP on 127.0.0.1, with fault injection and a record of every request.
 //! - [`containers`]: containers a test made, found and removed by label ([`containers::LabelGuard`]).
@@ -21,7 +22,10 @@ pub mod containers;
 #[cfg(feature = "docker-fleet")]
 pub mod docker_fleet;
 pub mod fake_gitlab;
-pub mod fake_group;
+/// The fake instance group, re-exported from `flotilla-sim`.
+pub mod fake_group {
+    pub use flotilla_sim::fake_group::*;
+}
 pub mod images;
 pub mod infra;
 #[cfg(feature = "sim")]

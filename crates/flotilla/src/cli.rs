@@ -1,4 +1,5 @@
-//! The command line: `flotilla run`, `exec`, `status`, `config check`, `--version`.
+//! The command line: `flotilla run`, `exec`, `status`, `config check`, `migrate`,
+//! `simulate`, `--version`.
 //!
 //! [`main`] parses the arguments, sets up logging (`--log-level`, else `RUST_LOG`, else
 //! `info`; always to stderr) and runs the command. [`execute`] runs an already parsed command
@@ -47,6 +48,13 @@ pub enum Command {
     /// Work with configuration files.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Turn a GitLab Runner docker+machine configuration into a flotilla one: prints the new
+    /// configuration, and a report of every setting to stderr; the old file is never
+    /// written.
+    Migrate(crate::migrate::MigrateArgs),
+    /// Run a runner's scaler in virtual time against a workload and a simulated provider:
+    /// instance-hours, idle slot-hours, job waits, plots, and a cost-versus-wait sweep.
+    Simulate(crate::simulate::SimulateArgs),
 }
 
 /// Options of `flotilla run`.
@@ -132,9 +140,10 @@ pub fn main() -> ExitCode {
             return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
         }
     };
-    // `exec` talks to a person: only warnings and errors unless asked for more.
+    // `exec`, `simulate` and `migrate` talk to a person: only warnings and errors unless
+    // asked for more (a simulation's scaler decides thousands of times a simulated day).
     let default_level = match cli.command {
-        Command::Exec(_) => "warn",
+        Command::Exec(_) | Command::Simulate(_) | Command::Migrate(_) => "warn",
         _ => "info",
     };
     if let Err(message) = init_logging(cli.log_level.as_deref(), cli.log_format, default_level) {
@@ -172,6 +181,8 @@ pub fn execute(cli: &Cli, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode 
         Command::Run(args) => crate::run::run(args, err),
         Command::Exec(args) => crate::exec::run(args, out, err),
         Command::Status(args) => crate::status::run(args, out, err),
+        Command::Migrate(args) => crate::migrate::run(args, out, err),
+        Command::Simulate(args) => crate::simulate::run(args, out, err),
     }
 }
 

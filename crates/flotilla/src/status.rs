@@ -53,6 +53,14 @@ pub fn run(args: &StatusArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitC
     match report(&store, SystemTime::now()) {
         Ok(text) => {
             let _ = out.write_all(text.as_bytes());
+            if let Some(address) = config.listen_address.as_deref() {
+                let _ = writeln!(
+                    out,
+                    "\nlive while `flotilla run` runs: the status page at {} (and /metrics, \
+                     /debug/health)",
+                    live_url(address)
+                );
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -60,6 +68,24 @@ pub fn run(args: &StatusArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitC
             ExitCode::FAILURE
         }
     }
+}
+
+/// Where a person on this machine opens the page of `listen_address`: an address that
+/// listens everywhere is reached on `localhost`; port 0 is chosen at start.
+fn live_url(listen_address: &str) -> String {
+    let Some((host, port)) = listen_address.rsplit_once(':') else {
+        return format!("`{listen_address}`");
+    };
+    if port == "0" {
+        return "the address `flotilla run` logs at start (listen_address asks for any \
+                free port)"
+            .to_string();
+    }
+    let host = match host {
+        "" | "0.0.0.0" | "[::]" => "localhost",
+        h => h,
+    };
+    format!("http://{host}:{port}/")
 }
 
 /// The report for every fleet in `store`, as of `now`.
@@ -203,5 +229,15 @@ mod tests {
         assert_eq!(human(Duration::from_secs(192)), "3m12s");
         assert_eq!(human(Duration::from_secs(7500)), "2h05m");
         assert_eq!(human(Duration::from_secs(3 * 86400 + 4 * 3600)), "3d04h");
+    }
+
+    #[test]
+    fn the_live_page_is_where_a_person_on_this_machine_opens_it() {
+        assert_eq!(live_url(":9252"), "http://localhost:9252/");
+        assert_eq!(live_url("0.0.0.0:9252"), "http://localhost:9252/");
+        assert_eq!(live_url("[::]:9252"), "http://localhost:9252/");
+        assert_eq!(live_url("127.0.0.1:9252"), "http://127.0.0.1:9252/");
+        assert_eq!(live_url("[::1]:8093"), "http://[::1]:8093/");
+        assert!(live_url("127.0.0.1:0").contains("logs at start"));
     }
 }

@@ -59,10 +59,13 @@ fn bad_duration() {
 
 #[test]
 fn unsupported_executor() {
+    // A docker+machine runner: flotilla says what it is and how to move on.
     assert_eq!(
         only_error("unsupported-executor.toml"),
-        "F:7:14: executor `docker+machine` is not supported by flotilla; supported: \
-         docker-autoscaler, instance, flotilla, shell, docker"
+        "F:7:14: executor `docker+machine` is GitLab's Docker Machine autoscaler, which \
+         flotilla does not run (GitLab deprecated it in 17.5); `flotilla migrate` on this file \
+         prints the equivalent flotilla configuration (its policies, limits and provider) \
+         without changing the file"
     );
 }
 

@@ -3,6 +3,7 @@
 use super::error::{ClientError, transport_message};
 use super::features::Info;
 use super::job_status::RemoteJobState;
+use super::observe::{ApiObserver, Endpoint};
 use super::redact::redact_url;
 use super::retry::{RetryPolicy, retryable_status, server_hint};
 use super::upload_name::artifact_file_name;
@@ -15,7 +16,7 @@ use futures::StreamExt;
 use reqwest::header::{HeaderMap, HeaderValue};
 use reqwest::{Method, RequestBuilder, Response, Url};
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::io::AsyncWriteExt;
 
@@ -232,6 +233,17 @@ pub struct Client {
     retry: RetryPolicy,
     user_agent: String,
     last_update: Mutex<String>,
+    observer: Option<Observer>,
+}
+
+/// The API observer, shown in `Debug` by its presence only.
+#[derive(Clone)]
+struct Observer(Arc<dyn ApiObserver>);
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApiObserver")
+    }
 }
 
 impl Client {
@@ -269,7 +281,14 @@ impl Client {
             retry: config.retry,
             user_agent,
             last_update: Mutex::new(String::new()),
+            observer: None,
         })
+    }
+
+    /// Tells `observer` about every call that gets an HTTP answer (for metrics).
+    pub fn with_observer(mut self, observer: Arc<dyn ApiObserver>) -> Client {
+        self.observer = Some(Observer(observer));
+        self
     }
 
     /// The info sent with every call.
@@ -316,6 +335,7 @@ impl Client {
     ) -> Result<Response, ClientError> {
         let attempts = self.retry.attempts.max(1);
         let mut attempt = 0;
+        let first_sent = Instant::now();
         loop {
             attempt += 1;
             let request_id = uuid::Uuid::new_v4().simple().to_string();
@@ -346,6 +366,14 @@ impl Client {
                         drop(resp);
                         tokio::time::sleep(delay).await;
                         continue;
+                    }
+                    if let Some(Observer(o)) = &self.observer {
+                        o.request_done(
+                            Endpoint::of(call.method, &call.path),
+                            call.method,
+                            status,
+                            first_sent.elapsed(),
+                        );
                     }
                     return Ok(resp);
                 }

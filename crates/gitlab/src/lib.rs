@@ -16,6 +16,8 @@
 //!   expects it, the runner's health, graceful and forced stop; [`JobHooks`] lets the durable
 //!   store follow every job.
 //! - [`orphan`]: [`report_left_running`], for jobs a previous manager process left running.
+//! - [`observe`]: [`ApiObserver`], told the endpoint, status and duration of every API call
+//!   (the facts of GitLab Runner's request metrics).
 //!
 //! Secrets (the runner token, job tokens) travel only in headers and bodies; they never
 //! appear in logs or errors.
@@ -29,6 +31,7 @@ mod final_update;
 mod health;
 pub mod hooks;
 mod job_status;
+pub mod observe;
 pub mod orphan;
 mod rails_backoff;
 mod redact;
@@ -52,6 +55,7 @@ pub use final_update::FinalReport;
 pub use health::{DEFAULT_UNHEALTHY_INTERVAL, DEFAULT_UNHEALTHY_REQUESTS_LIMIT};
 pub use hooks::{JobHooks, NoJobHooks, StartedJob};
 pub use job_status::RemoteJobState;
+pub use observe::{ApiObserver, Endpoint};
 pub use orphan::{LeftRunning, RecordedEnd, report_left_running};
 pub use redact::redact_url;
 pub use retry::RetryPolicy;

@@ -259,7 +259,11 @@ async fn infra_cgroup_a_fork_bomb_is_held_by_the_process_limit_and_told() {
     let (env, _) = prepared(&iso, &dir.path().join("builds"), &job(1, &[]), 1).await;
     // The sleeps outlive bash's own fork retries (about 15 s), so a refused fork fails the
     // stage even when earlier children could have ended meanwhile.
-    let (status, out) = stage(&*env, "set -e; for i in $(seq 64); do sleep 60 & done; wait").await;
+    let (status, out) = stage(
+        &*env,
+        "set -e; for i in $(seq 64); do sleep 60 & done; wait",
+    )
+    .await;
     assert!(!status.success(), "{out}");
     assert!(
         out.contains("the process limit of slot 1 (16) refused"),

@@ -30,7 +30,7 @@ pub enum Preexisting {
 }
 
 /// Why an instance is being removed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum RemovalReason {
     /// Unused for longer than `idle_time` and not needed for the idle target.
     IdleTime,
@@ -55,6 +55,19 @@ pub enum RemovalReason {
 }
 
 impl RemovalReason {
+    /// Every reason, in a stable order.
+    pub const ALL: [RemovalReason; 9] = [
+        RemovalReason::IdleTime,
+        RemovalReason::MaxUseCount,
+        RemovalReason::Unhealthy,
+        RemovalReason::ReadyUpFailed,
+        RemovalReason::Timeout,
+        RemovalReason::RemovedFromOutside,
+        RemovalReason::Shutdown,
+        RemovalReason::Reconcile,
+        RemovalReason::AcquisitionsAtRestart,
+    ];
+
     /// A short name for logs and metrics.
     pub fn as_str(self) -> &'static str {
         match self {

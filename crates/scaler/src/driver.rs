@@ -17,6 +17,7 @@
 use crate::cause::{Cause, RemovalReason};
 use crate::creation::Failure;
 use crate::desired::{Inputs, desired};
+use crate::history::{DecisionKind, DecisionRecord, FleetEvent};
 use crate::hooks::ReadyUpInstance;
 use crate::journal::JournalEvent;
 use crate::ledger::{Observed, Readiness, requests_doubt_grace};
@@ -103,6 +104,7 @@ fn reconcile(
     let inner = &mut *inner;
     let requested_before = inner.ledger.requested_in_flight();
     let observed = inner.ledger.observe(listing, now);
+    shared.note_observed(inner, &observed, now);
     let mut events = observed_events(inner, &observed, requested_before);
     for (id, cause) in &observed.appeared {
         let left_alone = inner
@@ -137,9 +139,19 @@ fn reconcile(
         let (cause, acquisitions) = (i.cause, i.restored_acquisitions.clone());
         if !acquisitions.is_empty() && !shared.config.keep_instance_with_acquisitions {
             tracing::warn!(instance = %id, jobs = ?acquisitions, "instance had jobs when the previous process stopped; removing it for safety");
-            inner
+            if inner
                 .ledger
-                .mark_removal(&id, RemovalReason::AcquisitionsAtRestart, now);
+                .mark_removal(&id, RemovalReason::AcquisitionsAtRestart, now)
+            {
+                let at = shared.clock.utc();
+                inner.history.push(
+                    at,
+                    FleetEvent::RemovalDecided {
+                        instance: id.clone(),
+                        reason: RemovalReason::AcquisitionsAtRestart,
+                    },
+                );
+            }
             events.extend(inner.ledger.record_of(&id).map(JournalEvent::Instance));
             continue;
         }
@@ -199,7 +211,25 @@ async fn ready_up(shared: Arc<Shared>, instance: ReadyUpInstance) {
             }
         }
     }
+    let event = match &result {
+        Ok(()) => inner
+            .ledger
+            .instance(&instance.id)
+            .map(|i| FleetEvent::Ready {
+                instance: instance.id.clone(),
+                after_creation: now
+                    .saturating_duration_since(i.requested_at.unwrap_or(i.first_seen)),
+            }),
+        Err(e) => Some(FleetEvent::ReadyUpFailed {
+            instance: instance.id.clone(),
+            error: e.clone(),
+        }),
+    };
     inner.ledger.ready_up_done(&instance.id, result, now);
+    if let Some(event) = event {
+        let at = shared.clock.utc();
+        inner.history.push(at, event);
+    }
     shared.fulfil(&mut inner);
     drop(inner);
     shared.wake.notify_one();
@@ -260,12 +290,22 @@ fn plan(shared: &Shared) -> Plan {
         tracing::debug!(decision = %decision.explanation, "capacity");
     }
     let mut delete = Vec::new();
+    let mut idle_removed = false;
     for (id, reason) in &decision.remove {
         if inner.ledger.mark_removal(id, *reason, now) {
             tracing::info!(instance = %id, reason = %reason, "instance marked for removal");
             delete.push(id.clone());
+            idle_removed |= *reason == RemovalReason::IdleTime;
+            inner.history.push(
+                utc,
+                FleetEvent::RemovalDecided {
+                    instance: id.clone(),
+                    reason: *reason,
+                },
+            );
         }
     }
+    let removed = delete.len();
     delete.extend(decision.retry_remove.iter().cloned());
     // Every deletion request is preceded by a committed record of the removal, retries
     // included (their first record may have failed).
@@ -273,13 +313,18 @@ fn plan(shared: &Shared) -> Plan {
         events.extend(inner.ledger.record_of(id).map(JournalEvent::Instance));
     }
     let mut increase = decision.increase;
+    let mut held_back = None;
     if increase > 0 {
         if let Some(until) = inner.creation.blocked_until(now) {
+            held_back = Some(DecisionKind::BackingOff);
             tracing::debug!(?until, "creation backing off after failures");
             retry_at = Some(until);
             increase = 0;
         } else {
             let allowed = inner.creation.throttle.available(increase, now);
+            if allowed == 0 {
+                held_back = Some(DecisionKind::Throttled);
+            }
             if allowed < increase {
                 retry_at = Some(inner.creation.throttle.next_token_at(now).max(now));
             }
@@ -293,6 +338,28 @@ fn plan(shared: &Shared) -> Plan {
             inner.ledger.requested_in_flight(),
         ));
     }
+    let kind = if inner.ledger.shutting_down() {
+        DecisionKind::ShuttingDown
+    } else if increase > 0 {
+        DecisionKind::ScaleUp
+    } else if let Some(kind) = held_back {
+        kind
+    } else if decision.explanation.required > 0 {
+        DecisionKind::AtMaxInstances
+    } else if idle_removed {
+        DecisionKind::ScaleDown
+    } else if removed > 0 {
+        DecisionKind::RemoveUnusable
+    } else {
+        DecisionKind::Hold
+    };
+    inner.history.decided(DecisionRecord {
+        at: utc,
+        kind,
+        requested: increase,
+        removed,
+        explanation: decision.explanation.clone(),
+    });
     inner.last = Some(decision.explanation);
     Plan {
         increase,
@@ -327,6 +394,10 @@ pub(crate) async fn tick(shared: &Arc<Shared>) -> TickOutcome {
         match result {
             Ok(got) => {
                 inner.creation.success(Failure::Increase);
+                if got > 0 {
+                    let at = shared.clock.utc();
+                    inner.history.push(at, FleetEvent::Requested { count: got });
+                }
                 if got < increase {
                     tracing::warn!(asked = increase, got, "provider requested fewer instances");
                     inner.ledger.cancel_requested(increase - got);

@@ -24,6 +24,7 @@ mod creation;
 pub mod desired;
 mod driver;
 mod error;
+mod history;
 mod hooks;
 mod journal;
 pub mod ledger;
@@ -41,6 +42,10 @@ pub use config::{Legacy, ScaleThrottle, ScalerConfig};
 pub use counts::SlotCounts;
 pub use desired::{Decision, Explanation, Inputs, desired};
 pub use error::ScalerError;
+pub use history::{
+    Counters, DECISIONS_KEPT, DecisionKind, DecisionRecord, EVENTS_KEPT, FleetEvent, HistoryEntry,
+    HistoryPage, TaskOperation,
+};
 pub use hooks::{Hooks, NoHooks, ReadyUpInstance};
 pub use journal::{InstanceRecord, Journal, JournalError, JournalEvent, NoJournal, Persisted};
 pub use ledger::Ledger;

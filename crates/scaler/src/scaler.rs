@@ -8,6 +8,7 @@ use crate::creation::Creation;
 use crate::desired::Explanation;
 use crate::driver;
 use crate::error::ScalerError;
+use crate::history::{Counters, DecisionRecord, HistoryPage, TaskOperation};
 use crate::hooks::{Hooks, NoHooks};
 use crate::journal::{Journal, JournalEvent, NoJournal, Persisted};
 use crate::ledger::{KeyState, Ledger, ReserveOptions, SlotCounts, SlotRef, TryAcquire};
@@ -163,6 +164,7 @@ impl ScalerBuilder {
                 signals: HashMap::new(),
                 last: None,
                 creation,
+                history: crate::history::History::new(),
             }),
             group: self.group,
             journal: self.journal,
@@ -244,6 +246,22 @@ impl Scaler {
                 .flatten(),
         };
         let r = inner.ledger.reserve_with(key, options, now);
+        // Counted for the operator only. A reservation refused when every slot the fleet
+        // may have is promised has no capacity even potentially; any other refusal has none
+        // free now, while the fleet may still grow.
+        let op = match &r {
+            Ok(()) => Some(TaskOperation::Reserve),
+            Err(ScalerError::NoCapacity { why, .. }) if why.starts_with("every slot") => {
+                Some(TaskOperation::ReserveIopCapacityFailure)
+            }
+            Err(ScalerError::NoCapacity { .. }) => {
+                Some(TaskOperation::ReserveAvailableCapacityFailure)
+            }
+            Err(_) => None,
+        };
+        if let Some(op) = op {
+            inner.history.task_operation(op);
+        }
         drop(inner);
         if r.is_ok() {
             self.shared.wake.notify_one();
@@ -333,6 +351,7 @@ impl Scaler {
                 _ => {}
             }
             inner.signals.insert(key.to_string(), signal.clone());
+            inner.history.task_operation(TaskOperation::Acquire);
             drop(inner);
             if self.shared.policy_needs_idle() {
                 self.shared.wake.notify_one();
@@ -456,6 +475,36 @@ impl Scaler {
     /// The last decision's explanation (cheap: no copy of the ledgers).
     pub fn last_decision(&self) -> Option<Explanation> {
         self.shared.lock().last.clone()
+    }
+
+    /// The fleet's events from sequence number `from` on (1: all still kept), for readers
+    /// that follow them (metrics); says how many they missed.
+    pub fn history_since(&self, from: u64) -> HistoryPage {
+        self.shared.lock().history.since(from)
+    }
+
+    /// The last decisions that differed from the one before, oldest first, each with its
+    /// explanation.
+    pub fn recent_decisions(&self) -> Vec<DecisionRecord> {
+        self.shared.lock().history.decisions()
+    }
+
+    /// Counters since the scaler started: decisions by kind, scale operations, instances
+    /// requested, removals by reason.
+    pub fn counters(&self) -> Counters {
+        self.shared.lock().history.counters()
+    }
+
+    /// The policy in force now, with its index among the configured ones (`None`: the
+    /// default policy).
+    pub fn policy_in_force(&self) -> (Option<usize>, crate::policy::Policy) {
+        let utc = self.shared.clock.utc();
+        self.shared.lock().schedule.active(utc)
+    }
+
+    /// Calendar time of the scaler's clock (anchored in simulations).
+    pub fn now_utc(&self) -> chrono::DateTime<chrono::Utc> {
+        self.shared.clock.utc()
     }
 
     /// Slot counts (cheap: no copy of the ledgers).

@@ -5,6 +5,7 @@ use crate::clock::Clock;
 use crate::config::ScalerConfig;
 use crate::creation::Creation;
 use crate::desired::Explanation;
+use crate::history::{FleetEvent, History};
 use crate::hooks::Hooks;
 use crate::journal::{Journal, JournalEvent};
 use crate::ledger::{Key, KeyState, Ledger, LostCause, SlotRef};
@@ -38,6 +39,8 @@ pub(crate) struct Inner {
     pub(crate) signals: HashMap<Key, Arc<LostSignal>>,
     pub(crate) last: Option<Explanation>,
     pub(crate) creation: Creation,
+    /// What happened, for operators (never read by a decision).
+    pub(crate) history: History,
 }
 
 /// Everything one scaler's API, driver and tasks share.
@@ -99,6 +102,9 @@ impl Shared {
         );
         let released = inner.ledger.release(key, now);
         if released {
+            inner
+                .history
+                .task_operation(crate::history::TaskOperation::Release);
             self.fulfil(&mut inner);
         }
         drop(inner);
@@ -137,6 +143,65 @@ impl Shared {
                 tracing::error!(error = %e, count = events.len(), "cannot record scaler state; holding the actions back");
                 false
             }
+        }
+    }
+
+    /// Records in the history what a listing changed: instances that appeared, started
+    /// running, or left the fleet. Call with the lock held.
+    pub(crate) fn note_observed(
+        &self,
+        inner: &mut Inner,
+        observed: &crate::ledger::Observed,
+        now: tokio::time::Instant,
+    ) {
+        let at = self.clock.utc();
+        for (id, cause) in &observed.appeared {
+            let after_request = inner
+                .ledger
+                .instance(id)
+                .and_then(|i| i.requested_at)
+                .map(|r| now.saturating_duration_since(r));
+            inner.history.push(
+                at,
+                FleetEvent::Appeared {
+                    instance: id.clone(),
+                    cause: *cause,
+                    after_request,
+                },
+            );
+        }
+        for id in &observed.changed {
+            let Some(i) = inner.ledger.instance(id) else {
+                continue;
+            };
+            // First listed as running in this very listing.
+            if i.running_at == Some(now) {
+                let after_request = i.requested_at.map(|r| now.saturating_duration_since(r));
+                inner.history.push(
+                    at,
+                    FleetEvent::Running {
+                        instance: id.clone(),
+                        after_request,
+                    },
+                );
+            }
+        }
+        for d in &observed.departures {
+            let since = d.requested_at.unwrap_or(d.first_seen);
+            inner.history.push(
+                at,
+                FleetEvent::Gone {
+                    instance: d.id.clone(),
+                    reason: d
+                        .reason
+                        .unwrap_or(crate::cause::RemovalReason::RemovedFromOutside),
+                    after_removal: d
+                        .removal_decided_at
+                        .map(|r| now.saturating_duration_since(r)),
+                    life: now.saturating_duration_since(since),
+                    use_count: d.use_count,
+                },
+            );
         }
     }
 

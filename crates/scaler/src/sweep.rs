@@ -23,6 +23,7 @@ pub(crate) async fn delete_all(shared: &Arc<Shared>) -> usize {
                     let mut inner = shared.lock();
                     let requested_before = inner.ledger.requested_in_flight();
                     let mut observed = inner.ledger.observe(&listing, now);
+                    shared.note_observed(&mut inner, &observed, now);
                     let events = observed_events(&inner, &observed, requested_before);
                     for (_, cause) in &mut observed.lost {
                         *cause = LostCause::Shutdown;
@@ -50,7 +51,16 @@ pub(crate) async fn delete_all(shared: &Arc<Shared>) -> usize {
                 .collect();
             let mut events = Vec::with_capacity(ours.len());
             for id in &ours {
-                inner.ledger.mark_removal(id, RemovalReason::Shutdown, now);
+                if inner.ledger.mark_removal(id, RemovalReason::Shutdown, now) {
+                    let at = shared.clock.utc();
+                    inner.history.push(
+                        at,
+                        crate::history::FleetEvent::RemovalDecided {
+                            instance: id.clone(),
+                            reason: RemovalReason::Shutdown,
+                        },
+                    );
+                }
                 events.extend(inner.ledger.record_of(id).map(JournalEvent::Instance));
             }
             // Done only when a fresh listing shows none of ours (a failed listing proves

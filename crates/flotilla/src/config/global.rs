@@ -2,9 +2,10 @@
 //! table, and the `[[runners]]` list.
 
 use super::duration;
+use super::redact;
 use super::runner::RunnerConfig;
+use flotilla_fleet::Secret;
 use serde::{Deserialize, Serialize};
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -72,6 +73,10 @@ pub struct Config {
     /// The log format.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log_format: Option<LogFormat>,
+    /// Where `/metrics`, `/debug/health` and the status page are served (GitLab's
+    /// `<host>:<port>`; `:9252` is every interface). Unset: not served.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub listen_address: Option<String>,
     /// flotilla extension: `[flotilla]`, settings GitLab Runner does not have.
     pub flotilla: FlotillaConfig,
     /// `[[runners]]`.
@@ -93,6 +98,7 @@ impl Default for Config {
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             log_level: None,
             log_format: None,
+            listen_address: None,
             flotilla: FlotillaConfig::default(),
             runners: Vec::new(),
         }
@@ -100,7 +106,7 @@ impl Default for Config {
 }
 
 /// flotilla extension: the `[flotilla]` table. Every key must be known.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct FlotillaConfig {
     /// flotilla extension: where the SQLite store (ledgers, minted credentials, job records)
@@ -108,10 +114,14 @@ pub struct FlotillaConfig {
     /// absolute against the configuration file's directory.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state_dir: Option<PathBuf>,
-    /// flotilla extension: where the metrics and status page are served
-    /// (`127.0.0.1:9252`); unset means not served.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub listen_address: Option<SocketAddr>,
+    /// flotilla extension: the token the status page asks for. Needed to see the page on a
+    /// `listen_address` other than loopback; when set, asked for on loopback too. Printed as
+    /// `[REDACTED]`.
+    #[serde(
+        serialize_with = "redact::secret_opt",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub status_token: Option<Secret<String>>,
 }
 
 #[cfg(test)]

@@ -26,14 +26,15 @@
 mod autoscaler;
 mod connector;
 mod count;
-mod cron;
+pub(crate) mod cron;
 mod duration;
 mod error;
 mod global;
+mod listen;
 mod redact;
 mod runner;
-mod schema;
-mod source;
+pub(crate) mod schema;
+pub(crate) mod source;
 mod validate;
 
 pub use autoscaler::{
@@ -47,10 +48,12 @@ pub use global::{
     Config, DEFAULT_CHECK_INTERVAL, DEFAULT_CONCURRENT, DEFAULT_SHUTDOWN_TIMEOUT, FlotillaConfig,
     LogFormat, LogLevel,
 };
+pub use listen::{ListenAddress, ListenHost};
 pub use redact::REDACTED;
 pub use runner::{
-    CgroupConfig, CpuQuantity, DEFAULT_SLOT_CGROUP_TEMPLATE, DockerConfig, Executor,
-    InstanceConfig, MemoryQuantity, MicrovmConfig, PullPolicy, RunnerConfig, expand_slot,
+    CgroupConfig, CpuQuantity, DEFAULT_SLOT_CGROUP_TEMPLATE, DOCKER_MACHINE_EXECUTORS,
+    DockerConfig, Executor, InstanceConfig, MemoryQuantity, MicrovmConfig, PullPolicy,
+    RunnerConfig, expand_slot,
 };
 
 use source::{KeyPath, SourceMap, Target};
@@ -201,7 +204,13 @@ fn classify_unknown(
         .as_ref()
         .map_or_else(|| schema::is_strict_area(path), |t| t.strict);
     if strict {
-        let suggestion = schema::suggest(key, known).or_else(|| misplaced_policy_key(&parent, key));
+        let suggestion = schema::suggest(key, known)
+            .or_else(|| misplaced_policy_key(&parent, key))
+            .or_else(|| {
+                // flotilla once read it there; GitLab reads it at the top level.
+                (parent.table_name() == "flotilla" && key == "listen_address")
+                    .then(|| "listen_address at the top level (GitLab's key)".to_string())
+            });
         errors.push(ConfigError::UnknownKey {
             location,
             key: key.to_string(),
@@ -219,8 +228,6 @@ fn classify_unknown(
     let mut message = format!("`{key}` {place} is not used by flotilla; ignored");
     if let Some(s) = schema::suggest(key, known) {
         message.push_str(&format!(" (did you mean `{s}`?)"));
-    } else if table_name.is_empty() && key == "listen_address" {
-        message.push_str(" (flotilla serves metrics at [flotilla] listen_address)");
     }
     warnings.push(Warning { location, message });
 }
@@ -241,6 +248,14 @@ fn normalize(config: &mut Config, base_dir: &Path) {
     }
     if config.shutdown_timeout.is_zero() {
         config.shutdown_timeout = DEFAULT_SHUTDOWN_TIMEOUT;
+    }
+    // GitLab Runner: an empty listen_address serves nothing.
+    if config
+        .listen_address
+        .as_deref()
+        .is_some_and(|a| a.trim().is_empty())
+    {
+        config.listen_address = None;
     }
     let resolve = |p: &Path| -> PathBuf {
         if p.is_absolute() {

@@ -100,10 +100,22 @@ impl fmt::Display for Executor {
     }
 }
 
+/// GitLab's Docker Machine executor (registered under this name in GitLab Runner's
+/// `main.go`): `flotilla migrate` turns its configuration into flotilla's.
+pub const DOCKER_MACHINE_EXECUTORS: [&str; 1] = ["docker+machine"];
+
 impl<'de> Deserialize<'de> for Executor {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let name = String::deserialize(d)?;
         Executor::parse(&name).ok_or_else(|| {
+            if DOCKER_MACHINE_EXECUTORS.contains(&name.as_str()) {
+                return de::Error::custom(format!(
+                    "executor `{name}` is GitLab's Docker Machine autoscaler, which flotilla \
+                     does not run (GitLab deprecated it in 17.5); `flotilla migrate` on this \
+                     file prints the equivalent flotilla configuration (its policies, limits \
+                     and provider) without changing the file"
+                ));
+            }
             de::Error::custom(format!(
                 "executor `{name}` is not supported by flotilla; supported: {}",
                 Executor::NAMES.join(", ")

@@ -64,6 +64,7 @@ pub(crate) fn validate(config: &Config) -> Vec<Finding> {
             "concurrent = 0: no job will ever run",
         );
     }
+    check_listen_address(&mut f, config);
     for (i, runner) in config.runners.iter().enumerate() {
         check_runner(&mut f, &root.key("runners").index(i), runner);
     }
@@ -292,6 +293,7 @@ fn check_autoscaler(f: &mut Findings, path: &KeyPath, a: &AutoscalerConfig) {
     for (k, policy) in a.policy.iter().enumerate() {
         check_policy(f, &path.key("policy").index(k), policy);
     }
+    check_buckets(f, path, a);
 }
 
 fn check_policy(f: &mut Findings, path: &KeyPath, p: &Policy) {
@@ -329,6 +331,73 @@ fn check_policy(f: &mut Findings, path: &KeyPath, p: &Policy) {
             path.key("scale_factor"),
             format!("scale_factor must be 0 or more, got {}", p.scale_factor),
         );
+    }
+}
+
+/// `listen_address` must parse; one that others can reach serves the status page only with
+/// a token.
+fn check_listen_address(f: &mut Findings, config: &Config) {
+    let Some(address) = config.listen_address.as_deref() else {
+        return;
+    };
+    let path = KeyPath::root().key("listen_address");
+    match super::listen::ListenAddress::parse(address) {
+        Err(e) => f.error(path, e),
+        Ok(a) => {
+            let has_token = config
+                .flotilla
+                .status_token
+                .as_ref()
+                .is_some_and(|t| !t.expose().is_empty());
+            if a.is_loopback() != Some(true) && !has_token {
+                f.warn(
+                    path,
+                    format!(
+                        "listen_address `{address}` may be reachable from other machines: \
+                         /metrics and /debug/health are served there as GitLab Runner serves \
+                         them, but the status page is not without [flotilla] status_token"
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// Histogram buckets must be finite and strictly increasing (Prometheus refuses others).
+fn check_buckets(f: &mut Findings, path: &KeyPath, a: &AutoscalerConfig) {
+    for (key, buckets) in [
+        (
+            "instance_operation_time_buckets",
+            &a.instance_operation_time_buckets,
+        ),
+        (
+            "instance_creation_time_buckets",
+            &a.instance_creation_time_buckets,
+        ),
+        (
+            "instance_is_running_time_buckets",
+            &a.instance_is_running_time_buckets,
+        ),
+        (
+            "instance_deletion_time_buckets",
+            &a.instance_deletion_time_buckets,
+        ),
+        (
+            "instance_readiness_time_buckets",
+            &a.instance_readiness_time_buckets,
+        ),
+        (
+            "instance_life_duration_buckets",
+            &a.instance_life_duration_buckets,
+        ),
+    ] {
+        let Some(b) = buckets else { continue };
+        if b.iter().any(|x| !x.is_finite()) || b.windows(2).any(|w| w[0] >= w[1]) {
+            f.error(
+                path.key(key),
+                format!("{key} must be finite numbers in strictly increasing order, got {b:?}"),
+            );
+        }
     }
 }
 

@@ -14,8 +14,13 @@
 //!   cannot work) fires `stop` for all, and the exit status is a failure. GitLab refusing or
 //!   not answering is not such a failure: the runner keeps trying ([`verify`]).
 //!
+//! With `listen_address` set, the manager also serves `/metrics`, `/debug/health` and the
+//! status page ([`monitor`]): the listener and the monitor's follower are tasks of the same
+//! tracker, ended after every runner.
+//!
 //! No task is aborted: each ends when its token says so and is awaited.
 
+mod monitor;
 mod orphans;
 mod runner;
 mod store_hooks;
@@ -155,6 +160,16 @@ async fn daemon(config: Config, rebuild: bool) -> Result<ExitCode> {
     if runners.is_empty() {
         bail!("no runner to run: configure a [[runners]] entry with url and token");
     }
+    let tasks = TaskTracker::new();
+    // Bound before anything starts: a listen_address that cannot be used stops the manager.
+    let served = monitor::serve(&config, &tasks).await?;
+    let mut handles = Vec::with_capacity(runners.len());
+    for runner in &runners {
+        handles.push(match &served {
+            Some(s) => Some(s.monitor.add_runner(&monitor::spec(runner, &system_id))?),
+            None => None,
+        });
+    }
     let concurrent = Arc::new(Semaphore::new(config.concurrent.max(1) as usize));
     let stop = CancellationToken::new();
     let force = CancellationToken::new();
@@ -169,7 +184,6 @@ async fn daemon(config: Config, rebuild: bool) -> Result<ExitCode> {
         force: force.clone(),
     });
 
-    let tasks = TaskTracker::new();
     let signals_done = CancellationToken::new();
     tasks.spawn(handle_signals(
         stop.clone(),
@@ -177,14 +191,17 @@ async fn daemon(config: Config, rebuild: bool) -> Result<ExitCode> {
         signals_done.clone(),
     ));
     let mut runner_tasks = Vec::new();
-    for runner in runners {
+    for (runner, handle) in runners.into_iter().zip(handles) {
         let name = runner.name.clone();
         let shared = shared.clone();
         let stop = stop.clone();
         runner_tasks.push((
             name,
             tasks.spawn(async move {
-                let ended = runner::run_runner(shared, runner).await;
+                let ended = runner::run_runner(shared, runner, handle.clone()).await;
+                if let (Err(e), Some(h)) = (&ended, &handle) {
+                    h.failed(&format!("{e:#}"));
+                }
                 if ended.is_err() {
                     // One runner that cannot start stops the others: the manager exits.
                     stop.cancel();
@@ -216,6 +233,9 @@ async fn daemon(config: Config, rebuild: bool) -> Result<ExitCode> {
         }
     }
     signals_done.cancel();
+    if let Some(s) = &served {
+        s.done.cancel();
+    }
     tasks.close();
     tasks.wait().await;
     match failed {

@@ -13,6 +13,7 @@
 //! Helper loops are ended through their cancellation token and awaited, never aborted, so
 //! nothing they hold (a store transaction, a half-written record) is cut off.
 
+use super::monitor::{ApiMetrics, ObservedExecutor, ObservedHooks};
 use super::orphans::report_orphans;
 use super::store_hooks::StoreHooks;
 use super::verify::verify_until_ok;
@@ -20,10 +21,11 @@ use crate::config::{Config, IsolationLevel, RunnerConfig};
 use crate::fleet::{self, Durable, FleetParts};
 use anyhow::{Context, Result, anyhow, bail};
 use flotilla_gitlab::{
-    Client, ClientConfig, GitLabArtifactStore, Info, JobSource, SlotExecutor, SourceConfig,
-    SourceReport,
+    Client, ClientConfig, GitLabArtifactStore, Info, JobHooks, JobSource, SlotExecutor,
+    SourceConfig, SourceReport,
 };
 use flotilla_job::{LocalCacheStore, RunOptions};
+use flotilla_monitor::RunnerHandle;
 use flotilla_scaler::Scaler;
 use flotilla_store::{Identity, LeaseHolder, ScopeId, Store};
 use std::path::PathBuf;
@@ -73,22 +75,29 @@ fn source_name(runner: &RunnerConfig) -> String {
     format!("gitlab:{}", runner.name)
 }
 
-/// Runs `runner` until the manager stops it. An error means it could not start.
-pub(super) async fn run_runner(shared: Arc<Shared>, runner: RunnerConfig) -> Result<Ended> {
+/// Runs `runner` until the manager stops it, telling `monitor` (when `listen_address` is
+/// set) what it does. An error means it could not start.
+pub(super) async fn run_runner(
+    shared: Arc<Shared>,
+    runner: RunnerConfig,
+    monitor: Option<RunnerHandle>,
+) -> Result<Ended> {
     let Some((url, token)) = runner.gitlab_credentials() else {
         bail!("runner {:?} has no url or token", runner.name);
     };
     let containers = runner.isolation_levels().offers(IsolationLevel::Docker);
     let info = Info::flotilla(runner.executor.as_str(), containers);
-    let client = Arc::new(
-        Client::new(ClientConfig::new(
-            url,
-            token.clone(),
-            shared.system_id.clone(),
-            info,
-        ))
-        .with_context(|| format!("runner {:?}", runner.name))?,
-    );
+    let mut client = Client::new(ClientConfig::new(
+        url,
+        token.clone(),
+        shared.system_id.clone(),
+        info,
+    ))
+    .with_context(|| format!("runner {:?}", runner.name))?;
+    if let Some(m) = &monitor {
+        client = client.with_observer(Arc::new(ApiMetrics(m.clone())));
+    }
+    let client = Arc::new(client);
     let Some(verified) = verify_until_ok(&client, &runner.name, &shared.stop).await else {
         return Ok(Ended::NeverStarted);
     };
@@ -107,7 +116,7 @@ pub(super) async fn run_runner(shared: Arc<Shared>, runner: RunnerConfig) -> Res
     store
         .acquire_lease(scope, &shared.holder, LEASE_TTL, SystemTime::now())
         .with_context(|| format!("runner {:?} ({identity})", runner.name))?;
-    let started = start_fleet(&shared, &runner, provider, &client, scope).await;
+    let started = start_fleet(&shared, &runner, provider, &client, scope, monitor.as_ref()).await;
     let (scaler, source) = match started {
         Ok(s) => s,
         Err(e) => {
@@ -116,6 +125,9 @@ pub(super) async fn run_runner(shared: Arc<Shared>, runner: RunnerConfig) -> Res
         }
     };
 
+    if let Some(m) = &monitor {
+        m.attach(scaler.clone());
+    }
     // The runner's own helpers, ended in order below.
     let helpers = TaskTracker::new();
     let recorder_done = CancellationToken::new();
@@ -154,6 +166,9 @@ pub(super) async fn run_runner(shared: Arc<Shared>, runner: RunnerConfig) -> Res
         () = stops => unreachable!("the stop forwarder never ends"),
     };
     tracing::info!(runner = %runner.name, ?report, "runner stopped taking jobs; its jobs are done");
+    if let Some(m) = &monitor {
+        m.stopping();
+    }
 
     recorder_done.cancel();
     let shutdown = scaler.shutdown(shared.config.shutdown_timeout).await;
@@ -162,6 +177,9 @@ pub(super) async fn run_runner(shared: Arc<Shared>, runner: RunnerConfig) -> Res
     helpers.wait().await;
     if let Err(e) = store.release_lease(scope, &shared.holder) {
         tracing::warn!(runner = %runner.name, error = %e, "cannot release the lease");
+    }
+    if let Some(m) = &monitor {
+        m.stopped();
     }
     Ok(Ended::Stopped {
         report,
@@ -176,6 +194,7 @@ async fn start_fleet(
     provider: fleet::Provider,
     client: &Arc<Client>,
     scope: ScopeId,
+    monitor: Option<&RunnerHandle>,
 ) -> Result<(Scaler, JobSource)> {
     let store = &shared.store;
     let state_dir = &shared.state_dir;
@@ -225,13 +244,30 @@ async fn start_fleet(
         shutdown_timeout: shared.config.shutdown_timeout,
         ..SourceConfig::default()
     };
-    let executor: Arc<dyn SlotExecutor> = fleet.dispatcher.clone();
+    let mut executor: Arc<dyn SlotExecutor> = fleet.dispatcher.clone();
+    let mut hooks: Arc<dyn JobHooks> = Arc::new(StoreHooks {
+        store: store.clone(),
+        scope,
+        source: source_name(runner),
+    });
+    if let Some(m) = monitor {
+        executor = Arc::new(ObservedExecutor {
+            inner: executor,
+            handle: m.clone(),
+            levels: runner
+                .isolation_levels()
+                .all()
+                .iter()
+                .map(|l| l.as_str().to_string())
+                .collect(),
+        });
+        hooks = Arc::new(ObservedHooks {
+            inner: hooks,
+            handle: m.clone(),
+        });
+    }
     let source = JobSource::new(client.clone(), executor, source_config)
-        .with_hooks(Arc::new(StoreHooks {
-            store: store.clone(),
-            scope,
-            source: source_name(runner),
-        }))
+        .with_hooks(hooks)
         .with_concurrent(shared.concurrent.clone());
     Ok((fleet.scaler, source))
 }

@@ -99,6 +99,12 @@ pub struct Instance {
     pub missing_since: Option<Instant>,
     /// Keys of the jobs the durable store says it ran when the previous process stopped.
     pub restored_acquisitions: Vec<Key>,
+    /// When the request it answered was made (instances this scaler requested).
+    pub requested_at: Option<Instant>,
+    /// When a listing first showed it running.
+    pub running_at: Option<Instant>,
+    /// When its ready-up finished.
+    pub ready_at: Option<Instant>,
     pub(crate) acquired: usize,
     pub(crate) reserved: usize,
     /// The listing epoch it was last seen in.
@@ -129,6 +135,9 @@ impl Instance {
             missing: 0,
             missing_since: None,
             restored_acquisitions: Vec::new(),
+            requested_at: None,
+            running_at: None,
+            ready_at: None,
             acquired: 0,
             reserved: 0,
             seen: 0,

@@ -35,6 +35,6 @@ pub use crate::counts::SlotCounts;
 pub use instance::{Instance, Key, Readiness, Removal, Slot, SlotRef};
 pub use keys::{KeyState, TryAcquire};
 pub use ledgers::{Ledger, MISSING_FOR, MISSING_LISTINGS};
-pub use observe::Observed;
+pub use observe::{Departure, Observed};
 pub(crate) use requests::doubt_grace as requests_doubt_grace;
 pub use slots::ReserveOptions;

@@ -39,6 +39,27 @@ pub struct Observed {
     pub created: Vec<InstanceId>,
     /// Keys of jobs that held slots at a crash on instances now gone: their records may go.
     pub released: Vec<Key>,
+    /// What the ledger knew of each instance in `gone`, for the operator's figures.
+    pub departures: Vec<Departure>,
+}
+
+/// An instance that left the ledger, as the ledger knew it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Departure {
+    /// The instance.
+    pub id: InstanceId,
+    /// Why flotilla removed it; `None` when it vanished without being removed.
+    pub reason: Option<RemovalReason>,
+    /// How it came to be known.
+    pub cause: Cause,
+    /// When the scaler first saw it.
+    pub first_seen: Instant,
+    /// When the request it answered was made, if it answered one.
+    pub requested_at: Option<Instant>,
+    /// When its removal was decided, if it was.
+    pub removal_decided_at: Option<Instant>,
+    /// Jobs it ran.
+    pub use_count: u32,
 }
 
 impl Ledger {
@@ -131,12 +152,15 @@ impl Ledger {
             }
             return i;
         }
-        let cause = if self.requested.consume() {
+        let requested_at = self.requested.consume();
+        let cause = if requested_at.is_some() {
             Cause::Requested
         } else {
             Cause::Preexisted
         };
-        Instance::new(entry.id.clone(), entry.state, cause, self.capacity, now)
+        let mut i = Instance::new(entry.id.clone(), entry.state, cause, self.capacity, now);
+        i.requested_at = requested_at;
+        i
     }
 
     /// Instances the listing did not show (or showed as deleted): gone if that is
@@ -193,6 +217,15 @@ impl Ledger {
                         },
                     );
                 }
+                out.departures.push(Departure {
+                    id: id.clone(),
+                    reason: i.removal.as_ref().map(|r| r.reason),
+                    cause: i.cause,
+                    first_seen: i.first_seen,
+                    requested_at: i.requested_at,
+                    removal_decided_at: i.removal.as_ref().map(|r| r.decided_at),
+                    use_count: i.use_count,
+                });
                 out.gone.push((id, i.removal.map(|r| r.reason)));
             }
         }
@@ -248,6 +281,9 @@ fn note(
         // New, restored from the store, or back from a glitch before its ready-up: the
         // driver runs the hook now.
         out.became_running.push(entry.id.clone());
+    }
+    if entry.state == State::Running && i.running_at.is_none() {
+        i.running_at = Some(now);
     }
     if i.cause == Cause::Requested && was != entry.state {
         match entry.state {

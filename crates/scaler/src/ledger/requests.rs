@@ -31,7 +31,8 @@ pub(crate) struct Requests {
     /// Requests given up on (expired, or doubted past their grace): they count neither as
     /// capacity nor against the limit, but an instance that shows up late is still matched
     /// to them, and so recognised as ours, until the deadline.
-    late: Vec<(Instant, usize)>,
+    /// Each entry: its deadline, how many, and when the oldest of them was requested.
+    late: Vec<(Instant, usize, Instant)>,
 }
 
 impl Requests {
@@ -93,17 +94,19 @@ impl Requests {
     pub(crate) fn expire(&mut self, timeout: Duration, now: Instant) -> usize {
         let before = self.total();
         let mut given_up = 0;
+        let mut oldest = now;
         self.pending.retain(|r| {
             let keep = now.saturating_duration_since(r.at) < timeout
                 && r.doubted_until.is_none_or(|d| d > now);
             if !keep {
                 given_up += r.count;
+                oldest = oldest.min(r.at);
             }
             keep
         });
-        self.late.retain(|(deadline, _)| *deadline > now);
+        self.late.retain(|(deadline, _, _)| *deadline > now);
         if given_up > 0 {
-            self.late.push((now + timeout, given_up));
+            self.late.push((now + timeout, given_up, oldest));
         }
         before - self.total()
     }
@@ -112,8 +115,9 @@ impl Requests {
     /// else to a doubted one; else to one given up on. Newest first: a request that will
     /// never be served (its instance vanished before any listing showed it) then ages out
     /// at `request_timeout`, instead of being renewed by every later arrival and holding
-    /// phantom capacity forever.
-    pub(crate) fn consume(&mut self) -> bool {
+    /// phantom capacity forever. Returns when the matched request was made (for the
+    /// operator's creation-time figures), or `None` when nothing was requested.
+    pub(crate) fn consume(&mut self) -> Option<Instant> {
         let pick = self
             .pending
             .iter()
@@ -124,20 +128,22 @@ impl Requests {
                 Some(0)
             });
         if let Some(idx) = pick {
+            let at = self.pending[idx].at;
             self.pending[idx].count -= 1;
             if self.pending[idx].count == 0 {
                 self.pending.remove(idx);
             }
-            return true;
+            return Some(at);
         }
         if let Some(first) = self.late.first_mut() {
+            let at = first.2;
             first.1 -= 1;
             if first.1 == 0 {
                 self.late.remove(0);
             }
-            return true;
+            return Some(at);
         }
-        false
+        None
     }
 }
 

@@ -404,6 +404,7 @@ impl Ledger {
                 Ok(()) => {
                     i.readiness = Readiness::Ready;
                     i.idle_since = now;
+                    i.ready_at = Some(now);
                 }
                 Err(e) => i.readiness = Readiness::Failed(e),
             }

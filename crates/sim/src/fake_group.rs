@@ -107,6 +107,8 @@ struct Inner {
     removed_from_outside: std::collections::HashSet<InstanceId>,
     initialised: bool,
     shut_down: bool,
+    /// Life of the instances that are gone, from creation to gone (what a cloud bills).
+    billed_gone: Duration,
 }
 
 /// An in-memory [`InstanceGroup`] whose latencies and faults tests control.
@@ -129,6 +131,7 @@ impl FakeInstanceGroup {
                 removed_from_outside: Default::default(),
                 initialised: false,
                 shut_down: false,
+                billed_gone: Duration::ZERO,
             }),
         }
     }
@@ -178,9 +181,36 @@ impl FakeInstanceGroup {
     /// Removes an instance as if someone deleted it outside flotilla: it vanishes from the
     /// listing at once. Returns whether it existed.
     pub fn remove_from_outside(&self, id: &str) -> bool {
+        let now = Instant::now();
         let mut inner = self.lock();
         inner.removed_from_outside.insert(id.to_string());
-        inner.instances.remove(id).is_some()
+        match inner.instances.remove(id) {
+            Some(i) => {
+                inner.billed_gone += now.saturating_duration_since(i.created_at);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The summed life of every instance this fake created, from `increase` (or
+    /// [`Self::add_running`]) until it was gone, running ones counted up to now: what a cloud
+    /// would bill.
+    pub fn billed_time(&self) -> Duration {
+        let now = Instant::now();
+        let inner = self.lock();
+        let live: Duration = inner
+            .instances
+            .values()
+            .map(|i| {
+                let end = match i.deleting {
+                    Some((_, gone)) if gone < now => gone,
+                    _ => now,
+                };
+                end.saturating_duration_since(i.created_at)
+            })
+            .sum();
+        inner.billed_gone + live
     }
 
     /// Deletes an instance as if someone deleted it outside flotilla through the provider's
@@ -312,7 +342,10 @@ impl InstanceGroup for FakeInstanceGroup {
             out.push(InstanceStatus::new(id.clone(), state));
         }
         for id in gone {
-            inner.instances.remove(&id);
+            if let Some(i) = inner.instances.remove(&id) {
+                let end = i.deleting.map_or(now, |(_, gone)| gone);
+                inner.billed_gone += end.saturating_duration_since(i.created_at);
+            }
         }
         Ok(out)
     }

@@ -1,0 +1,204 @@
+//! `flotilla simulate` as a person runs it: a runner's configuration and a workload in, the
+//! cost and the waits out, with plots (SVG and PNG) and a cost-versus-wait sweep.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn flotilla(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_flotilla"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap()
+}
+
+fn config(dir: &Path) -> PathBuf {
+    let path = dir.join("config.toml");
+    std::fs::write(
+        &path,
+        r#"concurrent = 20
+[[runners]]
+  name = "sim"
+  url = "https://gitlab.example.com"
+  token = "glrt-simulated-runner"
+  executor = "docker-autoscaler"
+  [runners.autoscaler]
+    plugin = "docker"
+    capacity_per_instance = 2
+    max_instances = 10
+    [[runners.autoscaler.policy]]
+      idle_count = 2
+      idle_time = "5m"
+"#,
+    )
+    .unwrap();
+    path
+}
+
+/// One job a minute for five hours, each two to five minutes long.
+fn workload(dir: &Path) -> PathBuf {
+    let path = dir.join("jobs.csv");
+    let mut csv = String::from("arrival,duration\n");
+    for i in 0..300 {
+        csv.push_str(&format!("{},{}\n", i * 60, 120 + (i % 7) * 30));
+    }
+    std::fs::write(&path, csv).unwrap();
+    path
+}
+
+fn is_png(path: &Path) -> bool {
+    std::fs::read(path).is_ok_and(|b| b.len() > 1000 && b.starts_with(b"\x89PNG\r\n\x1a\n"))
+}
+
+fn is_svg_with_lines(path: &Path) -> bool {
+    std::fs::read_to_string(path).is_ok_and(|s| {
+        s.trim_start().starts_with("<svg")
+            && s.trim_end().ends_with("</svg>")
+            && (s.contains("<polyline") || s.contains("<path"))
+    })
+}
+
+/// The sweep table's rows: value, instance-hours, idle slot-hours, p50, p95, p99.
+fn sweep_rows(stdout: &str) -> Vec<[f64; 6]> {
+    stdout
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<f64> = l
+                .split_whitespace()
+                .map(|w| w.trim_end_matches('s').parse::<f64>())
+                .collect::<Result<_, _>>()
+                .ok()?;
+            (f.len() >= 6).then(|| [f[0], f[1], f[2], f[3], f[4], f[5]])
+        })
+        .collect()
+}
+
+#[test]
+fn a_sweep_of_idle_count_trades_instance_hours_for_waits_and_plots_both() {
+    let dir = tempfile::tempdir().unwrap();
+    let plots = dir.path().join("plots");
+    let out = flotilla(&[
+        "simulate",
+        "--config",
+        config(dir.path()).to_str().unwrap(),
+        "--workload",
+        workload(dir.path()).to_str().unwrap(),
+        "--provider-profile",
+        "cloud-vm",
+        "--sweep",
+        "idle_count=0,2,4",
+        "--plots",
+        plots.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    // The scaler's own decisions are not printed unless asked for.
+    assert!(!stderr.contains("scaling"), "{stderr}");
+    let rows = sweep_rows(&stdout);
+    assert_eq!(rows.len(), 3, "{stdout}");
+    assert_eq!(
+        rows.iter().map(|r| r[0]).collect::<Vec<_>>(),
+        [0.0, 2.0, 4.0]
+    );
+    // More idle capacity: more instance-hours and idle slot-hours, shorter waits. Without
+    // any, a job that finds no free slot waits for a VM (40-90 s in this profile).
+    assert!(
+        rows[0][1] < rows[1][1] && rows[1][1] < rows[2][1],
+        "{stdout}"
+    );
+    assert!(rows[0][2] < rows[2][2], "{stdout}");
+    assert!(rows[0][4] >= 40.0, "{stdout}");
+    assert!(rows[2][4] <= rows[0][4] && rows[2][5] < 40.0, "{stdout}");
+    for name in [
+        "sweep-idle_count",
+        "simulate-idle_count-0",
+        "simulate-idle_count-2",
+        "simulate-idle_count-4",
+    ] {
+        assert!(is_png(&plots.join(format!("{name}.png"))), "{name}.png");
+        assert!(
+            is_svg_with_lines(&plots.join(format!("{name}.svg"))),
+            "{name}.svg"
+        );
+    }
+    // The old files are all it read: nothing written next to them.
+    let mut left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["config.toml", "jobs.csv", "plots"]);
+}
+
+#[test]
+fn a_synthetic_day_reports_cost_waits_and_plots() {
+    let dir = tempfile::tempdir().unwrap();
+    let plots = dir.path().join("plots");
+    let out = flotilla(&[
+        "simulate",
+        "--config",
+        config(dir.path()).to_str().unwrap(),
+        "--workload",
+        "synthetic",
+        "--days",
+        "1",
+        "--jobs-per-hour",
+        "60",
+        "--job-duration",
+        "2m",
+        "--provider-profile",
+        "docker",
+        "--plots",
+        plots.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for what in ["instance-hours", "idle slot-hours", "p50", "p95", "p99"] {
+        assert!(stdout.contains(what), "{what} missing:\n{stdout}");
+    }
+    assert!(is_png(&plots.join("simulate.png")));
+    assert!(is_svg_with_lines(&plots.join("simulate.svg")));
+}
+
+#[test]
+fn bad_input_is_named_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config(dir.path());
+    let bad = dir.path().join("bad.csv");
+    std::fs::write(&bad, "arrival,duration\n0,60\nten,60\n").unwrap();
+    let plots = dir.path().join("plots");
+    for (workload, says) in [
+        (bad.to_str().unwrap(), "bad.csv"),
+        ("/nonexistent/jobs.csv", "/nonexistent/jobs.csv"),
+    ] {
+        let out = flotilla(&[
+            "simulate",
+            "--config",
+            config.to_str().unwrap(),
+            "--workload",
+            workload,
+            "--plots",
+            plots.to_str().unwrap(),
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{workload}");
+        assert!(stderr.contains(says), "{stderr}");
+        assert!(!plots.exists(), "plots written for {workload}");
+    }
+    let out = flotilla(&[
+        "simulate",
+        "--config",
+        config.to_str().unwrap(),
+        "--workload",
+        "synthetic",
+        "--sweep",
+        "idle_time=1,2",
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("idle_time"));
+}
