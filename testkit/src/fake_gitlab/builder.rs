@@ -245,14 +245,15 @@ impl JobBuilder {
             // Every field of `job_info.rb`, typed as Rails renders them: `instance_id` and
             // `instance_uuid` are strings (`Gitlab::GlobalAnonymousId`), and
             // `project_jobs_running_on_instance_runners_count` is `"+Inf"` for a runner that
-            // is not an instance runner (`Ci::BuildRunnerPresenter`).
+            // is not an instance runner (`Ci::BuildRunnerPresenter`). `time_in_queue_seconds`
+            // is whole seconds (`app/models/ci/build.rb`: `(Time.current - queued_at).seconds.to_i`).
             "job_info": {
                 "id": id, "name": self.name, "stage": self.stage, "pipeline_id": 1000,
                 "project_id": 7, "project_name": "project", "project_full_path": "group/project",
                 "namespace_id": 3, "root_namespace_id": 2, "organization_id": 1,
                 "instance_id": "2b5e7d2c0a7c4d3e9f4f8a1b6c0d9e7a",
                 "instance_uuid": "7a3c1f0e-5b2d-4c8e-9f6a-0d1e2f3a4b5c",
-                "user_id": 11, "scoped_user_id": null, "time_in_queue_seconds": 0.42,
+                "user_id": 11, "scoped_user_id": null, "time_in_queue_seconds": 0,
                 "project_jobs_running_on_instance_runners_count": "+Inf",
                 "queue_size": 1, "queue_depth": 0
             },
