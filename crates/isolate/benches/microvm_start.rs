@@ -73,11 +73,7 @@ fn job_with(image: &str, vars: &[(&str, &str)]) -> JobPayload {
         },
         variables: vars
             .iter()
-            .map(|(k, v)| flotilla_job::Variable {
-                key: (*k).into(),
-                value: (*v).into(),
-                ..Default::default()
-            })
+            .map(|(k, v)| flotilla_job::Variable::new(*k, *v))
             .collect(),
         image: Some(Image {
             name: image.into(),

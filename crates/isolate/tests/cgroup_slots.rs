@@ -84,14 +84,7 @@ fn job(id: i64, vars: &[(&str, &str)]) -> JobPayload {
             project_full_path: "group/project".into(),
             ..Default::default()
         },
-        variables: vars
-            .iter()
-            .map(|(k, v)| Variable {
-                key: (*k).into(),
-                value: (*v).into(),
-                ..Variable::default()
-            })
-            .collect(),
+        variables: vars.iter().map(|(k, v)| Variable::new(*k, *v)).collect(),
         ..Default::default()
     }
 }

@@ -30,14 +30,7 @@ fn job(id: i64, name: &str, vars: &[(&str, &str)]) -> JobPayload {
             name: busybox_image(),
             ..Default::default()
         }),
-        variables: vars
-            .iter()
-            .map(|(k, v)| Variable {
-                key: (*k).into(),
-                value: (*v).into(),
-                ..Variable::default()
-            })
-            .collect(),
+        variables: vars.iter().map(|(k, v)| Variable::new(*k, *v)).collect(),
         ..Default::default()
     }
 }

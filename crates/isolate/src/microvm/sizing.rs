@@ -84,14 +84,7 @@ mod tests {
 
     fn job(vars: &[(&str, &str)]) -> JobPayload {
         JobPayload {
-            variables: vars
-                .iter()
-                .map(|(k, v)| Variable {
-                    key: (*k).into(),
-                    value: (*v).into(),
-                    ..Variable::default()
-                })
-                .collect(),
+            variables: vars.iter().map(|(k, v)| Variable::new(*k, *v)).collect(),
             ..Default::default()
         }
     }

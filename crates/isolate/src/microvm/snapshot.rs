@@ -105,14 +105,7 @@ mod tests {
                 name: name.into(),
                 ..Default::default()
             },
-            variables: vars
-                .iter()
-                .map(|(k, v)| Variable {
-                    key: (*k).into(),
-                    value: (*v).into(),
-                    ..Variable::default()
-                })
-                .collect(),
+            variables: vars.iter().map(|(k, v)| Variable::new(*k, *v)).collect(),
             ..Default::default()
         }
     }
