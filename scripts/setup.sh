@@ -75,3 +75,12 @@ if [ ! -d "$ROOT/testkit/browser/node_modules/playwright-core" ]; then
   log "installing playwright-core for the browser test"
   (cd "$ROOT/testkit/browser" && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund)
 fi
+
+# What one part of the suite alone needs (a provider's judge: a Go go-plugin peer, kubectl,
+# moto) is set up by its own script in scripts/setup.d/, run here in name order with the same
+# privileges. Each must be idempotent and log what it installs.
+for part in "$ROOT"/scripts/setup.d/*.sh; do
+  [ -e "$part" ] || continue
+  log "running $(basename "$part")"
+  SUDO="$SUDO" bash "$part"
+done
