@@ -30,6 +30,7 @@ pub mod instance;
 mod isolation;
 pub mod layout;
 pub mod microvm;
+pub mod service;
 pub mod shell;
 pub mod stage_record;
 

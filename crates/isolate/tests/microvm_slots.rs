@@ -8,7 +8,7 @@ use flotilla_connect::Connector;
 use flotilla_connect::local::LocalConnector;
 use flotilla_isolate::microvm::{MicrovmConfig, MicrovmIsolation};
 use flotilla_isolate::{IsolatedEnvironment, Isolation, PrepareRequest};
-use flotilla_job::model::{Image, JobInfo};
+use flotilla_job::model::{Image, JobInfo, Port};
 use flotilla_job::{ExecCommand, ExecSpec, ExitStatus, JobPayload, Place};
 use flotilla_testkit::images::busybox_image;
 use flotilla_testkit::infra::{Infra, require};
@@ -78,7 +78,7 @@ async fn stage(env: &dyn IsolatedEnvironment, place: Place, script: &str) -> (Ex
             command: ExecCommand::Script(script.to_string()),
             stdin: None,
             stdout: Box::new(&mut out),
-            stderr: Box::new(tokio::io::sink()),
+            stderr: Box::new(tokio::io::stderr()),
             cancel: CancellationToken::new(),
         })
         .await
@@ -332,4 +332,99 @@ async fn infra_microvm_a_cancelled_stage_stops_in_the_vm() {
     assert!(st.success());
     assert_eq!(out, "0\n");
     env.cleanup().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn infra_microvm_services_share_a_port_each_in_its_own_namespace() {
+    if !require(Infra::Qemu) || !require(Infra::Docker) {
+        return;
+    }
+    let state = scratch("fl-microvm-state-");
+    let builds = scratch("fl-microvm-builds-");
+    let iso = MicrovmIsolation::new(MicrovmConfig {
+        state_dir: state.path().to_str().unwrap().to_string(),
+        owner: "test-services".into(),
+        memory_mib: 256,
+        network: false,
+        wait_for_services_timeout: std::time::Duration::from_secs(4),
+        ..MicrovmConfig::default()
+    })
+    .unwrap();
+    let image = busybox_image();
+    // Two web servers on port 80, each saying who it is and what job it serves (from the
+    // environment GitLab gives services), and one that dies at once.
+    let web = |alias: &str, word: &str| Image {
+        name: image.clone(),
+        alias: alias.into(),
+        command: vec![
+            "sh".into(),
+            "-c".into(),
+            format!(
+                "mkdir -p /www && echo \"{word} for job $CI_JOB_ID\" >/www/index.html && \
+                 exec httpd -f -p 80 -h /www"
+            ),
+        ],
+        ports: vec![Port {
+            number: 80,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let mut j = job(31, &image);
+    j.services = vec![
+        web("first", "one"),
+        web("second,also-second", "two"),
+        Image {
+            name: image.clone(),
+            alias: "broken".into(),
+            command: vec![
+                "sh".into(),
+                "-c".into(),
+                "echo the broken one gives up; exit 3".into(),
+            ],
+            ports: vec![Port {
+                number: 81,
+                ..Default::default()
+            }],
+            ..Default::default()
+        },
+    ];
+    let (env, log) = prepared(&iso, builds.path(), &j, 0).await;
+    eprintln!("{log}");
+    assert_eq!(log.matches("Starting service").count(), 3, "{log}");
+    assert!(
+        log.contains("Waiting for services to be up and running"),
+        "{log}"
+    );
+    assert!(
+        log.contains("nothing listens on port 81") && log.contains("the broken one gives up"),
+        "the service that died is named with its output: {log}"
+    );
+    assert!(
+        !log.contains("port 80;"),
+        "both web servers answered: {log}"
+    );
+    let (st, out) = stage(
+        &*env,
+        Place::Build,
+        "wget -qO- http://first/; wget -qO- http://second/; wget -qO- http://also-second/; \
+         nc -z 127.0.0.1 80 || echo nothing on port 80 of the job itself",
+    )
+    .await;
+    assert!(st.success(), "{out}");
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "one for job 31",
+            "two for job 31",
+            "two for job 31",
+            "nothing on port 80 of the job itself"
+        ],
+        "{out}"
+    );
+    let vm_dir = iso.config().vm_dir(0);
+    let pid = qemu_of(&vm_dir).expect("the VM's pid file");
+    env.cleanup().await.unwrap();
+    assert!(!alive(pid), "the VM and its services are gone");
+    assert!(!Path::new(&vm_dir).exists());
 }

@@ -5,7 +5,7 @@
 use super::cleanup::remove_dir;
 use super::sizing::{self, VmSize};
 use super::snapshot::{SnapshotPlan, When};
-use super::{MicrovmConfig, rootfs, sync};
+use super::{MicrovmConfig, rootfs, services, sync};
 use crate::command::{helper_command, script_command};
 use crate::exec::run_with;
 use crate::layout::BuildLayout;
@@ -15,6 +15,7 @@ use async_trait::async_trait;
 use flotilla_connect::shell::quote;
 use flotilla_connect::{Connector, ForwardTarget};
 use flotilla_guest::{AGENT, Dialer, GuestConnector};
+use flotilla_job::model::Image;
 use flotilla_job::script::{ANSI_RESET, ANSI_YELLOW};
 use flotilla_job::{EnvError, EnvPaths, Environment, ExecSpec, ExitStatus, Place};
 use flotilla_vmm::qemu::Qemu;
@@ -28,6 +29,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
+
+/// Free space in a service's root file system beyond its image's files, in MiB.
+const SERVICE_DISK_FREE_MIB: u64 = 256;
 
 /// QEMU's user-mode network: the guest's address, its gateway and DNS server.
 const USER_NET: [&str; 3] = ["10.0.2.15/24", "10.0.2.2", "10.0.2.3"];
@@ -69,7 +73,10 @@ pub(crate) struct MicrovmEnvironment {
     config: Arc<MicrovmConfig>,
     qemu: Qemu,
     image: Option<String>,
-    services: Vec<String>,
+    /// The job's services and the environment each gets.
+    services: Vec<(Image, Vec<String>)>,
+    /// The services' root file systems, found while the VM's disks are made.
+    service_roots: OnceLock<Vec<rootfs::Rootfs>>,
     running: OnceLock<Running>,
     side: Mutex<Side>,
     plan: SnapshotPlan,
@@ -127,6 +134,16 @@ impl MicrovmEnvironment {
             },
             req.job,
         );
+        let services = req
+            .job
+            .services
+            .iter()
+            .map(|s| {
+                let env =
+                    crate::service::service_env(req.job, s, &layout.paths, req.slot, "microvm");
+                (s.clone(), env)
+            })
+            .collect();
         MicrovmEnvironment {
             connector: req.connector.clone(),
             instance: req.instance_id.to_string(),
@@ -136,7 +153,8 @@ impl MicrovmEnvironment {
             config,
             qemu,
             image,
-            services: req.job.services.iter().map(|s| s.name.clone()).collect(),
+            services,
+            service_roots: OnceLock::new(),
             running: OnceLock::new(),
             side: Mutex::new(Side::Instance),
             plan: SnapshotPlan::for_job(req.job),
@@ -262,18 +280,20 @@ impl MicrovmEnvironment {
             })?;
         let meta: SnapshotMeta = serde_json::from_slice(&meta)
             .map_err(|e| EnvError::System(format!("the snapshot {key:?} is unreadable: {e}")))?;
-        let top = format!("{dir}/disk-0.qcow2");
-        disk::overlay(host, &top, &snap.disk(0), "qcow2", None)
-            .await
-            .map_err(|e| vmm_error("making the VM's disk over the snapshot's", e))?;
-        let spec = meta.spec.relocated(
-            dir,
-            vec![Disk {
+        // Every disk (the job's root, then one per service) continues in a layer of its own.
+        let mut disks = Vec::new();
+        for i in 0..meta.spec.disks.len() {
+            let top = format!("{dir}/disk-{i}.qcow2");
+            disk::overlay(host, &top, &snap.disk(i), "qcow2", None)
+                .await
+                .map_err(|e| vmm_error("making the VM's disk over the snapshot's", e))?;
+            disks.push(Disk {
                 path: top,
                 format: "qcow2".into(),
                 read_only: false,
-            }],
-        );
+            });
+        }
+        let spec = meta.spec.relocated(dir, disks);
         let vm = self
             .qemu
             .restore(self.connector.clone(), spec, &snap)
@@ -324,20 +344,31 @@ impl MicrovmEnvironment {
                 .insert(self.instance.clone(), found.clone());
             Ok::<_, EnvError>(found)
         };
-        let root_fs = async {
+        let root_fs = |image: String, free_mib: u64| async move {
             rootfs::ensure(
                 host,
                 &self.instance,
                 &image,
                 &self.config.rootfs_dir(),
-                self.config.disk_free_mib,
+                free_mib,
             )
             .await
             .map_err(|e| EnvError::System(e.to_string()))
         };
-        let (pieces, root) = tokio::join!(boot_pieces, root_fs);
+        // Services write little (their data): a smaller margin than the job's.
+        let service_roots = futures::future::join_all(
+            self.services
+                .iter()
+                .map(|(s, _)| root_fs(s.name.clone(), SERVICE_DISK_FREE_MIB)),
+        );
+        let (pieces, root, service_roots) = tokio::join!(
+            boot_pieces,
+            root_fs(image.clone(), self.config.disk_free_mib),
+            service_roots
+        );
         let (kernel_path, initrd_path) = pieces?;
         let root = root?;
+        let service_roots = service_roots.into_iter().collect::<Result<Vec<_>, _>>()?;
         text.push_str(&format!(
             "Using image {image} ({}) as the root file system{}\n",
             root.image_id,
@@ -347,9 +378,26 @@ impl MicrovmEnvironment {
         disk::overlay(host, &top, &root.path, "raw", None)
             .await
             .map_err(|e| vmm_error("making the VM's disk", e))?;
+        let mut disks = vec![Disk {
+            path: top,
+            format: "qcow2".into(),
+            read_only: false,
+        }];
+        for (i, r) in service_roots.iter().enumerate() {
+            let path = format!("{dir}/service-{i}.qcow2");
+            disk::overlay(host, &path, &r.path, "raw", None)
+                .await
+                .map_err(|e| vmm_error("making a service's disk", e))?;
+            disks.push(Disk {
+                path,
+                format: "qcow2".into(),
+                read_only: false,
+            });
+        }
+        let _ = self.service_roots.set(service_roots);
         let mut extra = vec![
             format!("flotilla.hostname={}-slot-{}", self.config.owner, self.slot),
-            "flotilla.root=/dev/vda".to_string(),
+            "flotilla.root=serial:vd0".to_string(),
             "flotilla.rootfstype=ext4".to_string(),
         ];
         if self.config.network {
@@ -370,11 +418,7 @@ impl MicrovmEnvironment {
             kernel: kernel_path,
             initrd: initrd_path,
             cmdline: flotilla_vmm::kernel_cmdline(self.config.tsc_khz, &extra),
-            disks: vec![Disk {
-                path: top,
-                format: "qcow2".into(),
-                read_only: false,
-            }],
+            disks,
             user_net: self.config.network,
             dir: dir.to_string(),
         };
@@ -406,6 +450,43 @@ impl MicrovmEnvironment {
         }
         let _ = self.guest_env.set((env.clone(), image));
         Ok((vm, env, "up".to_string()))
+    }
+
+    /// Boots the VM (or restores it), then starts the job's services in it unless they came
+    /// with the snapshot.
+    async fn boot_and_start_services(&self, text: &mut String) -> Result<(), EnvError> {
+        self.boot(text).await?;
+        if self.services.is_empty() {
+            return Ok(());
+        }
+        if self.restored.load(Ordering::SeqCst) {
+            text.push_str(
+                "The services run as the snapshot kept them; the job's own list is not started \
+                 again\n",
+            );
+            return Ok(());
+        }
+        let roots = self.service_roots.get().cloned().unwrap_or_default();
+        let planned: Vec<services::Planned> = self
+            .services
+            .iter()
+            .zip(roots)
+            .map(|((image, env), rootfs)| services::Planned {
+                ports: crate::service::service_ports(image, &rootfs.exposed_ports),
+                image: image.clone(),
+                rootfs,
+                env: env.clone(),
+            })
+            .collect();
+        let lines = services::start(
+            &*self.guest()?,
+            &planned,
+            self.config.wait_for_services_timeout,
+        )
+        .await
+        .map_err(EnvError::System)?;
+        text.push_str(&lines);
+        Ok(())
     }
 
     /// Saves the VM as snapshot `key` (it runs on); returns the line for the job's log.
@@ -524,11 +605,12 @@ impl Environment for MicrovmEnvironment {
             "Using microvm isolation on instance {} (slot {})\n",
             self.instance, self.slot
         );
-        if !self.services.is_empty() {
-            text.push_str(&format!(
-                "{ANSI_YELLOW}WARNING: services are not started at the microvm level yet: {}{ANSI_RESET}\n",
-                self.services.join(", ")
-            ));
+        if self.services.len() > services::MAX_SERVICES {
+            return Err(EnvError::System(format!(
+                "the job has {} services; a microVM runs at most {}",
+                self.services.len(),
+                services::MAX_SERVICES
+            )));
         }
         for w in self.plan.warnings.iter().chain(&self.size.1) {
             text.push_str(&format!("{ANSI_YELLOW}WARNING: {w}{ANSI_RESET}\n"));
@@ -545,7 +627,7 @@ impl Environment for MicrovmEnvironment {
             }
         }
         let booted = tokio::select! {
-            r = self.boot(&mut text) => r,
+            r = self.boot_and_start_services(&mut text) => r,
             () = cancel.cancelled() => Err(EnvError::Canceled),
         };
         log.write_all(text.as_bytes())

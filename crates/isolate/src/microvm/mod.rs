@@ -23,11 +23,13 @@
 //! - **Snapshots** ([`snapshot`]): `FLOTILLA_SNAPSHOT` saves the VM after `step_script`,
 //!   `FLOTILLA_RESTORE_FROM` starts a job's VM from a saved one instead of booting.
 //!
-//! Services are not started at this level yet (the job's log says so).
+//! - **Services** ([`services`]): each in the job's VM from its own image, on a disk of its
+//!   own, in a network namespace of its own, named by its aliases in `/etc/hosts`.
 
 mod cleanup;
 mod environment;
 pub mod rootfs;
+pub mod services;
 pub mod sizing;
 pub mod snapshot;
 pub mod sync;
@@ -75,6 +77,8 @@ pub struct MicrovmConfig {
     pub owner: String,
     /// How long a VM may take to boot to its agent.
     pub boot_timeout: Duration,
+    /// How long the job waits for its services' ports before it starts anyway.
+    pub wait_for_services_timeout: Duration,
 }
 
 impl Default for MicrovmConfig {
@@ -92,6 +96,7 @@ impl Default for MicrovmConfig {
             state_dir: DEFAULT_STATE_DIR.into(),
             owner: "flotilla".into(),
             boot_timeout: Duration::from_secs(90),
+            wait_for_services_timeout: Duration::from_secs(30),
         }
     }
 }
