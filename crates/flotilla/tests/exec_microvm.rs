@@ -258,3 +258,41 @@ look:
     }
     assert!(vms_under(&state_dir).is_empty(), "every VM is gone");
 }
+
+/// Without `--config`, on a host that has QEMU, a kernel and Docker, the embedded default
+/// offers `microvm` beside `shell`: a job asks for it and runs in a VM.
+#[test]
+fn infra_microvm_the_embedded_default_offers_microvm_on_a_host_that_can_boot_vms() {
+    if !require(Infra::Qemu) || !require(Infra::Docker) {
+        return;
+    }
+    let image = busybox_image();
+    let p = Project::with_pipeline(&format!(
+        r#"
+on-the-host:
+  script: [echo "host pid 1 is $(cat /proc/1/comm)"]
+in-a-vm:
+  image: {image}
+  variables:
+    FLOTILLA_ISOLATION: microvm
+  script:
+    - echo "vm pid 1 is $(cat /proc/1/comm)"
+"#
+    ));
+    p.commit("pipeline");
+    let run = p.exec(&[]);
+    run.expect_code(0);
+    assert!(
+        run.stderr.contains("this host, shell | microvm isolation"),
+        "the embedded default names both levels: {}",
+        run.stderr
+    );
+    let vm = p.log("in-a-vm");
+    assert!(vm.contains("Using microvm isolation"), "{vm}");
+    assert!(vm.contains("\nvm pid 1 is init"), "{vm}");
+    let host = p.log("on-the-host");
+    assert!(
+        !host.contains("microvm") && !host.contains("pid 1 is init"),
+        "{host}"
+    );
+}

@@ -12,6 +12,7 @@ use flotilla_job::model::{Image, JobInfo, Port};
 use flotilla_job::{ExecCommand, ExecSpec, ExitStatus, JobPayload, Place};
 use flotilla_testkit::images::busybox_image;
 use flotilla_testkit::infra::{Infra, require};
+use flotilla_testkit::vms::VmGuard;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -115,6 +116,8 @@ async fn infra_microvm_a_job_runs_in_its_own_vm_and_its_files_follow_the_stages(
         return;
     }
     let state = scratch("fl-microvm-state-");
+    // A failed assertion must not leave VMs running.
+    let _vms = VmGuard::new(state.path());
     let builds = scratch("fl-microvm-builds-");
     let iso = level(state.path(), "test-run");
     let image = busybox_image();
@@ -203,6 +206,8 @@ async fn infra_microvm_a_dead_managers_vm_is_killed_by_the_sweep() {
         return;
     }
     let state = scratch("fl-microvm-state-");
+    // A failed assertion must not leave VMs running.
+    let _vms = VmGuard::new(state.path());
     let builds = scratch("fl-microvm-builds-");
     let iso = level(state.path(), "test-sweep");
     let (env, _) = prepared(&iso, builds.path(), &job(8, &busybox_image()), 0).await;
@@ -259,6 +264,8 @@ async fn infra_microvm_a_job_reaches_out_through_user_mode_networking() {
             .unwrap();
     });
     let state = scratch("fl-microvm-state-");
+    // A failed assertion must not leave VMs running.
+    let _vms = VmGuard::new(state.path());
     let builds = scratch("fl-microvm-builds-");
     let iso = MicrovmIsolation::new(MicrovmConfig {
         state_dir: state.path().to_str().unwrap().to_string(),
@@ -298,6 +305,8 @@ async fn infra_microvm_a_cancelled_stage_stops_in_the_vm() {
         return;
     }
     let state = scratch("fl-microvm-state-");
+    // A failed assertion must not leave VMs running.
+    let _vms = VmGuard::new(state.path());
     let builds = scratch("fl-microvm-builds-");
     let iso = level(state.path(), "test-cancel");
     let (env, _) = prepared(&iso, builds.path(), &job(11, &busybox_image()), 0).await;
@@ -340,6 +349,8 @@ async fn infra_microvm_services_share_a_port_each_in_its_own_namespace() {
         return;
     }
     let state = scratch("fl-microvm-state-");
+    // A failed assertion must not leave VMs running.
+    let _vms = VmGuard::new(state.path());
     let builds = scratch("fl-microvm-builds-");
     let iso = MicrovmIsolation::new(MicrovmConfig {
         state_dir: state.path().to_str().unwrap().to_string(),

@@ -13,6 +13,7 @@ use flotilla_job::model::{Image, JobInfo};
 use flotilla_job::{ExecCommand, ExecSpec, ExitStatus, JobPayload, Place, Variable};
 use flotilla_testkit::images::busybox_image;
 use flotilla_testkit::infra::{Infra, require};
+use flotilla_testkit::vms::VmGuard;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -85,6 +86,8 @@ async fn infra_microvm_a_failed_job_is_saved_and_a_matrix_branches_from_it() {
         .prefix("fl-microvm-snap-")
         .tempdir_in("/tmp")
         .unwrap();
+    // A failed assertion must not leave VMs running.
+    let _vms = VmGuard::new(state.path());
     let builds = tempfile::Builder::new()
         .prefix("fl-microvm-builds-")
         .tempdir_in("/tmp")
