@@ -257,6 +257,90 @@ look:
         );
     }
     assert!(vms_under(&state_dir).is_empty(), "every VM is gone");
+
+    // `flotilla debug` starts the failed job's VM again: a command, a shell reading its
+    // input, and a shell on a terminal (util-linux `script` gives it one).
+    let cfg = config.to_str().unwrap();
+    let cmd = p.flotilla(&[
+        "debug",
+        "--config",
+        cfg,
+        "broken",
+        "--",
+        "sh",
+        "-c",
+        "cat /root/clue; pwd; exit 5",
+    ]);
+    assert_eq!(cmd.code, 5, "{}\n{}", cmd.stdout, cmd.stderr);
+    assert!(
+        cmd.stdout.starts_with("left for debugging\n"),
+        "{}",
+        cmd.stdout
+    );
+    assert!(
+        cmd.stdout.contains("/project"),
+        "the shell starts in the job's project directory: {}",
+        cmd.stdout
+    );
+    assert!(
+        cmd.stderr.contains("Restored snapshot broken"),
+        "{}",
+        cmd.stderr
+    );
+    let piped = debug_with_input(
+        p.path(),
+        &["debug", "--config", cfg, "broken"],
+        "echo changed > /root/clue; cat /root/clue; exit 3\n",
+    );
+    assert_eq!(piped.0, 3, "{piped:?}");
+    assert_eq!(piped.1, "changed\n", "{piped:?}");
+    let line = format!(
+        "{} debug --config {cfg} broken",
+        env!("CARGO_BIN_EXE_flotilla")
+    );
+    let on_terminal = debug_with_input(
+        p.path(),
+        &["script", "-qec", &line, "/dev/null"],
+        "tty; cat /root/clue; exit 4\n",
+    );
+    assert_eq!(on_terminal.0, 4, "{on_terminal:?}");
+    assert!(
+        on_terminal.1.contains("/dev/pts/") && on_terminal.1.contains("left for debugging"),
+        "a terminal in the VM, and the snapshot as it was (the change above was thrown \
+         away): {on_terminal:?}"
+    );
+    assert!(vms_under(&state_dir).is_empty(), "every debug VM is gone");
+}
+
+/// Runs `flotilla ARGS` (or `script` when `args[0]` is) in `dir` with `input` on stdin: its
+/// exit code, stdout and stderr.
+fn debug_with_input(dir: &std::path::Path, args: &[&str], input: &str) -> (i32, String, String) {
+    use std::io::Write;
+    let (program, rest) = if args[0] == "script" {
+        ("script", &args[1..])
+    } else {
+        (env!("CARGO_BIN_EXE_flotilla"), args)
+    };
+    let mut child = std::process::Command::new(program)
+        .args(rest)
+        .current_dir(dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// Without `--config`, on a host that has QEMU, a kernel and Docker, the embedded default

@@ -88,13 +88,18 @@ pub fn docker(cx: &LevelContext<'_>) -> Result<Arc<dyn Isolation>> {
 /// `microvm`: each job's build stages in a QEMU microVM of their own, booted from the job's
 /// image (`[runners.microvm]`).
 pub fn microvm(cx: &LevelContext<'_>) -> Result<Arc<dyn Isolation>> {
-    let m = cx.runner.microvm.clone().unwrap_or_default();
+    Ok(Arc::new(microvm_level(cx.runner)?))
+}
+
+/// The `microvm` level of `runner` as its own type (`flotilla debug` restores its snapshots).
+pub fn microvm_level(runner: &RunnerConfig) -> Result<MicrovmIsolation> {
+    let m = runner.microvm.clone().unwrap_or_default();
     let defaults = MicrovmConfig::default();
     let config = MicrovmConfig {
         default_image: m
             .image
             .clone()
-            .or_else(|| cx.runner.docker.as_ref().and_then(|d| d.image.clone())),
+            .or_else(|| runner.docker.as_ref().and_then(|d| d.image.clone())),
         kernel: m.kernel.clone(),
         qemu: m.qemu.clone().unwrap_or(defaults.qemu.clone()),
         kvm: m.kvm,
@@ -113,12 +118,11 @@ pub fn microvm(cx: &LevelContext<'_>) -> Result<Arc<dyn Isolation>> {
             .and_then(|q| q.bytes())
             .map_or(defaults.disk_free_mib, |b| b >> 20),
         state_dir: m.state_dir.clone().unwrap_or(defaults.state_dir.clone()),
-        owner: owner_name(&cx.runner.name),
+        owner: owner_name(&runner.name),
         ..defaults
     };
-    Ok(Arc::new(MicrovmIsolation::new(config).with_context(
-        || format!("runner {:?}: the microvm level", cx.runner.name),
-    )?))
+    MicrovmIsolation::new(config)
+        .with_context(|| format!("runner {:?}: the microvm level", runner.name))
 }
 
 /// A runner's name as part of a path: `flotilla-<name>` with anything but letters, digits

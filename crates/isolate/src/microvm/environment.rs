@@ -3,6 +3,7 @@
 //! two when the side that runs changes.
 
 use super::cleanup::remove_dir;
+use super::restore::{self, SnapshotMeta};
 use super::sizing::{self, VmSize};
 use super::snapshot::{SnapshotPlan, When};
 use super::{MicrovmConfig, rootfs, services, sync};
@@ -23,7 +24,6 @@ use flotilla_vmm::{
     Accel, AfterSnapshot, Disk, Machine, SnapshotFiles, Vm, VmSpec, Vmm, VmmError, disk, initramfs,
     kernel,
 };
-use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
@@ -43,15 +43,6 @@ enum Side {
     Instance,
     /// In the VM (a build stage ran last).
     Vm,
-}
-
-/// What a snapshot keeps besides the VM's state and disk: the machine it must be restored
-/// into, the guest's base environment and the image it came from.
-#[derive(Debug, Serialize, Deserialize)]
-struct SnapshotMeta {
-    spec: VmSpec,
-    env: Vec<(String, String)>,
-    image: String,
 }
 
 /// A started VM, the guest's base environment, and how it started (for the log).
@@ -262,43 +253,17 @@ impl MicrovmEnvironment {
         Ok(())
     }
 
-    /// Starts the VM from snapshot `key`: the machine it was taken of, in `dir`, writing to
-    /// a layer of its own over the snapshot's disk.
+    /// Starts the VM from snapshot `key` in `dir`.
     async fn restore(&self, key: &str, dir: &str) -> Result<Booted, EnvError> {
-        let host = &*self.connector;
-        let snap = SnapshotFiles {
-            dir: format!("{}/{key}", self.config.snapshots_dir()),
-        };
-        let meta = flotilla_vmm::host::read(host, &format!("{}/meta.json", snap.dir))
-            .await
-            .map_err(|_| {
-                EnvError::System(format!(
-                    "no snapshot {key:?} on instance {} (snapshots stay on the instance that \
-                     took them)",
-                    self.instance
-                ))
-            })?;
-        let meta: SnapshotMeta = serde_json::from_slice(&meta)
-            .map_err(|e| EnvError::System(format!("the snapshot {key:?} is unreadable: {e}")))?;
-        // Every disk (the job's root, then one per service) continues in a layer of its own.
-        let mut disks = Vec::new();
-        for i in 0..meta.spec.disks.len() {
-            let top = format!("{dir}/disk-{i}.qcow2");
-            disk::overlay(host, &top, &snap.disk(i), "qcow2", None)
-                .await
-                .map_err(|e| vmm_error("making the VM's disk over the snapshot's", e))?;
-            disks.push(Disk {
-                path: top,
-                format: "qcow2".into(),
-                read_only: false,
-            });
-        }
-        let spec = meta.spec.relocated(dir, disks);
-        let vm = self
-            .qemu
-            .restore(self.connector.clone(), spec, &snap)
-            .await
-            .map_err(|e| vmm_error(&format!("restoring snapshot {key:?}"), e))?;
+        let (vm, meta) = restore::restore(
+            self.connector.clone(),
+            &self.qemu,
+            &self.config,
+            &self.instance,
+            key,
+            dir,
+        )
+        .await?;
         let _ = self.guest_env.set((meta.env.clone(), meta.image.clone()));
         self.restored.store(true, Ordering::SeqCst);
         Ok((
@@ -519,6 +484,7 @@ impl MicrovmEnvironment {
             spec: running.vm.spec().clone(),
             env,
             image,
+            project_dir: Some(self.layout.paths.project_dir.clone()),
         };
         let meta = serde_json::to_vec(&meta)
             .map_err(|e| EnvError::System(format!("describing the snapshot: {e}")))?;

@@ -23,11 +23,15 @@
 //! - **Snapshots** ([`snapshot`]): `FLOTILLA_SNAPSHOT` saves the VM after `step_script`,
 //!   `FLOTILLA_RESTORE_FROM` starts a job's VM from a saved one instead of booting.
 //!
+//! - **Debugging** ([`debug`]): a snapshot restored into a VM of its own for a person
+//!   (`flotilla debug`), thrown away after.
 //! - **Services** ([`services`]): each in the job's VM from its own image, on a disk of its
 //!   own, in a network namespace of its own, named by its aliases in `/etc/hosts`.
 
 mod cleanup;
+pub mod debug;
 mod environment;
+mod restore;
 pub mod rootfs;
 pub mod services;
 pub mod sizing;
