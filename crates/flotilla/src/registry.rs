@@ -85,6 +85,10 @@ pub fn isolations() -> Vec<IsolationEntry> {
             level: IsolationLevel::Microvm,
             build: levels::microvm,
         },
+        IsolationEntry {
+            level: IsolationLevel::Vm,
+            build: levels::vm,
+        },
     ]
 }
 
@@ -181,13 +185,16 @@ mod tests {
     }
 
     #[test]
-    fn a_level_this_build_lacks_is_refused_by_name() {
-        let e = isolation(IsolationLevel::Vm).unwrap_err();
-        assert_eq!(e.name, "vm");
-        assert!(
-            ["shell", "cgroup", "docker", "instance", "microvm"]
-                .iter()
-                .all(|l| e.available.contains(l))
-        );
+    fn every_level_is_registered() {
+        for level in [
+            IsolationLevel::Shell,
+            IsolationLevel::Cgroup,
+            IsolationLevel::Docker,
+            IsolationLevel::Instance,
+            IsolationLevel::Microvm,
+            IsolationLevel::Vm,
+        ] {
+            assert_eq!(isolation(level).unwrap().level, level);
+        }
     }
 }

@@ -380,3 +380,67 @@ in-a-vm:
         "{host}"
     );
 }
+
+/// The `vm` level in the real binary: a job asking for it runs every stage, the checkout
+/// included, in a full VM (`q35`) booted from the configured image, which is deleted after.
+#[test]
+fn infra_vm_exec_runs_a_job_in_a_full_vm() {
+    if !require(Infra::Qemu) {
+        return;
+    }
+    let disk = flotilla_testkit::vms::vm_image().disk;
+    let state = tempfile::Builder::new()
+        .prefix("fl-exec-vm-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let _vms = flotilla_testkit::vms::VmGuard::new(state.path());
+    let state_dir = state.path().to_str().unwrap().to_string();
+    let p = Project::with_pipeline(
+        r#"
+in-a-vm:
+  variables:
+    FLOTILLA_ISOLATION: vm
+  script:
+    - cat checked-out.txt
+    - echo "pid 1 is $(cat /proc/1/comm) on $(hostname)"
+"#,
+    );
+    p.write("checked-out.txt", "this came from the repository\n");
+    p.write(
+        "fleet.toml",
+        &format!(
+            r#"
+[[runners]]
+  name = "full"
+  executor = "flotilla"
+  [runners.autoscaler]
+    plugin = "local"
+    capacity_per_instance = 1
+    isolation = ["shell", "vm"]
+    [runners.autoscaler.vm_isolation]
+      enabled = true
+      image = "{disk}"
+  [runners.vm]
+    memory = "512Mi"
+    network = false
+    state_dir = "{state_dir}"
+"#,
+            disk = disk.display()
+        ),
+    );
+    p.commit("pipeline, file and config");
+    let config = p.path().join("fleet.toml");
+    let run = p.exec(&["--config", config.to_str().unwrap()]);
+    let log = p.log("in-a-vm");
+    assert_eq!(run.code, 0, "{}\n{}\n{log}", run.stdout, run.stderr);
+    assert!(log.contains("Using vm isolation"), "{log}");
+    assert!(log.contains("\nthis came from the repository"), "{log}");
+    assert!(
+        log.contains("\npid 1 is init on flotilla-full-slot-0"),
+        "{log}"
+    );
+    assert!(
+        vms_under(&state_dir).is_empty(),
+        "the VM is deleted after the job"
+    );
+}

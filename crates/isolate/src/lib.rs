@@ -33,6 +33,7 @@ pub mod microvm;
 pub mod service;
 pub mod shell;
 pub mod stage_record;
+pub mod vm;
 
 pub use cgroup::{CgroupConfig, CgroupIsolation};
 pub use docker::{DockerIsolation, DockerIsolationConfig};

@@ -5,6 +5,7 @@ use crate::config::{PullPolicy, RunnerConfig};
 use anyhow::{Context, Result};
 use flotilla_isolate::cgroup::{DEFAULT_ROOT, SlotLimits};
 use flotilla_isolate::docker::SlotCgroupTemplates;
+use flotilla_isolate::vm::{VmLevel, VmLevelConfig};
 use flotilla_isolate::{
     CgroupConfig, CgroupIsolation, DockerIsolation, DockerIsolationConfig, InstanceIsolation,
     Isolation, MicrovmConfig, MicrovmIsolation, ShellIsolation,
@@ -123,6 +124,47 @@ pub fn microvm_level(runner: &RunnerConfig) -> Result<MicrovmIsolation> {
     };
     MicrovmIsolation::new(config)
         .with_context(|| format!("runner {:?}: the microvm level", runner.name))
+}
+
+/// `vm`: a full VM per slot (QEMU `q35`) from a prepared disk, every stage in it, as GitLab's
+/// VM isolation runs a job in a nesting VM (`[runners.autoscaler.vm_isolation]`,
+/// `[runners.instance] allowed_images`, `[runners.vm]`).
+pub fn vm(cx: &LevelContext<'_>) -> Result<Arc<dyn Isolation>> {
+    let runner = cx.runner;
+    let v = runner.vm.clone().unwrap_or_default();
+    let defaults = VmLevelConfig::default();
+    let isolation = runner
+        .autoscaler
+        .as_ref()
+        .map(|a| a.vm_isolation.clone())
+        .unwrap_or_default();
+    let config = VmLevelConfig {
+        default_image: Some(isolation.image).filter(|i| !i.is_empty()),
+        allowed_images: runner
+            .instance
+            .as_ref()
+            .map(|i| i.allowed_images.clone())
+            .unwrap_or_default(),
+        images_dir: v.images_dir.clone(),
+        kernel: v.kernel.clone(),
+        qemu: v.qemu.clone().unwrap_or(defaults.qemu.clone()),
+        kvm: v.kvm,
+        vcpus: v.cpus.unwrap_or(defaults.vcpus),
+        memory_mib: v
+            .memory
+            .as_ref()
+            .and_then(|q| q.bytes())
+            .map_or(defaults.memory_mib, |b| {
+                u32::try_from(b >> 20).unwrap_or(u32::MAX)
+            }),
+        network: v.network.unwrap_or(defaults.network),
+        state_dir: v.state_dir.clone().unwrap_or(defaults.state_dir.clone()),
+        owner: owner_name(&runner.name),
+        ..defaults
+    };
+    Ok(Arc::new(VmLevel::new(config).with_context(|| {
+        format!("runner {:?}: the vm level", runner.name)
+    })?))
 }
 
 /// A runner's name as part of a path: `flotilla-<name>` with anything but letters, digits

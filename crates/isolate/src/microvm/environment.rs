@@ -2,6 +2,7 @@
 //! the guest agent, helper stages on the instance, the job's directories copied between the
 //! two when the side that runs changes.
 
+use super::boot::{BootCache, BootWanted, boot_pieces};
 use super::cleanup::remove_dir;
 use super::restore::{self, SnapshotMeta};
 use super::sizing::{self, VmSize};
@@ -15,14 +16,13 @@ use crate::{IsolateError, IsolatedEnvironment, PrepareRequest};
 use async_trait::async_trait;
 use flotilla_connect::shell::quote;
 use flotilla_connect::{Connector, ForwardTarget};
-use flotilla_guest::{AGENT, Dialer, GuestConnector};
+use flotilla_guest::{Dialer, GuestConnector};
 use flotilla_job::model::Image;
 use flotilla_job::script::{ANSI_RESET, ANSI_YELLOW};
 use flotilla_job::{EnvError, EnvPaths, Environment, ExecSpec, ExitStatus, Place};
 use flotilla_vmm::qemu::Qemu;
 use flotilla_vmm::{
-    Accel, AfterSnapshot, Disk, Machine, SnapshotFiles, Vm, VmSpec, Vmm, VmmError, disk, initramfs,
-    kernel,
+    Accel, AfterSnapshot, Disk, Machine, SnapshotFiles, Vm, VmSpec, Vmm, VmmError, disk,
 };
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -82,11 +82,6 @@ pub(crate) struct MicrovmEnvironment {
     /// The kernel and initramfs found on each instance (shared by the level's jobs).
     boot_cache: BootCache,
 }
-
-/// The kernel and initramfs paths found on each instance, by instance id: found once per
-/// manager process (the initramfs is named by a hash of what is in it, so a path found
-/// stays right).
-pub(crate) type BootCache = Arc<Mutex<std::collections::HashMap<String, (String, String)>>>;
 
 impl std::fmt::Debug for MicrovmEnvironment {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -285,30 +280,14 @@ impl MicrovmEnvironment {
             )
         })?;
         // The boot pieces and the root file system at once: each is a few round trips.
-        let boot_pieces = async {
-            if let Some(found) = self
-                .boot_cache
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&self.instance)
-                .cloned()
-            {
-                return Ok(found);
-            }
-            let k = kernel::find(host, self.config.kernel.as_deref())
-                .await
-                .map_err(|e| vmm_error("finding the guest kernel", e))?;
-            let wanted = initramfs::wanted_modules(Machine::Microvm, self.config.network, false);
-            let initrd = initramfs::ensure(host, &self.config.boot_dir(), &k, AGENT, &wanted)
-                .await
-                .map_err(|e| vmm_error("making the guest's initramfs", e))?;
-            let found = (k.path, initrd.path);
-            self.boot_cache
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(self.instance.clone(), found.clone());
-            Ok::<_, EnvError>(found)
+        let boot_dir = self.config.boot_dir();
+        let wanted = BootWanted {
+            kernel: self.config.kernel.as_deref(),
+            boot_dir: &boot_dir,
+            machine: Machine::Microvm,
+            network: self.config.network,
         };
+        let boot_pieces = boot_pieces(host, &self.instance, &wanted, &self.boot_cache);
         let root_fs = |image: String, free_mib: u64| async move {
             rootfs::ensure(
                 host,
