@@ -55,3 +55,62 @@ pub(crate) async fn boot_pieces(
         .insert(key, found.clone());
     Ok(found)
 }
+
+/// QEMU's user-mode network: the guest's address, its gateway and DNS server.
+const USER_NET: [&str; 3] = ["10.0.2.15/24", "10.0.2.2", "10.0.2.3"];
+
+/// The agent's words on the kernel command line for a VM of `owner`'s slot `slot` whose root
+/// is its first disk: its host name, the root, and with `network` the user-mode network's
+/// addresses.
+pub(crate) fn agent_words(owner: &str, slot: usize, network: bool) -> Vec<String> {
+    let mut words = vec![
+        format!("flotilla.hostname={owner}-slot-{slot}"),
+        "flotilla.root=serial:vd0".to_string(),
+        "flotilla.rootfstype=ext4".to_string(),
+    ];
+    if network {
+        words.push(format!("flotilla.ip={}", USER_NET[0]));
+        words.push(format!("flotilla.gw={}", USER_NET[1]));
+        words.push(format!("flotilla.dns={}", USER_NET[2]));
+    }
+    words
+}
+
+/// The error for a VM (`what`) whose agent never answered, with the last lines of its
+/// console (`<dir>/console.log` on the instance).
+pub(crate) async fn not_up(
+    host: &dyn Connector,
+    dir: &str,
+    what: &str,
+    e: impl std::fmt::Display,
+) -> EnvError {
+    let console = flotilla_vmm::host::read(host, &format!("{dir}/console.log"))
+        .await
+        .unwrap_or_default();
+    let console = String::from_utf8_lossy(&console);
+    let tail: Vec<&str> = console.lines().rev().take(15).collect();
+    let tail: Vec<&str> = tail.into_iter().rev().collect();
+    EnvError::System(format!(
+        "the {what} did not come up: {e}; its console ends with:\n{}",
+        tail.join("\n")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_root_is_found_by_serial_and_the_network_only_when_asked() {
+        let w = agent_words("r1", 2, false);
+        assert_eq!(
+            w,
+            [
+                "flotilla.hostname=r1-slot-2",
+                "flotilla.root=serial:vd0",
+                "flotilla.rootfstype=ext4"
+            ]
+        );
+        assert!(agent_words("r1", 2, true).contains(&"flotilla.gw=10.0.2.2".to_string()));
+    }
+}

@@ -2,7 +2,7 @@
 //! the guest agent, helper stages on the instance, the job's directories copied between the
 //! two when the side that runs changes.
 
-use super::boot::{BootCache, BootWanted, boot_pieces};
+use super::boot::{BootCache, BootWanted, agent_words, boot_pieces, not_up};
 use super::cleanup::remove_dir;
 use super::restore::{self, SnapshotMeta};
 use super::sizing::{self, VmSize};
@@ -32,9 +32,6 @@ use tokio_util::sync::CancellationToken;
 
 /// Free space in a service's root file system beyond its image's files, in MiB.
 const SERVICE_DISK_FREE_MIB: u64 = 256;
-
-/// QEMU's user-mode network: the guest's address, its gateway and DNS server.
-const USER_NET: [&str; 3] = ["10.0.2.15/24", "10.0.2.2", "10.0.2.3"];
 
 /// Where the job's directories were last written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -219,18 +216,7 @@ impl MicrovmEnvironment {
         });
         let info = match guest.wait_ready(self.config.boot_timeout).await {
             Ok(info) => info,
-            Err(e) => {
-                let console = flotilla_vmm::host::read(host, &format!("{dir}/console.log"))
-                    .await
-                    .unwrap_or_default();
-                let console = String::from_utf8_lossy(&console);
-                let tail: Vec<&str> = console.lines().rev().take(15).collect();
-                let tail: Vec<&str> = tail.into_iter().rev().collect();
-                return Err(EnvError::System(format!(
-                    "the microVM did not come up: {e}; its console ends with:\n{}",
-                    tail.join("\n")
-                )));
-            }
+            Err(e) => return Err(not_up(host, &dir, "microVM", e).await),
         };
         let ready = started.elapsed();
         text.push_str(&format!(
@@ -339,16 +325,7 @@ impl MicrovmEnvironment {
             });
         }
         let _ = self.service_roots.set(service_roots);
-        let mut extra = vec![
-            format!("flotilla.hostname={}-slot-{}", self.config.owner, self.slot),
-            "flotilla.root=serial:vd0".to_string(),
-            "flotilla.rootfstype=ext4".to_string(),
-        ];
-        if self.config.network {
-            extra.push(format!("flotilla.ip={}", USER_NET[0]));
-            extra.push(format!("flotilla.gw={}", USER_NET[1]));
-            extra.push(format!("flotilla.dns={}", USER_NET[2]));
-        }
+        let extra = agent_words(&self.config.owner, self.slot, self.config.network);
         let spec = VmSpec {
             name: format!("flotilla-{}-slot-{}", self.config.owner, self.slot),
             machine: Machine::Microvm,

@@ -3,7 +3,7 @@
 
 use super::{VmLevelConfig, vm_image};
 use crate::layout::BuildLayout;
-use crate::microvm::boot::{BootCache, BootWanted, boot_pieces};
+use crate::microvm::boot::{BootCache, BootWanted, agent_words, boot_pieces, not_up};
 use crate::microvm::cleanup::remove_dir;
 use crate::shell::{CleanSlots, ShellEnvironment};
 use crate::{IsolateError, IsolatedEnvironment, PrepareRequest};
@@ -19,9 +19,6 @@ use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
-
-/// QEMU's user-mode network: the guest's address, its gateway and DNS server.
-const USER_NET: [&str; 3] = ["10.0.2.15/24", "10.0.2.2", "10.0.2.3"];
 
 /// One job's environment at the `vm` level.
 pub(crate) struct VmEnvironment {
@@ -147,16 +144,7 @@ impl VmEnvironment {
         disk::overlay(host, &top, &image.path, image.format, None)
             .await
             .map_err(|e| EnvError::System(format!("making the VM's disk: {e}")))?;
-        let mut extra = vec![
-            format!("flotilla.hostname={}-slot-{}", self.config.owner, self.slot),
-            "flotilla.root=serial:vd0".to_string(),
-            "flotilla.rootfstype=ext4".to_string(),
-        ];
-        if self.config.network {
-            extra.push(format!("flotilla.ip={}", USER_NET[0]));
-            extra.push(format!("flotilla.gw={}", USER_NET[1]));
-            extra.push(format!("flotilla.dns={}", USER_NET[2]));
-        }
+        let extra = agent_words(&self.config.owner, self.slot, self.config.network);
         let spec = VmSpec {
             name: format!("flotilla-{}-vm-slot-{}", self.config.owner, self.slot),
             machine: Machine::Q35,
@@ -187,18 +175,7 @@ impl VmEnvironment {
         let _ = self.vm.set(vm);
         let info = match self.guest.wait_ready(self.config.boot_timeout).await {
             Ok(info) => info,
-            Err(e) => {
-                let console = flotilla_vmm::host::read(host, &format!("{dir}/console.log"))
-                    .await
-                    .unwrap_or_default();
-                let console = String::from_utf8_lossy(&console);
-                let tail: Vec<&str> = console.lines().rev().take(15).collect();
-                let tail: Vec<&str> = tail.into_iter().rev().collect();
-                return Err(EnvError::System(format!(
-                    "the VM did not come up: {e}; its console ends with:\n{}",
-                    tail.join("\n")
-                )));
-            }
+            Err(e) => return Err(not_up(host, &dir, "VM", e).await),
         };
         text.push_str(&format!(
             "VM of image {} up in {:.2} s ({} vCPU, {} MiB, {}, pid {pid}): {}\n",
