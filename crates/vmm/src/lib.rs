@@ -32,6 +32,7 @@ pub mod qmp;
 mod rest;
 mod spec;
 mod vmm;
+pub mod vsock;
 
 pub use backend::{Backend, backend};
 pub use error::VmmError;
