@@ -168,6 +168,14 @@ pub struct VsockOverride {
     pub uds_path: String,
 }
 
+/// `#/definitions/InstanceInfo` (`GET /`); required `app_name`, `id`, `state`,
+/// `vmm_version`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstanceInfo {
+    /// `Not started`, `Running` or `Paused`.
+    pub state: String,
+}
+
 /// `#/definitions/Error`: the body of every error answer.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApiError {

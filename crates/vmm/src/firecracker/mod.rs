@@ -164,6 +164,15 @@ impl Client {
     async fn state(&self, state: RunState) -> Result<(), VmmError> {
         self.send("PATCH", "/vm", &VmState { state }).await
     }
+
+    /// `GET /`: `InstanceInfo.state` (`Not started`, `Running`, `Paused`).
+    async fn instance_state(&self) -> Result<String, VmmError> {
+        let a = self.0.call("GET", "/", None).await?;
+        let body = answer_ok("GET /", a)?;
+        let info: InstanceInfo = serde_json::from_slice(&body)
+            .map_err(|e| VmmError::Protocol(format!("GET /: {e}"), NAME))?;
+        Ok(info.state)
+    }
 }
 
 /// A VM run by Firecracker.
@@ -478,7 +487,11 @@ impl Vm for FirecrackerVm {
             &format!("mkdir -p {}", quote(&to.dir)),
         )
         .await?;
-        self.api.state(RunState::Paused).await?;
+        // A VM its owner paused stays paused after the snapshot.
+        let was_paused = self.api.instance_state().await? == "Paused";
+        if !was_paused {
+            self.api.state(RunState::Paused).await?;
+        }
         let mut frozen = Vec::new();
         for (i, d) in self.spec.disks.iter().enumerate() {
             if !d.read_only {
@@ -517,7 +530,7 @@ impl Vm for FirecrackerVm {
             .map_err(|e| VmmError::Protocol(format!("encoding the manifest: {e}"), NAME))?;
         host::write(host, &manifest_path(to), json).await?;
         let took = started.elapsed();
-        if after == AfterSnapshot::Resume {
+        if after == AfterSnapshot::Resume && !was_paused {
             self.api.state(RunState::Resumed).await?;
         }
         Ok(SnapshotReport {

@@ -198,6 +198,17 @@ mod firecracker {
         // The VM writes on after the snapshot; a restore must see the disk as it was.
         std::fs::write(&disk1, [9u8; 8192]).unwrap();
 
+        vm.pause().await.unwrap();
+        let again = SnapshotFiles {
+            dir: r.path("snap-paused"),
+        };
+        vm.snapshot(&again, AfterSnapshot::Resume).await.unwrap();
+        assert_eq!(
+            fake.state(),
+            State::Paused,
+            "paused by its owner, it stays so"
+        );
+
         let pid = vm.pid();
         assert!(alive(pid));
         vm.kill().await.unwrap();
