@@ -63,6 +63,40 @@ fn deser(e: String) -> Resp {
     ))
 }
 
+/// Serves hybrid vsock on `uds_path` as `docs/vsock.md` describes: `CONNECT <port>\n` to a
+/// port something listens on in the "guest" (here: only `AGENT_VSOCK_PORT`, an echo) is
+/// answered `OK <host-side port>\n`; any other port gets the connection closed.
+fn serve_vsock(uds_path: &str) {
+    let _ = std::fs::remove_file(uds_path);
+    let Ok(listener) = tokio::net::UnixListener::bind(uds_path) else {
+        return;
+    };
+    tokio::spawn(async move {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut s = tokio::io::BufReader::new(stream);
+                let mut line = String::new();
+                if s.read_line(&mut line).await.is_err() {
+                    return;
+                }
+                let port = line
+                    .trim()
+                    .strip_prefix("CONNECT ")
+                    .and_then(|p| p.parse::<u32>().ok());
+                if port != Some(flotilla_vmm::AGENT_VSOCK_PORT) {
+                    return;
+                }
+                if s.get_mut().write_all(b"OK 1073741824\n").await.is_err() {
+                    return;
+                }
+                let (mut rd, mut wr) = tokio::io::split(s);
+                let _ = tokio::io::copy(&mut rd, &mut wr).await;
+            });
+        }
+    });
+}
+
 fn exists(path: &str) -> bool {
     std::path::Path::new(path).exists()
 }
@@ -325,6 +359,9 @@ impl FakeFirecracker {
                             );
                         }
                         fc.state = State::Running;
+                        if let Some(p) = fc.vsock.as_ref().and_then(|v| v["uds_path"].as_str()) {
+                            serve_vsock(p);
+                        }
                         (204, Vec::new())
                     }
                     _ if !booted => fault(PRE_BOOT),
@@ -456,6 +493,9 @@ impl FakeFirecracker {
                 let mut vsock = state["vsock"].clone();
                 if let Some(p) = b.get("vsock_override").and_then(|o| o.get("uds_path")) {
                     vsock["uds_path"] = p.clone();
+                }
+                if let Some(p) = vsock["uds_path"].as_str() {
+                    serve_vsock(p);
                 }
                 fc.vsock = Some(vsock);
                 fc.state = if b.get("resume_vm") == Some(&json!(true)) {

@@ -10,8 +10,8 @@ mod http;
 
 use fake_cloud_hypervisor::FakeCloudHypervisor;
 use fake_firecracker::FakeFirecracker;
-use flotilla_connect::Connector;
 use flotilla_connect::local::LocalConnector;
+use flotilla_connect::{Connector, ForwardTarget};
 use flotilla_vmm::cloud_hypervisor::CloudHypervisor;
 use flotilla_vmm::firecracker::Firecracker;
 use flotilla_vmm::{Accel, AfterSnapshot, Disk, Machine, SnapshotFiles, VmSpec, Vmm, VmmError};
@@ -174,6 +174,7 @@ mod firecracker {
         assert_eq!(args, format!("--api-sock\n{}\n", spec.api_socket()));
         assert_eq!(vm.agent().socket, spec.agent_socket());
         assert_eq!(vm.agent().connect_line.as_deref(), Some("CONNECT 1024\n"));
+        echo_through_vsock(&r, &vm.agent().socket).await;
 
         vm.pause().await.unwrap();
         assert_eq!(fake.state(), State::Paused);
@@ -246,6 +247,7 @@ mod firecracker {
             assert_eq!(vs["uds_path"], spec2.agent_socket().as_str());
         }
         assert_eq!(std::fs::read(&spec2.disks[1].path).unwrap(), [1u8; 8192]);
+        echo_through_vsock(&r, &vm2.agent().socket).await;
         assert!(
             std::fs::symlink_metadata(&disk1).is_err(),
             "the bridge to the old drive path is removed"
@@ -254,6 +256,26 @@ mod firecracker {
         assert!(fc.kill_dir(&*r.host, &dir2).await.unwrap());
         assert!(!alive(pid2));
         assert!(!fc.kill_dir(&*r.host, &dir2).await.unwrap());
+    }
+
+    /// The agent's port through the connector and the VMM's hybrid vsock; another port is
+    /// refused.
+    async fn echo_through_vsock(r: &Rig, socket: &str) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let target = ForwardTarget::Unix(socket.to_string());
+        let mut s = r.host.forward(&target).await.unwrap();
+        flotilla_vmm::vsock::connect(&mut *s, flotilla_vmm::AGENT_VSOCK_PORT)
+            .await
+            .unwrap();
+        s.write_all(b"ping").await.unwrap();
+        let mut back = [0u8; 4];
+        s.read_exact(&mut back).await.unwrap();
+        assert_eq!(&back, b"ping");
+        let mut other = r.host.forward(&target).await.unwrap();
+        let e = flotilla_vmm::vsock::connect(&mut *other, 22)
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("nothing listens"), "{e}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
