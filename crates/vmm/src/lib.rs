@@ -5,8 +5,8 @@
 //! - [`qemu::Qemu`]: QEMU, driven over QMP ([`qmp`]); the one used and tested here, under TCG
 //!   (`microvm` machines for the `microvm` level, `q35` for `vm`).
 //! - [`firecracker::Firecracker`] and [`cloud_hypervisor::CloudHypervisor`]: REST over a unix
-//!   socket (HTTP/1.1 through the instance's connector), written
-//!   from their OpenAPI files. **Both were tested only against fakes built from those files
+//!   socket (HTTP/1.1 through the instance's connector), written from their OpenAPI files;
+//!   the agent is reached over hybrid vsock ([`vsock`]). **Both were tested only against fakes built from those files
 //!   (`tests/rest_vmms`), not against the real VMMs**: they need KVM, which the machines
 //!   this was written on lack for guests.
 //!
