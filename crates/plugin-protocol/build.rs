@@ -1,6 +1,8 @@
 //! Generates the gRPC code of go-plugin's services and flotilla's InstanceGroup service with
 //! the `protoc` that the protoc-bin-vendored crate ships, so building needs no system protoc.
 
+use std::path::PathBuf;
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protoc = protoc_bin_vendored::protoc_bin_path()?;
     let includes = protoc_bin_vendored::include_path()?;
@@ -14,6 +16,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for p in protos {
         println!("cargo:rerun-if-changed={p}");
     }
-    tonic_prost_build::configure().compile_protos(&protos, &[std::path::Path::new("proto"), includes.as_path()])?;
+    let roots = [PathBuf::from("proto"), includes];
+    tonic_prost_build::configure().compile_protos(&protos.map(PathBuf::from), &roots)?;
     Ok(())
 }

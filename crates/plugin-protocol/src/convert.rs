@@ -108,7 +108,10 @@ pub fn info_to_pb(i: &ProviderInfo) -> pb::ProviderInfo {
 /// empty `Capabilities` does in the fleet crate.
 pub fn info_from_pb(i: pb::ProviderInfo) -> Result<ProviderInfo, ConvertError> {
     if i.id.is_empty() {
-        return Err(invalid("info.id", "empty: flotilla keys the fleet's state by it"));
+        return Err(invalid(
+            "info.id",
+            "empty: flotilla keys the fleet's state by it",
+        ));
     }
     let c = i.capabilities.unwrap_or_default();
     let connector = match pb::ConnectorKind::try_from(c.connector) {
@@ -251,13 +254,22 @@ mod tests {
     fn bad_connector_fields_are_named() {
         let mut m = connector_to_pb(&ConnectorConfig::default());
         m.protocol_port = Some(70_000);
-        assert_eq!(connector_from_pb(m.clone()).unwrap_err().field, "connector.protocol_port");
+        assert_eq!(
+            connector_from_pb(m.clone()).unwrap_err().field,
+            "connector.protocol_port"
+        );
         m.protocol_port = None;
         m.timeout_seconds = -1.0;
-        assert_eq!(connector_from_pb(m.clone()).unwrap_err().field, "connector.timeout_seconds");
+        assert_eq!(
+            connector_from_pb(m.clone()).unwrap_err().field,
+            "connector.timeout_seconds"
+        );
         m.timeout_seconds = 1.0;
         m.protocol = 9;
-        assert_eq!(connector_from_pb(m).unwrap_err().field, "connector.protocol");
+        assert_eq!(
+            connector_from_pb(m).unwrap_err().field,
+            "connector.protocol"
+        );
     }
 
     #[test]
@@ -276,10 +288,7 @@ mod tests {
         let m = info_to_pb(&i);
         assert_eq!(m.max_size, 0);
         assert_eq!(info_from_pb(m).unwrap(), i);
-        let bounded = ProviderInfo {
-            max_size: 10,
-            ..i
-        };
+        let bounded = ProviderInfo { max_size: 10, ..i };
         assert_eq!(info_from_pb(info_to_pb(&bounded)).unwrap(), bounded);
     }
 
@@ -289,7 +298,10 @@ mod tests {
             id: "g".into(),
             ..Default::default()
         };
-        assert_eq!(info_from_pb(m).unwrap().capabilities, Capabilities::remote());
+        assert_eq!(
+            info_from_pb(m).unwrap().capabilities,
+            Capabilities::remote()
+        );
         assert_eq!(
             info_from_pb(pb::ProviderInfo::default()).unwrap_err().field,
             "info.id"
@@ -332,10 +344,10 @@ mod tests {
             expires: Some(UNIX_EPOCH + Duration::from_millis(1_700_000_000_123)),
         };
         assert_eq!(connect_info_from_pb(connect_info_to_pb(&c)).unwrap(), c);
-        let never = ConnectInfo {
-            expires: None,
-            ..c
-        };
-        assert_eq!(connect_info_from_pb(connect_info_to_pb(&never)).unwrap(), never);
+        let never = ConnectInfo { expires: None, ..c };
+        assert_eq!(
+            connect_info_from_pb(connect_info_to_pb(&never)).unwrap(),
+            never
+        );
     }
 }

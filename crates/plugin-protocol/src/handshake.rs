@@ -47,6 +47,20 @@ pub const ENV_UNIX_SOCKET_DIR: &str = "PLUGIN_UNIX_SOCKET_DIR";
 /// Set by hosts that understand the 7th handshake field (gRPC broker multiplexing).
 pub const ENV_MULTIPLEX_GRPC: &str = "PLUGIN_MULTIPLEX_GRPC";
 
+/// flotilla's own addition, ignored by go-plugin plugins: set to `stdin` when the plugin's
+/// stdin is a pipe that flotilla holds open for the plugin's whole life. End of file on it
+/// means flotilla is gone, and a plugin should exit rather than go on changing capacity
+/// for nobody (gitlab-runner#38716). go-plugin hosts hand plugins their own stdin, which a
+/// plugin must not read, hence the variable.
+pub const ENV_LIFELINE: &str = "FLOTILLA_PLUGIN_LIFELINE";
+
+/// The value of [`ENV_LIFELINE`] that names stdin as the lifeline.
+pub const LIFELINE_STDIN: &str = "stdin";
+
+/// The service name whose gRPC health a plugin reports as `SERVING` (go-plugin's
+/// `GRPCServiceName`).
+pub const HEALTH_SERVICE: &str = "plugin";
+
 /// What go-plugin prints for a binary started without its cookie (v1.8.0 `server.go`).
 pub const NOT_STARTED_BY_HOST: &str = "This binary is a plugin. These are not meant to be \
 executed directly. Please execute the program that consumes these plugins, which will load \
@@ -108,7 +122,9 @@ pub enum HandshakeError {
     #[error("incompatible core protocol version {0} (this host speaks {CORE_PROTOCOL_VERSION})")]
     CoreVersion(u32),
     /// The plugin chose an application version the host did not offer.
-    #[error("the plugin chose protocol version {got}, which this host does not speak (it offered {offered:?})")]
+    #[error(
+        "the plugin chose protocol version {got}, which this host does not speak (it offered {offered:?})"
+    )]
     AppVersion {
         /// What the plugin chose.
         got: u32,
@@ -141,10 +157,12 @@ impl Handshake {
             return Err(HandshakeError::Unrecognized(line.to_string()));
         }
         let number = |field: &'static str, value: &str| {
-            value.parse::<u32>().map_err(|_| HandshakeError::BadVersion {
-                field,
-                value: value.to_string(),
-            })
+            value
+                .parse::<u32>()
+                .map_err(|_| HandshakeError::BadVersion {
+                    field,
+                    value: value.to_string(),
+                })
         };
         let core_version = number("core", parts[0])?;
         if core_version != CORE_PROTOCOL_VERSION {
@@ -176,9 +194,9 @@ impl Handshake {
         };
         let multiplex = match parts.get(6) {
             None => None,
-            Some(v) => Some(
-                parse_go_bool(v).ok_or_else(|| HandshakeError::Multiplex(v.to_string()))?,
-            ),
+            Some(v) => {
+                Some(parse_go_bool(v).ok_or_else(|| HandshakeError::Multiplex(v.to_string()))?)
+            }
         };
         Ok(Handshake {
             core_version,
@@ -315,7 +333,11 @@ mod tests {
             ),
         ];
         for (line, want) in cases {
-            assert_eq!(Handshake::parse(line, &offered).unwrap_err(), want, "{line}");
+            assert_eq!(
+                Handshake::parse(line, &offered).unwrap_err(),
+                want,
+                "{line}"
+            );
         }
     }
 

@@ -16,6 +16,7 @@
 
 pub mod convert;
 pub mod handshake;
+pub mod io;
 pub mod mtls;
 pub mod pb;
 pub mod status;

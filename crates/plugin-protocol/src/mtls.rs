@@ -205,7 +205,8 @@ impl ServerCertVerifier for Pinned {
         _ocsp_response: &[u8],
         _now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        self.check(end_entity).map(|()| ServerCertVerified::assertion())
+        self.check(end_entity)
+            .map(|()| ServerCertVerified::assertion())
     }
 
     fn verify_tls12_signature(
@@ -242,7 +243,8 @@ impl ClientCertVerifier for Pinned {
         _intermediates: &[CertificateDer<'_>],
         _now: UnixTime,
     ) -> Result<ClientCertVerified, rustls::Error> {
-        self.check(end_entity).map(|()| ClientCertVerified::assertion())
+        self.check(end_entity)
+            .map(|()| ClientCertVerified::assertion())
     }
 
     fn verify_tls12_signature(
@@ -289,8 +291,16 @@ mod tests {
             der: a.cert_der.clone(),
             provider: provider(),
         };
-        assert!(pinned.check(&CertificateDer::from(a.cert_der.clone())).is_ok());
-        assert!(pinned.check(&CertificateDer::from(b.cert_der.clone())).is_err());
+        assert!(
+            pinned
+                .check(&CertificateDer::from(a.cert_der.clone()))
+                .is_ok()
+        );
+        assert!(
+            pinned
+                .check(&CertificateDer::from(b.cert_der.clone()))
+                .is_err()
+        );
         assert!(client_config(&a, &b.cert_der).is_ok());
         assert!(server_config(&a, &b.cert_pem).is_ok());
         assert!(matches!(

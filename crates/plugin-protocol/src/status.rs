@@ -77,6 +77,9 @@ mod tests {
     #[test]
     fn transport_failures_are_provider_errors() {
         let e = from_status("update", None, &Status::unavailable("connection refused"));
-        assert!(matches!(e, FleetError::Provider { op: "update", .. }), "{e:?}");
+        assert!(
+            matches!(e, FleetError::Provider { op: "update", .. }),
+            "{e:?}"
+        );
     }
 }
