@@ -258,7 +258,7 @@ class LocalGroup:
             return None
         config = self.pb.ConnectorConfig()
         config.CopyFrom(self.connector)
-        config.os = sys.platform if sys.platform != "linux" else "linux"
+        config.os = "linux" if sys.platform.startswith("linux") else sys.platform
         config.arch = go_arch()
         return self.pb.ConnectInfoResponse(config=config, id="local", internal_addr="localhost")
 

@@ -45,7 +45,6 @@ pub struct PluginGroup {
     stopped: AtomicBool,
 }
 
-#[derive(Debug)]
 struct Supervisor {
     current: Option<Arc<Running>>,
     /// The `Init` of the first start, sent again to every restarted plugin.
@@ -54,6 +53,19 @@ struct Supervisor {
     info: Option<ProviderInfo>,
     backoff: Backoff,
     restarts: u64,
+}
+
+// Not derived: `init` holds the connector's password and key.
+impl std::fmt::Debug for Supervisor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Supervisor")
+            .field("current", &self.current)
+            .field("initialised", &self.init.is_some())
+            .field("info", &self.info)
+            .field("backoff", &self.backoff)
+            .field("restarts", &self.restarts)
+            .finish()
+    }
 }
 
 #[derive(Debug)]

@@ -41,7 +41,7 @@ const MAX_PORT: u16 = 25000;
 const STDERR_TAIL: usize = 20;
 
 /// How to start one plugin.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct PluginCommand {
     /// A name for logs: the runner's, normally.
     pub name: String,
@@ -59,6 +59,21 @@ pub struct PluginCommand {
     pub auto_mtls: bool,
     /// From start to a healthy plugin.
     pub start_timeout: Duration,
+}
+
+// Not derived: `env` is where a plugin's credentials go.
+impl std::fmt::Debug for PluginCommand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginCommand")
+            .field("name", &self.name)
+            .field("program", &self.program)
+            .field("args", &self.args)
+            .field("env", &self.env.iter().map(|(k, _)| k).collect::<Vec<_>>())
+            .field("versions", &self.versions)
+            .field("auto_mtls", &self.auto_mtls)
+            .field("start_timeout", &self.start_timeout)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Why a plugin could not be started or used.

@@ -24,7 +24,7 @@ use std::time::Duration;
 /// ```
 ///
 /// Unknown keys are refused, so a typo does not silently fall back to a default.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PluginSettings {
     /// The plugin executable.
@@ -57,6 +57,23 @@ pub struct PluginSettings {
     /// The longest wait between restarts, in seconds.
     #[serde(default = "default_restart_backoff_max")]
     pub restart_backoff_max: f64,
+}
+
+// Not derived: `env` and `config` are where a plugin's credentials go.
+impl std::fmt::Debug for PluginSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginSettings")
+            .field("command", &self.command)
+            .field("args", &self.args)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("config", &"[REDACTED]")
+            .field("auto_mtls", &self.auto_mtls)
+            .field("call_timeout", &self.call_timeout)
+            .field("start_timeout", &self.start_timeout)
+            .field("restart_backoff", &self.restart_backoff)
+            .field("restart_backoff_max", &self.restart_backoff_max)
+            .finish()
+    }
 }
 
 fn empty_table() -> serde_json::Value {
@@ -143,6 +160,21 @@ mod tests {
         assert_eq!(s.args, vec!["-v"]);
         assert_eq!(s.start_timeout(), Duration::from_millis(500));
         assert_eq!(s.config, json!({"name": "x"}));
+    }
+
+    #[test]
+    fn debug_shows_no_credentials() {
+        let s = PluginSettings::from_config(&json!({
+            "command": "/bin/p", "env": {"CLOUD_SECRET": "env-secret-1"},
+            "config": {"token": "config-secret-2"}
+        }))
+        .unwrap();
+        let dbg = format!("{s:?}");
+        assert!(dbg.contains("CLOUD_SECRET"), "{dbg}");
+        assert!(
+            !dbg.contains("env-secret-1") && !dbg.contains("config-secret-2"),
+            "{dbg}"
+        );
     }
 
     #[test]

@@ -60,9 +60,51 @@ async fn the_group_is_served_through_the_plugin_and_stopped_at_shutdown() {
         g.update().await.is_err(),
         "a stopped plugin is not restarted"
     );
-    // The SDK logs its go-plugin-style exit on nothing: what we check is that stderr was
-    // read at all (the plugin's own lines reach the log).
     drop(log);
+}
+
+#[tokio::test]
+async fn grpc_controller_shutdown_ends_an_sdk_plugin_cleanly() {
+    use flotilla_plugin_protocol::handshake::{MAGIC_COOKIE_KEY, MAGIC_COOKIE_VALUE};
+    let command = flotilla_provider_plugin::process::PluginCommand {
+        name: "sdk".into(),
+        program: rust_plugin(),
+        args: vec![],
+        env: vec![],
+        cookie: (MAGIC_COOKIE_KEY.into(), MAGIC_COOKIE_VALUE.into()),
+        versions: vec![1],
+        auto_mtls: false,
+        start_timeout: Duration::from_secs(20),
+    };
+    let plugin = command
+        .start(std::sync::Arc::new(support::Captured::default()))
+        .await
+        .unwrap();
+    let pid = plugin.pid();
+    // Exit status 0 means GRPCController.Shutdown stopped it; a kill would be a signal.
+    assert_eq!(
+        plugin.shutdown(Duration::from_secs(5)).await,
+        "exit status 0"
+    );
+    assert!(gone_within(pid, Duration::from_secs(1)));
+}
+
+#[tokio::test]
+async fn credentials_sent_to_the_plugin_do_not_show_in_the_groups_debug_output() {
+    let (g, _log) = group(
+        rust_plugin(),
+        json!({"env": {"CLOUD_KEY": "env-secret-1"}, "config": {"instances": 1}}),
+    );
+    let mut settings = flotilla_fleet::Settings::default();
+    settings.connector.password = Some(flotilla_fleet::Secret::new("pw-secret-2".into()));
+    g.init(&settings).await.unwrap();
+    let dbg = format!("{g:?}");
+    assert!(dbg.contains("CLOUD_KEY"), "{dbg}");
+    assert!(
+        !dbg.contains("env-secret-1") && !dbg.contains("pw-secret-2"),
+        "{dbg}"
+    );
+    g.shutdown().await.unwrap();
 }
 
 #[tokio::test]

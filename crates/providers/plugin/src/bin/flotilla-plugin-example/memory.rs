@@ -1,15 +1,6 @@
-//! An example plugin written with `flotilla-plugin-sdk`, used by the plugin provider's
-//! tests, benchmarks and end-to-end runs.
-//!
-//! Its `config` (sent by flotilla in `Init`) picks the group it serves:
-//! - `{"provider": "local"}`: this host, as the `local` provider does (jobs run here, by the
-//!   local connector; only the provider is out of process);
-//! - `{"provider": "memory", "instances": N, "state_file": "..."}`: N running instances
-//!   that exist only in this process's memory (and in `state_file`, so that a restarted
-//!   plugin lists the same ones); `increase` adds running ones, `decrease` removes them.
-//!
-//! `"say": "..."` makes it print that text on stdout and stderr when initialised (the
-//! stdio tests); `"network": "tcp"` on the command line (`--tcp`) makes it listen on TCP.
+//! The example plugin's `memory` group: running instances that exist only in memory (and
+//! in a state file). Shared with the benchmark, which runs the same group in process as the
+//! reference for the plugin's overhead.
 
 use async_trait::async_trait;
 use flotilla_fleet::{
@@ -18,37 +9,18 @@ use flotilla_fleet::{
 };
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
-
-fn build(config: &ProviderConfig<'_>) -> Result<Arc<dyn InstanceGroup>, FleetError> {
-    let c = config.plugin_config;
-    if let Some(say) = c.get("say").and_then(|s| s.as_str()) {
-        println!("stdout: {say}");
-        eprintln!("stderr: {say}");
-    }
-    match c
-        .get("provider")
-        .and_then(|p| p.as_str())
-        .unwrap_or("memory")
-    {
-        "local" => Ok(Arc::new(flotilla_provider_local::LocalGroup::new())),
-        "memory" => Ok(Arc::new(MemoryGroup::new(config)?)),
-        other => Err(FleetError::Config(format!(
-            "provider {other:?}: this example serves \"local\" or \"memory\""
-        ))),
-    }
-}
+use std::sync::Mutex;
 
 /// Instances that exist only in memory (and in a state file).
 #[derive(Debug)]
-struct MemoryGroup {
+pub(crate) struct MemoryGroup {
     name: String,
     state_file: Option<PathBuf>,
     instances: Mutex<(u64, BTreeSet<String>)>,
 }
 
 impl MemoryGroup {
-    fn new(config: &ProviderConfig<'_>) -> Result<MemoryGroup, FleetError> {
+    pub(crate) fn new(config: &ProviderConfig<'_>) -> Result<MemoryGroup, FleetError> {
         let c = config.plugin_config;
         let state_file = c
             .get("state_file")
@@ -165,22 +137,5 @@ impl InstanceGroup for MemoryGroup {
 
     async fn shutdown(&self) -> Result<(), FleetError> {
         Ok(())
-    }
-}
-
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() -> std::process::ExitCode {
-    let network = if std::env::args().any(|a| a == "--tcp") {
-        flotilla_plugin_sdk::Network::Tcp
-    } else {
-        flotilla_plugin_sdk::Network::Unix
-    };
-    let options = flotilla_plugin_sdk::ServeOptions { network };
-    match flotilla_plugin_sdk::serve_with(build, options).await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("{e}");
-            std::process::ExitCode::FAILURE
-        }
     }
 }
