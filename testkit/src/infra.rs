@@ -91,8 +91,9 @@ pub fn available(infra: Infra) -> bool {
                     .join("src/google.golang.org/grpc/server.go")
                     .exists()
         }),
-        Infra::PythonGrpc => *PY_GRPC
-            .get_or_init(|| runs("python3", &["-c", "import grpc, grpc_tools.protoc"])),
+        Infra::PythonGrpc => {
+            *PY_GRPC.get_or_init(|| runs("python3", &["-c", "import grpc, grpc_tools.protoc"]))
+        }
         Infra::Promtool => *PROMTOOL.get_or_init(|| runs("promtool", &["--version"])),
         Infra::PythonPrometheusClient => *PY_PROMETHEUS
             .get_or_init(|| runs("python3", &["-c", "import prometheus_client.parser"])),
