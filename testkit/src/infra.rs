@@ -34,6 +34,13 @@ pub enum Infra {
     /// `scripts/setup.sh` under `testkit/browser/node_modules`: a real browser driven by a
     /// test.
     Browser,
+    /// Go with Debian's hashicorp go-plugin and grpc sources in `/usr/share/gocode`
+    /// (`golang-go`, `golang-github-hashicorp-go-plugin-dev`, `golang-google-grpc-dev`): a
+    /// go-plugin plugin built offline judges the plugin provider's process protocol.
+    GoPlugin,
+    /// Python 3 with `grpcio` and `grpcio-tools` (Debian `python3-grpcio`,
+    /// `python3-grpc-tools`): the example plugin in Python.
+    PythonGrpc,
 }
 
 impl Infra {
@@ -51,6 +58,14 @@ impl Infra {
                 "Chromium (Debian package chromium), Node.js and playwright-core \
                  (testkit/browser, installed by scripts/setup.sh)"
             }
+            Infra::GoPlugin => {
+                "Go and go-plugin's sources (Debian packages golang-go, \
+                 golang-github-hashicorp-go-plugin-dev, golang-google-grpc-dev)"
+            }
+            Infra::PythonGrpc => {
+                "Python's grpcio and grpcio-tools (Debian packages python3-grpcio, \
+                 python3-grpc-tools)"
+            }
         }
     }
 }
@@ -64,7 +79,21 @@ pub fn available(infra: Infra) -> bool {
     static PROMTOOL: OnceLock<bool> = OnceLock::new();
     static PY_PROMETHEUS: OnceLock<bool> = OnceLock::new();
     static BROWSER: OnceLock<bool> = OnceLock::new();
+    static GO_PLUGIN: OnceLock<bool> = OnceLock::new();
+    static PY_GRPC: OnceLock<bool> = OnceLock::new();
     match infra {
+        Infra::GoPlugin => *GO_PLUGIN.get_or_init(|| {
+            runs("go", &["version"])
+                && std::path::Path::new(GOCODE)
+                    .join("src/github.com/hashicorp/go-plugin/grpc_server.go")
+                    .exists()
+                && std::path::Path::new(GOCODE)
+                    .join("src/google.golang.org/grpc/server.go")
+                    .exists()
+        }),
+        Infra::PythonGrpc => {
+            *PY_GRPC.get_or_init(|| runs("python3", &["-c", "import grpc, grpc_tools.protoc"]))
+        }
         Infra::Promtool => *PROMTOOL.get_or_init(|| runs("promtool", &["--version"])),
         Infra::PythonPrometheusClient => *PY_PROMETHEUS
             .get_or_init(|| runs("python3", &["-c", "import prometheus_client.parser"])),
@@ -96,6 +125,9 @@ pub fn available(infra: Infra) -> bool {
         }),
     }
 }
+
+/// Where Debian's `golang-*-dev` packages put their Go sources (a GOPATH entry).
+pub const GOCODE: &str = "/usr/share/gocode";
 
 /// Where Debian installs Chromium.
 pub const CHROMIUM: &str = "/usr/bin/chromium";

@@ -59,6 +59,11 @@ pub fn providers() -> Vec<ProviderEntry> {
         name: flotilla_provider_qemu::PLUGIN,
         build: flotilla_provider_qemu::build,
     });
+    #[cfg(feature = "plugin")]
+    all.push(ProviderEntry {
+        name: flotilla_provider_plugin::PLUGIN,
+        build: flotilla_provider_plugin::build,
+    });
     all
 }
 

@@ -31,6 +31,11 @@ impl Manager {
         Manager { child, stderr }
     }
 
+    /// Its process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends `sig` to the process.
     pub(crate) fn signal(&self, sig: i32) {
         // SAFETY: kill(2) on our own child's pid.
