@@ -64,7 +64,7 @@ fn negotiate(
     req: &Request<Incoming>,
     served: &[&str],
     none_allowed: bool,
-) -> Result<(String, Option<String>), Response<Body>> {
+) -> Result<(String, Option<String>), Box<Response<Body>>> {
     let headers = req.headers();
     let is_websocket = headers
         .get("upgrade")
@@ -74,14 +74,14 @@ fn negotiate(
         .get("sec-websocket-key")
         .and_then(|v| v.to_str().ok())
     else {
-        return Err(error_response(&StatusError::bad_request(
+        return Err(Box::new(error_response(&StatusError::bad_request(
             "Upgrade request required",
-        )));
+        ))));
     };
     if !is_websocket {
-        return Err(error_response(&StatusError::bad_request(
+        return Err(Box::new(error_response(&StatusError::bad_request(
             "Upgrade request required",
-        )));
+        ))));
     }
     let offered: Vec<String> = headers
         .get_all("sec-websocket-protocol")
@@ -95,15 +95,17 @@ fn negotiate(
     }
     match offered.iter().find(|p| served.contains(&p.as_str())) {
         Some(p) => Ok((derive_accept_key(key.as_bytes()), Some(p.clone()))),
-        None => Err(Response::builder()
-            .status(StatusCode::FORBIDDEN)
-            .body(
-                Full::new(Bytes::from(format!(
-                    "requested protocol(s) are not supported: {offered:?}; supports {served:?}"
-                )))
-                .boxed(),
-            )
-            .unwrap_or_default()),
+        None => Err(Box::new(
+            Response::builder()
+                .status(StatusCode::FORBIDDEN)
+                .body(
+                    Full::new(Bytes::from(format!(
+                        "requested protocol(s) are not supported: {offered:?}; supports {served:?}"
+                    )))
+                    .boxed(),
+                )
+                .unwrap_or_default(),
+        )),
     }
 }
 
@@ -200,7 +202,7 @@ pub(crate) async fn exec(
     );
     let (accept, protocol) = match negotiate(&req, EXEC_PROTOCOLS, false) {
         Ok(n) => n,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let v5 = protocol.as_deref() == Some("v5.channel.k8s.io");
     upgrade(req, accept, protocol, move |ws| async move {
@@ -399,7 +401,7 @@ pub(crate) async fn port_forward(
     }
     let (accept, protocol) = match negotiate(&req, FORWARD_PROTOCOLS, true) {
         Ok(n) => n,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let pod = name.to_string();
     upgrade(req, accept, protocol, move |ws| {
@@ -477,7 +479,7 @@ async fn forward_session(ws: Ws, ip: String, ports: Vec<u16>, pod: String) {
             match message {
                 Message::Binary(data) if !data.is_empty() => {
                     let channel = data[0] as usize;
-                    if channel % 2 == 0
+                    if channel.is_multiple_of(2)
                         && let Some(tx) = to_pod.get(channel / 2)
                     {
                         let _ = tx.send(data.slice(1..)).await;

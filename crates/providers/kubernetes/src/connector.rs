@@ -159,7 +159,7 @@ impl KubeExecConnector {
                 }
             }
             Err(e) => {
-                tracing::warn!(pod = %self.pod, error = %e, "could not stop a cancelled command")
+                tracing::warn!(pod = %self.pod, error = %e, "could not stop a cancelled command");
             }
         }
     }

@@ -270,7 +270,7 @@ async fn infra_dial_stdio_drives_the_pods_dockerd_and_a_lost_stream_is_an_error(
     );
     match result {
         Err(ConnectError::Network { message, .. }) => {
-            assert!(message.contains("without an exit status"), "{message}")
+            assert!(message.contains("without an exit status"), "{message}");
         }
         other => panic!("expected a lost-stream error, got {other:?}"),
     }
