@@ -41,6 +41,9 @@ pub enum Infra {
     /// Python 3 with `grpcio` and `grpcio-tools` (Debian `python3-grpcio`,
     /// `python3-grpc-tools`): the example plugin in Python.
     PythonGrpc,
+    /// A `kubectl` of 1.31 or newer (WebSocket exec by default), found by [`kubectl_path`]:
+    /// the independent client judging the fake Kubernetes API server.
+    Kubectl,
 }
 
 impl Infra {
@@ -53,6 +56,10 @@ impl Infra {
             Infra::Promtool => "Prometheus's promtool (Debian package prometheus)",
             Infra::PythonPrometheusClient => {
                 "Python's prometheus_client (Debian package python3-prometheus-client)"
+            }
+            Infra::Kubectl => {
+                "kubectl 1.31 or newer (scripts/setup.d/kubernetes.sh installs one in \
+                 /opt/flotilla-kubectl)"
             }
             Infra::Browser => {
                 "Chromium (Debian package chromium), Node.js and playwright-core \
@@ -94,6 +101,7 @@ pub fn available(infra: Infra) -> bool {
         Infra::PythonGrpc => {
             *PY_GRPC.get_or_init(|| runs("python3", &["-c", "import grpc, grpc_tools.protoc"]))
         }
+        Infra::Kubectl => kubectl_path().is_some(),
         Infra::Promtool => *PROMTOOL.get_or_init(|| runs("promtool", &["--version"])),
         Infra::PythonPrometheusClient => *PY_PROMETHEUS
             .get_or_init(|| runs("python3", &["-c", "import prometheus_client.parser"])),
@@ -128,6 +136,43 @@ pub fn available(infra: Infra) -> bool {
 
 /// Where Debian's `golang-*-dev` packages put their Go sources (a GOPATH entry).
 pub const GOCODE: &str = "/usr/share/gocode";
+/// The kubectl the tests use, if one of 1.31 or newer is found: `$FLOTILLA_KUBECTL`, then
+/// `/opt/flotilla-kubectl/bin/kubectl` (scripts/setup.d/kubernetes.sh), then `kubectl` on
+/// `PATH`. Probed once per process.
+pub fn kubectl_path() -> Option<std::path::PathBuf> {
+    static KUBECTL: OnceLock<Option<std::path::PathBuf>> = OnceLock::new();
+    KUBECTL
+        .get_or_init(|| {
+            let candidates = std::env::var_os("FLOTILLA_KUBECTL")
+                .map(std::path::PathBuf::from)
+                .into_iter()
+                .chain([
+                    std::path::PathBuf::from("/opt/flotilla-kubectl/bin/kubectl"),
+                    std::path::PathBuf::from("kubectl"),
+                ]);
+            candidates
+                .into_iter()
+                .find(|k| kubectl_minor(k).is_some_and(|m| m >= 31))
+        })
+        .clone()
+}
+
+/// The client's minor version, from `kubectl version --client -o json`.
+fn kubectl_minor(kubectl: &std::path::Path) -> Option<u32> {
+    let out = Command::new(kubectl)
+        .args(["version", "--client", "-o", "json"])
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let at = text.find("\"minor\"")?;
+    let digits: String = text[at + 7..]
+        .chars()
+        .skip_while(|c| !c.is_ascii_digit())
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
 
 /// Where Debian installs Chromium.
 pub const CHROMIUM: &str = "/usr/bin/chromium";

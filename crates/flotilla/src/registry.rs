@@ -64,6 +64,11 @@ pub fn providers() -> Vec<ProviderEntry> {
         name: flotilla_provider_plugin::PLUGIN,
         build: flotilla_provider_plugin::build,
     });
+    #[cfg(feature = "kubernetes")]
+    all.push(ProviderEntry {
+        name: flotilla_provider_kubernetes::PLUGIN,
+        build: flotilla_provider_kubernetes::build,
+    });
     all
 }
 
@@ -133,6 +138,34 @@ pub fn connectors(kind: ConnectorKind, group: Arc<dyn InstanceGroup>) -> Arc<dyn
     match kind {
         ConnectorKind::Local => Arc::new(LocalConnectors),
         ConnectorKind::Protocol => Arc::new(SshConnectors::new(group)),
+        ConnectorKind::KubeExec => Arc::new(KubeExecConnectors),
+    }
+}
+
+/// Connectors into pods through the Kubernetes API server (the `kubernetes` provider's
+/// `kube-exec`); without the `kubernetes` feature no provider asks for them, and they refuse.
+#[derive(Debug, Clone, Copy)]
+struct KubeExecConnectors;
+
+impl ConnectorFactory for KubeExecConnectors {
+    fn connector(
+        &self,
+        info: &flotilla_fleet::ConnectInfo,
+    ) -> Result<Arc<dyn flotilla_connect::Connector>, flotilla_dispatch::DispatchError> {
+        #[cfg(feature = "kubernetes")]
+        {
+            flotilla_provider_kubernetes::connector(info)
+                .map(|c| Arc::new(c) as Arc<dyn flotilla_connect::Connector>)
+                .map_err(|source| flotilla_dispatch::DispatchError::Connect {
+                    instance: info.id.clone(),
+                    source,
+                })
+        }
+        #[cfg(not(feature = "kubernetes"))]
+        Err(flotilla_dispatch::DispatchError::UnsupportedProtocol {
+            instance: info.id.clone(),
+            protocol: "kube-exec (this build has no kubernetes feature)".into(),
+        })
     }
 }
 
