@@ -25,10 +25,12 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 /// `$0` is the pid file, `$1` the command.
 const WRAPPER: &str = r#"echo $$ >"$0"; sh -c "$1"; s=$?; rm -f "$0"; exit $s"#;
 
-/// Kills the process group recorded in `$0` (waiting briefly for it to be written).
+/// Kills the process group recorded in `$0` (waiting briefly for it to be written). Not
+/// `kill -KILL -- -PID`: Debian's dash reads the `--` as the signal's end and refuses `-PID`
+/// ("Illegal number"), so only the wrapper would die.
 const KILLER: &str = r#"i=0; while [ ! -s "$0" ] && [ $i -lt 20 ]; do sleep 0.1; i=$((i+1)); done
 p=$(cat "$0" 2>/dev/null) || exit 0
-kill -KILL -- -"$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null
+kill -KILL -"$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null
 rm -f "$0""#;
 
 /// Runs commands in one container through the Docker API.

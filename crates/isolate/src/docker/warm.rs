@@ -23,10 +23,11 @@ use tokio_util::sync::CancellationToken;
 /// Records the shell's process group in `$0`, runs `$1`, removes the record.
 const WRAPPER: &str = r#"echo $$ >"$0"; sh -c "$1"; s=$?; rm -f "$0"; exit $s"#;
 
-/// Kills the process group recorded in `$0` (waiting briefly for the record).
+/// Kills the process group recorded in `$0` (waiting briefly for the record). Not
+/// `kill -KILL -- -PID`, which Debian's dash refuses ("Illegal number").
 const KILLER: &str = r#"i=0; while [ ! -s "$0" ] && [ $i -lt 20 ]; do sleep 0.1; i=$((i+1)); done
 p=$(cat "$0" 2>/dev/null) || exit 0
-kill -KILL -- -"$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null
+kill -KILL -"$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null
 rm -f "$0""#;
 
 type Output = Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
