@@ -97,6 +97,7 @@ pub fn info_to_pb(i: &ProviderInfo) -> pb::ProviderInfo {
             connector: match c.connector {
                 ConnectorKind::Protocol => pb::ConnectorKind::Protocol,
                 ConnectorKind::Local => pb::ConnectorKind::Local,
+                ConnectorKind::KubeExec => pb::ConnectorKind::KubeExec,
             } as i32,
             fixed_pool: c.fixed_pool,
             max_slots_per_instance: c.max_slots_per_instance.map(|n| n as u64),
@@ -117,6 +118,14 @@ pub fn info_from_pb(i: pb::ProviderInfo) -> Result<ProviderInfo, ConvertError> {
     let connector = match pb::ConnectorKind::try_from(c.connector) {
         Ok(pb::ConnectorKind::Protocol) => ConnectorKind::Protocol,
         Ok(pb::ConnectorKind::Local) => ConnectorKind::Local,
+        // The kube-exec connector finds its client in the kubernetes provider of this
+        // process; a plugin's pods cannot be reached that way.
+        Ok(pb::ConnectorKind::KubeExec) => {
+            return Err(invalid(
+                "capabilities.connector",
+                "kube-exec: only flotilla's own kubernetes provider can use it",
+            ));
+        }
         Err(_) => return Err(invalid("capabilities.connector", c.connector.to_string())),
     };
     Ok(ProviderInfo {
