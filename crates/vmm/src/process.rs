@@ -81,9 +81,10 @@ async fn alive(host: &dyn Connector, pid: u32) -> Result<bool, VmmError> {
 }
 
 /// Kills VMM `pid` if it is the VM of `dir` (a reused pid is left alone), then waits for it
-/// to be gone. Returns whether it was running.
+/// to be gone. Returns whether it was running. Its command line must name a file in `dir`
+/// (`<dir>/`, so slot 1's directory never matches slot 10's VM).
 pub(crate) async fn kill_pid(host: &dyn Connector, pid: u32, dir: &str) -> Result<bool, VmmError> {
-    let d = quote(dir);
+    let d = quote(&format!("{}/", dir.trim_end_matches('/')));
     let line = format!(
         "if [ -r /proc/{pid}/cmdline ] && tr '\\0' '\\n' </proc/{pid}/cmdline | grep -qF -- {d}; then \
          kill -9 {pid} 2>/dev/null; i=0; while [ -e /proc/{pid} ] && [ $i -lt 200 ]; do \
@@ -103,5 +104,31 @@ pub(crate) async fn kill_dir(host: &dyn Connector, dir: &str) -> Result<bool, Vm
     match String::from_utf8_lossy(&pid).trim().parse::<u32>() {
         Ok(pid) => kill_pid(host, pid, dir).await,
         Err(_) => Ok(false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_connect::local::LocalConnector;
+
+    #[tokio::test]
+    async fn a_pid_is_killed_only_for_its_own_directory() {
+        let base = tempfile::tempdir().unwrap();
+        let ten = base.path().join("vm-slot-10");
+        // A process whose command line names a file in slot 10's directory, as a VMM's does.
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "sleep 60", &format!("{}/api.sock", ten.display())])
+            .spawn()
+            .unwrap();
+        let host = LocalConnector::new();
+        let one = base.path().join("vm-slot-1");
+        assert!(
+            !kill_pid(&host, child.id(), one.to_str().unwrap()).await.unwrap(),
+            "slot 1's directory is a prefix of slot 10's, not its directory"
+        );
+        assert!(child.try_wait().unwrap().is_none(), "slot 10's VM still runs");
+        assert!(kill_pid(&host, child.id(), ten.to_str().unwrap()).await.unwrap());
+        assert!(child.wait().is_ok());
     }
 }
