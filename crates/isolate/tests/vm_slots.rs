@@ -4,17 +4,15 @@
 //! stomped; the VM is deleted after the job; an image the configuration does not allow is
 //! refused with the reason.
 
-use flotilla_connect::Connector;
-use flotilla_connect::local::LocalConnector;
+mod vm_support;
+
 use flotilla_isolate::vm::{VmLevel, VmLevelConfig};
-use flotilla_isolate::{IsolatedEnvironment, Isolation, PrepareRequest};
 use flotilla_job::model::{Image, JobInfo};
-use flotilla_job::{ExecCommand, ExecSpec, ExitStatus, JobPayload, Place};
+use flotilla_job::{ExitStatus, JobPayload, Place};
 use flotilla_testkit::infra::{Infra, require};
 use flotilla_testkit::vms::{VmGuard, vm_image};
 use std::path::Path;
-use std::sync::Arc;
-use tokio_util::sync::CancellationToken;
+use vm_support::{alive, stage, vmm_pid as pid_of};
 
 fn job(id: i64, image: Option<&str>) -> JobPayload {
     JobPayload {
@@ -29,61 +27,6 @@ fn job(id: i64, image: Option<&str>) -> JobPayload {
         }),
         ..Default::default()
     }
-}
-
-async fn prepare(
-    level: &VmLevel,
-    job: &JobPayload,
-    slot: usize,
-) -> (Box<dyn IsolatedEnvironment>, Result<(), String>, String) {
-    let connector: Arc<dyn Connector> = Arc::new(LocalConnector::new());
-    let env = level
-        .prepare(PrepareRequest {
-            job,
-            instance_id: "this-host",
-            slot,
-            connector,
-            builds_dir: "/unused-on-the-instance".into(),
-        })
-        .await
-        .unwrap();
-    let mut log = Vec::new();
-    let r = env
-        .prepare(&mut log, CancellationToken::new())
-        .await
-        .map_err(|e| e.to_string());
-    (env, r, String::from_utf8(log).unwrap())
-}
-
-async fn stage(env: &dyn IsolatedEnvironment, place: Place, script: &str) -> (ExitStatus, String) {
-    let mut out = Vec::new();
-    let status = env
-        .exec(ExecSpec {
-            place,
-            command: ExecCommand::Script(script.to_string()),
-            stdin: None,
-            stdout: Box::new(&mut out),
-            stderr: Box::new(tokio::io::stderr()),
-            cancel: CancellationToken::new(),
-        })
-        .await
-        .unwrap();
-    (status, String::from_utf8_lossy(&out).into_owned())
-}
-
-fn pid_of(dir: &str) -> Option<u32> {
-    std::fs::read_to_string(format!("{dir}/vmm.pid"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
-}
-
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rsplit_once(") ")
-            .is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X'))
-    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -111,7 +54,7 @@ async fn infra_vm_a_job_runs_every_stage_in_a_full_vm_of_its_slot() {
     .unwrap();
 
     let j = job(41, None);
-    let (env, r, log) = prepare(&level, &j, 1).await;
+    let (env, r, log) = vm_support::prepare(&level, "/unused-on-the-instance", &j, 1).await;
     eprintln!("{log}");
     r.unwrap_or_else(|e| panic!("{e}\n{log}"));
     assert!(
@@ -142,7 +85,13 @@ async fn infra_vm_a_job_runs_every_stage_in_a_full_vm_of_its_slot() {
     assert!(alive(first));
 
     // The next job in the slot, the first not cleaned up (a dead manager's): stomped.
-    let (second, r, log) = prepare(&level, &job(42, Some("disk.img")), 1).await;
+    let (second, r, log) = vm_support::prepare(
+        &level,
+        "/unused-on-the-instance",
+        &job(42, Some("disk.img")),
+        1,
+    )
+    .await;
     r.unwrap_or_else(|e| panic!("{e}\n{log}"));
     assert!(
         log.contains("Stomped the VM an earlier job left in slot 1"),
@@ -166,7 +115,13 @@ async fn infra_vm_a_job_runs_every_stage_in_a_full_vm_of_its_slot() {
     assert!(!Path::new(&dir).exists());
 
     // An image the configuration does not allow never boots.
-    let (_, r, _) = prepare(&level, &job(43, Some("ubuntu-24.04")), 2).await;
+    let (_, r, _) = vm_support::prepare(
+        &level,
+        "/unused-on-the-instance",
+        &job(43, Some("ubuntu-24.04")),
+        2,
+    )
+    .await;
     let e = r.unwrap_err();
     assert!(e.contains("not allowed") && e.contains("disk.*"), "{e}");
 }
