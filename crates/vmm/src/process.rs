@@ -124,11 +124,20 @@ mod tests {
         let host = LocalConnector::new();
         let one = base.path().join("vm-slot-1");
         assert!(
-            !kill_pid(&host, child.id(), one.to_str().unwrap()).await.unwrap(),
+            !kill_pid(&host, child.id(), one.to_str().unwrap())
+                .await
+                .unwrap(),
             "slot 1's directory is a prefix of slot 10's, not its directory"
         );
-        assert!(child.try_wait().unwrap().is_none(), "slot 10's VM still runs");
-        assert!(kill_pid(&host, child.id(), ten.to_str().unwrap()).await.unwrap());
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "slot 10's VM still runs"
+        );
+        assert!(
+            kill_pid(&host, child.id(), ten.to_str().unwrap())
+                .await
+                .unwrap()
+        );
         assert!(child.wait().is_ok());
     }
 }

@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
@@ -204,11 +204,12 @@ impl PluginCommand {
 
         let mut tasks = Vec::new();
         let tail: Tail = Arc::new(Mutex::new(VecDeque::new()));
-        tasks.push(tokio::spawn(forward_stderr(
+        tasks.push(tokio::spawn(forward_pipe(
             stderr,
+            Source::Stderr,
             self.name.clone(),
             log.clone(),
-            tail.clone(),
+            Some(tail.clone()),
         )));
         let (exited_tx, exited) = watch::channel(None);
         let (kill, killed) = oneshot::channel();
@@ -240,10 +241,13 @@ impl PluginCommand {
             Ok(Some(line)) => line,
         };
         let handshake = Handshake::parse(&line, &self.versions)?;
-        tasks.push(tokio::spawn(forward_stdout(
+        // What the reader holds past the handshake line is read first.
+        tasks.push(tokio::spawn(forward_pipe(
             stdout,
+            Source::Stdout,
             self.name.clone(),
             log.clone(),
+            None,
         )));
 
         let tls = match (&own_cert, &handshake.server_cert) {
@@ -495,34 +499,41 @@ async fn connect(
         .await
 }
 
-async fn forward_stderr(
-    stderr: impl AsyncRead + Unpin,
+/// Reads one of the plugin's pipes to its end, a line at a time, into the log (stderr lines
+/// read as hclog JSON where they are) and, for stderr, into `tail`. Bytes, not text: a line
+/// that is not UTF-8, or is very long, must not stop the reading, or the plugin's next write
+/// would fail (a Go plugin dies of SIGPIPE).
+async fn forward_pipe(
+    mut pipe: impl AsyncRead + Unpin,
+    source: Source,
     name: String,
     log: Arc<dyn PluginLog>,
-    tail: Tail,
+    tail: Option<Tail>,
 ) {
-    let mut lines = BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        {
+    let mut lines = Lines::default();
+    let mut buf = vec![0u8; 16 * 1024];
+    let emit = |line: String| {
+        if let Some(tail) = &tail {
             let mut tail = tail.lock().unwrap_or_else(|e| e.into_inner());
             if tail.len() == STDERR_TAIL {
                 tail.pop_front();
             }
             tail.push_back(line.clone());
         }
-        let (level, text) = classify(&line, Level::Info);
-        log.line(&name, Source::Stderr, level, &text);
+        let (level, text) = match source {
+            Source::Stderr => classify(&line, Level::Info),
+            _ => (Level::Info, line),
+        };
+        log.line(&name, source, level, &text);
+    };
+    loop {
+        match pipe.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => lines.push(&buf[..n]).into_iter().for_each(&emit),
+        }
     }
-}
-
-async fn forward_stdout(
-    stdout: BufReader<impl AsyncRead + Unpin>,
-    name: String,
-    log: Arc<dyn PluginLog>,
-) {
-    let mut lines = stdout.lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        log.line(&name, Source::Stdout, Level::Info, &line);
+    if let Some(rest) = lines.finish() {
+        emit(rest);
     }
 }
 
@@ -577,5 +588,52 @@ async fn forward_stdio(channel: Channel, name: String, log: Arc<dyn PluginLog>) 
             let (level, text) = classify(&line, Level::Info);
             log.line(&name, source, level, &text);
         }
+    }
+}
+
+#[cfg(test)]
+mod pipe_tests {
+    use super::*;
+    use std::sync::Mutex as StdMutex;
+
+    #[derive(Debug, Default)]
+    struct Kept(StdMutex<Vec<(Source, String)>>);
+
+    impl PluginLog for Kept {
+        fn line(&self, _plugin: &str, source: Source, _level: Level, text: &str) {
+            self.0.lock().unwrap().push((source, text.to_string()));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_line_that_is_not_utf8_does_not_stop_the_reading() {
+        let kept = Arc::new(Kept::default());
+        let tail: Tail = Arc::new(Mutex::new(VecDeque::new()));
+        let pipe: &[u8] = b"first\n\xff\xfe broken\nafter it\nno newline at the end";
+        forward_pipe(
+            pipe,
+            Source::Stderr,
+            "p".into(),
+            kept.clone(),
+            Some(tail.clone()),
+        )
+        .await;
+        let lines: Vec<String> = kept
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, t)| t.clone())
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "first",
+                "\u{fffd}\u{fffd} broken",
+                "after it",
+                "no newline at the end"
+            ]
+        );
+        assert_eq!(tail.lock().unwrap().len(), 4);
     }
 }
