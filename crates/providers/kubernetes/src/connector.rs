@@ -17,6 +17,7 @@
 use crate::target::Target;
 use async_trait::async_trait;
 use flotilla_connect::pump::{drain, feed_stdin};
+use flotilla_connect::recorded::{KILLER, WRAPPER, pid_file};
 use flotilla_connect::{
     BoxedStream, ConnectError, Connector, ExecRequest, ExitStatus, ForwardTarget, Stdin,
 };
@@ -27,17 +28,6 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf, ReadHalf, SimplexStream, WriteHalf};
-
-/// Runs the command (`$1`) in its own shell after recording its pid in `$0`.
-const WRAPPER: &str = r#"echo $$ >"$0"; sh -c "$1"; s=$?; rm -f "$0"; exit $s"#;
-
-/// Kills the process group whose leader's pid is in `$0` (waiting briefly for the file).
-/// `kill -9 -PID`, not `kill -KILL -- -PID`: Debian's dash refuses the latter ("Illegal
-/// number: -") and would then kill only the wrapper, leaving the command running.
-const KILLER: &str = r#"i=0; while [ ! -s "$0" ] && [ $i -lt 20 ]; do sleep 0.1; i=$((i+1)); done
-p=$(cat "$0" 2>/dev/null) || exit 0
-kill -9 -"$p" 2>/dev/null || kill -9 "$p" 2>/dev/null
-rm -f "$0""#;
 
 /// A connector into one pod.
 #[derive(Clone)]
@@ -150,17 +140,27 @@ impl KubeExecConnector {
         }
     }
 
+    /// Kills the command recorded in `pid_file`, within 15 s (an API server that is gone
+    /// cannot hold the caller).
     async fn kill(&self, pid_file: &str) {
         let argv = vec!["sh".into(), "-c".into(), KILLER.into(), pid_file.into()];
-        match self.start(argv, false, false).await {
-            Ok(mut p) => {
-                if let Some(status) = p.take_status() {
-                    let _ = tokio::time::timeout(Duration::from_secs(10), status).await;
+        let killing = async {
+            match self.start(argv, false, false).await {
+                Ok(mut p) => {
+                    if let Some(status) = p.take_status() {
+                        let _ = tokio::time::timeout(Duration::from_secs(10), status).await;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(pod = %self.pod, error = %e, "could not stop a command");
                 }
             }
-            Err(e) => {
-                tracing::warn!(pod = %self.pod, error = %e, "could not stop a cancelled command");
-            }
+        };
+        if tokio::time::timeout(Duration::from_secs(15), killing)
+            .await
+            .is_err()
+        {
+            tracing::warn!(pod = %self.pod, "stopping a command did not end in time");
         }
     }
 }
@@ -187,22 +187,9 @@ pub fn exit_status(status: &Status) -> Result<ExitStatus, String> {
         .unwrap_or_else(|| format!("{status:?}")))
 }
 
-fn random_suffix() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos(),
-    );
-    format!("{:016x}", h.finish())
-}
-
 #[async_trait]
 impl Connector for KubeExecConnector {
     async fn exec(&self, request: ExecRequest<'_>) -> Result<ExitStatus, ConnectError> {
-        flotilla_connect::shell::check_env(&request.env)?;
         let ExecRequest {
             command,
             env,
@@ -215,12 +202,8 @@ impl Connector for KubeExecConnector {
             return Err(ConnectError::Cancelled);
         }
         // Exec has no environment parameter: the variables are exported by the script.
-        let mut script = String::new();
-        for (k, v) in &env {
-            script.push_str(&format!("export {k}={}\n", flotilla_shell::quote(v)));
-        }
-        script.push_str(&command);
-        let pid_file = format!("/tmp/.flotilla-exec-{}", random_suffix());
+        let script = flotilla_connect::shell::with_env(&command, &env)?;
+        let pid_file = pid_file("exec");
         let argv = vec![
             "sh".to_string(),
             "-c".to_string(),
@@ -283,9 +266,10 @@ impl Connector for KubeExecConnector {
             }
         };
         if let Err(e) = outcome {
-            if matches!(e, ConnectError::Cancelled) {
-                self.kill(&pid_file).await;
-            }
+            // Whatever ended the exec here (a cancel, a lost stream, a pod that went, a sink
+            // that failed), the command may still run in the pod: a caller that retries must
+            // not find the first copy still at work. As the docker exec connector does.
+            self.kill(&pid_file).await;
             process.abort();
             return Err(e);
         }

@@ -274,6 +274,16 @@ async fn infra_dial_stdio_drives_the_pods_dockerd_and_a_lost_stream_is_an_error(
         }
         other => panic!("expected a lost-stream error, got {other:?}"),
     }
+    // The command the lost stream ran is stopped too: a retry must not meet it still running.
+    let left = pod
+        .output("for p in /proc/[0-9]*; do tr '\\0' ' ' <$p/cmdline 2>/dev/null; echo; done | grep -c '^sleep 31 $' || true")
+        .await
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&left.stdout).trim(),
+        "0",
+        "the command of the lost stream was killed"
+    );
 
     // Cancellation stops the command in the pod.
     let cancel = tokio_util::sync::CancellationToken::new();
