@@ -79,16 +79,6 @@ template:
     path
 }
 
-/// A busybox web server on port 6379 answering `OUT|services|<word>`.
-fn web_service(alias: &str, word: &str) -> serde_json::Value {
-    json!({
-        "name": busybox_image(),
-        "alias": alias,
-        "command": ["sh", "-c", format!("mkdir -p /www && echo 'OUT|services|{word}' > /www/index.html && exec httpd -f -p 6379 -h /www")],
-        "ports": [{"number": 6379}],
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn infra_run_on_kubernetes_pods_with_two_services_on_one_port() {
     if !require(Infra::Docker) {
@@ -112,7 +102,10 @@ async fn infra_run_on_kubernetes_pods_with_two_services_on_one_port() {
             .field("image", json!({"name": busybox_image()}))
             .field(
                 "services",
-                json!([web_service("svc-a", "alpha"), web_service("svc-b", "beta")]),
+                json!([
+                    run_support::web_service("svc-a", "alpha"),
+                    run_support::web_service("svc-b", "beta")
+                ]),
             )
             .script([
                 "wget -qO- http://svc-a:6379/",
