@@ -182,10 +182,6 @@ impl PluginGroup {
                 format!("the plugin is down; next start in {wait:?}"),
             ));
         }
-        // Counted as a failure before it is tried: a call whose deadline ends during the
-        // start drops this future, and the next call must still wait out the backoff.
-        let before = s.backoff.clone();
-        s.backoff.failed(Instant::now(), None);
         match self.start(init).await {
             Ok((running, info)) => {
                 let first_id = s.info.as_ref().map(|i| i.id.clone());
@@ -193,6 +189,7 @@ impl PluginGroup {
                     && first_id != info.id
                 {
                     running.process.shutdown(STOP_GRACE).await;
+                    s.backoff.failed(Instant::now(), None);
                     return Err(FleetError::provider(
                         "init",
                         format!(
@@ -204,10 +201,12 @@ impl PluginGroup {
                 }
                 let running = Arc::new(running);
                 s.current = Some(running.clone());
-                s.backoff = before;
                 Ok(running)
             }
-            Err(e) => Err(e),
+            Err(e) => {
+                s.backoff.failed(Instant::now(), None);
+                Err(e)
+            }
         }
     }
 
