@@ -37,6 +37,16 @@ pub enum Infra {
     /// moto's standalone AWS server (`moto_server`, installed by `scripts/setup.d/aws.sh`;
     /// see [`moto_server_path`]): the judge of the aws provider.
     Moto,
+    /// Go with Debian's hashicorp go-plugin and grpc sources in `/usr/share/gocode`
+    /// (`golang-go`, `golang-github-hashicorp-go-plugin-dev`, `golang-google-grpc-dev`): a
+    /// go-plugin plugin built offline judges the plugin provider's process protocol.
+    GoPlugin,
+    /// Python 3 with `grpcio` and `grpcio-tools` (Debian `python3-grpcio`,
+    /// `python3-grpc-tools`): the example plugin in Python.
+    PythonGrpc,
+    /// A `kubectl` of 1.31 or newer (WebSocket exec by default), found by [`kubectl_path`]:
+    /// the independent client judging the fake Kubernetes API server.
+    Kubectl,
 }
 
 impl Infra {
@@ -50,11 +60,23 @@ impl Infra {
             Infra::PythonPrometheusClient => {
                 "Python's prometheus_client (Debian package python3-prometheus-client)"
             }
+            Infra::Kubectl => {
+                "kubectl 1.31 or newer (scripts/setup.d/kubernetes.sh installs one in \
+                 /opt/flotilla-kubectl)"
+            }
             Infra::Browser => {
                 "Chromium (Debian package chromium), Node.js and playwright-core \
                  (testkit/browser, installed by scripts/setup.sh)"
             }
             Infra::Moto => "moto's server (moto_server, installed by scripts/setup.d/aws.sh)",
+            Infra::GoPlugin => {
+                "Go and go-plugin's sources (Debian packages golang-go, \
+                 golang-github-hashicorp-go-plugin-dev, golang-google-grpc-dev)"
+            }
+            Infra::PythonGrpc => {
+                "Python's grpcio and grpcio-tools (Debian packages python3-grpcio, \
+                 python3-grpc-tools)"
+            }
         }
     }
 }
@@ -68,8 +90,23 @@ pub fn available(infra: Infra) -> bool {
     static PROMTOOL: OnceLock<bool> = OnceLock::new();
     static PY_PROMETHEUS: OnceLock<bool> = OnceLock::new();
     static BROWSER: OnceLock<bool> = OnceLock::new();
+    static GO_PLUGIN: OnceLock<bool> = OnceLock::new();
+    static PY_GRPC: OnceLock<bool> = OnceLock::new();
     match infra {
         Infra::Moto => moto_server_path().is_some(),
+        Infra::GoPlugin => *GO_PLUGIN.get_or_init(|| {
+            runs("go", &["version"])
+                && std::path::Path::new(GOCODE)
+                    .join("src/github.com/hashicorp/go-plugin/grpc_server.go")
+                    .exists()
+                && std::path::Path::new(GOCODE)
+                    .join("src/google.golang.org/grpc/server.go")
+                    .exists()
+        }),
+        Infra::PythonGrpc => {
+            *PY_GRPC.get_or_init(|| runs("python3", &["-c", "import grpc, grpc_tools.protoc"]))
+        }
+        Infra::Kubectl => kubectl_path().is_some(),
         Infra::Promtool => *PROMTOOL.get_or_init(|| runs("promtool", &["--version"])),
         Infra::PythonPrometheusClient => *PY_PROMETHEUS
             .get_or_init(|| runs("python3", &["-c", "import prometheus_client.parser"])),
@@ -121,6 +158,46 @@ pub fn moto_server_path() -> Option<std::path::PathBuf> {
             .map(|d| d.join("moto_server"))
             .find(|p| p.is_file())
     })
+}
+
+/// Where Debian's `golang-*-dev` packages put their Go sources (a GOPATH entry).
+pub const GOCODE: &str = "/usr/share/gocode";
+/// The kubectl the tests use, if one of 1.31 or newer is found: `$FLOTILLA_KUBECTL`, then
+/// `/opt/flotilla-kubectl/bin/kubectl` (scripts/setup.d/kubernetes.sh), then `kubectl` on
+/// `PATH`. Probed once per process.
+pub fn kubectl_path() -> Option<std::path::PathBuf> {
+    static KUBECTL: OnceLock<Option<std::path::PathBuf>> = OnceLock::new();
+    KUBECTL
+        .get_or_init(|| {
+            let candidates = std::env::var_os("FLOTILLA_KUBECTL")
+                .map(std::path::PathBuf::from)
+                .into_iter()
+                .chain([
+                    std::path::PathBuf::from("/opt/flotilla-kubectl/bin/kubectl"),
+                    std::path::PathBuf::from("kubectl"),
+                ]);
+            candidates
+                .into_iter()
+                .find(|k| kubectl_minor(k).is_some_and(|m| m >= 31))
+        })
+        .clone()
+}
+
+/// The client's minor version, from `kubectl version --client -o json`.
+fn kubectl_minor(kubectl: &std::path::Path) -> Option<u32> {
+    let out = Command::new(kubectl)
+        .args(["version", "--client", "-o", "json"])
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let at = text.find("\"minor\"")?;
+    let digits: String = text[at + 7..]
+        .chars()
+        .skip_while(|c| !c.is_ascii_digit())
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
 }
 
 /// Where Debian installs Chromium.

@@ -9,6 +9,8 @@
 //!   It lives in `flotilla-sim` (so `flotilla simulate` can use it) and is re-exported here.
 //! - [`fake_gitlab`]: [`fake_gitlab::FakeGitLab`], the runner side of GitLab's runner API
 //!   over HTTP on 127.0.0.1, with fault injection and a record of every request.
+//! - `fake_kube` (feature `fake-kube`): a fake Kubernetes API server whose pods are Docker
+//!   containers, with exec and port-forward over the WebSocket channel protocols.
 //! - [`containers`]: containers a test made, found and removed by label ([`containers::LabelGuard`]).
 //! - `sim` (feature `sim`): the scaler's deterministic simulation, journaling into the real
 //!   SQLite store.
@@ -24,6 +26,8 @@ pub mod containers;
 #[cfg(feature = "docker-fleet")]
 pub mod docker_fleet;
 pub mod fake_gitlab;
+#[cfg(feature = "fake-kube")]
+pub mod fake_kube;
 /// The fake instance group, re-exported from `flotilla-sim`.
 pub mod fake_group {
     pub use flotilla_sim::fake_group::*;

@@ -1,7 +1,8 @@
 //! The qemu provider's test VM image (built by `scripts/build-vm-image.sh`), and a guard that
 //! makes sure no VM outlives the test that made it.
 //!
-//! The guard finds VMs the way the provider does: every `qemu.pid` file under a directory,
+//! The guard finds VMs the way the provider does: every `qemu.pid` (or flotilla-vmm's
+//! `vmm.pid`) file under a directory,
 //! whose process is alive and a QEMU. It kills them when dropped (passed or failed). If the
 //! test process itself is killed, the guard cannot run: tests also give their VMs a
 //! `max_lifetime`, after which the guest powers itself off.
@@ -60,7 +61,8 @@ pub fn vm_image() -> VmImage {
         .clone()
 }
 
-/// The pids of the QEMU processes alive under `dir` (any depth), by their `qemu.pid` files.
+/// The pids of the QEMU processes alive under `dir` (any depth), by their pid files: the qemu
+/// provider's `qemu.pid` and flotilla-vmm's `vmm.pid` (the VM isolation levels).
 pub fn running_vms(dir: &Path) -> Vec<u32> {
     let mut pids = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -72,7 +74,9 @@ pub fn running_vms(dir: &Path) -> Vec<u32> {
             let path = e.path();
             if path.is_dir() {
                 stack.push(path);
-            } else if path.file_name().is_some_and(|n| n == "qemu.pid")
+            } else if path
+                .file_name()
+                .is_some_and(|n| n == "qemu.pid" || n == "vmm.pid")
                 && let Some(pid) = std::fs::read_to_string(&path)
                     .ok()
                     .and_then(|s| s.trim().parse::<u32>().ok())

@@ -9,6 +9,7 @@
 //! as in any shell.
 
 use crate::pump::{feed_stdin, flush_out, write_out};
+use crate::recorded::{KILLER, WRAPPER, pid_file};
 use crate::{BoxedStream, ConnectError, Connector, ExecRequest, ExitStatus, ForwardTarget, Stdin};
 use async_trait::async_trait;
 use bollard::Docker;
@@ -20,16 +21,6 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-
-/// The wrapper that records the command's process group and cleans up after it.
-/// `$0` is the pid file, `$1` the command.
-const WRAPPER: &str = r#"echo $$ >"$0"; sh -c "$1"; s=$?; rm -f "$0"; exit $s"#;
-
-/// Kills the process group recorded in `$0` (waiting briefly for it to be written).
-const KILLER: &str = r#"i=0; while [ ! -s "$0" ] && [ $i -lt 20 ]; do sleep 0.1; i=$((i+1)); done
-p=$(cat "$0" 2>/dev/null) || exit 0
-kill -KILL -- -"$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null
-rm -f "$0""#;
 
 /// Runs commands in one container through the Docker API.
 #[derive(Debug, Clone)]
@@ -171,18 +162,6 @@ fn api_error(
     }
 }
 
-fn random_suffix() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos(),
-    );
-    format!("{:016x}", h.finish())
-}
-
 #[async_trait]
 impl Connector for DockerExecConnector {
     async fn exec(&self, request: ExecRequest<'_>) -> Result<ExitStatus, ConnectError> {
@@ -198,7 +177,7 @@ impl Connector for DockerExecConnector {
         if cancel.is_cancelled() {
             return Err(ConnectError::Cancelled);
         }
-        let pid_file = format!("/tmp/.flotilla-exec-{}", random_suffix());
+        let pid_file = pid_file("exec");
         let cmd = vec![
             "sh".to_string(),
             "-c".to_string(),
@@ -322,36 +301,5 @@ impl AsyncWrite for ExecStream {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         self.input.as_mut().poll_shutdown(cx)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::process::Command;
-
-    #[test]
-    fn wrapper_and_killer_work_in_a_real_shell() {
-        let dir = tempfile::tempdir().unwrap();
-        let pid_file = dir.path().join("pid");
-        let pid_file = pid_file.to_str().unwrap();
-        let out = Command::new("sh")
-            .args(["-c", WRAPPER, pid_file, "echo hi; exit 7"])
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(7));
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\n");
-        assert!(!std::path::Path::new(pid_file).exists(), "cleaned up");
-        // The killer exits quietly when there is nothing to kill.
-        let out = Command::new("sh")
-            .args(["-c", KILLER, "/nonexistent/pid"])
-            .output()
-            .unwrap();
-        assert!(out.status.success());
-    }
-
-    #[test]
-    fn suffixes_differ() {
-        assert_ne!(random_suffix(), random_suffix());
     }
 }

@@ -23,6 +23,7 @@ mod error;
 mod exec;
 pub mod local;
 pub mod pump;
+pub mod recorded;
 pub mod shell;
 pub mod ssh;
 mod watchdog;

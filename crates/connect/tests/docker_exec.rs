@@ -63,6 +63,38 @@ async fn infra_docker_exec_cancellation() {
     conformance::cancellation(&c, "flotilla-dx-cancel").await;
 }
 
+/// The same in a Debian image, whose `sh` is dash: it refuses `kill -KILL -- -PID`, which
+/// once left the cancelled command running there (busybox's `sh` accepts it).
+#[tokio::test]
+async fn infra_docker_exec_cancellation_under_dash() {
+    if !require(Infra::Docker) {
+        return;
+    }
+    let label = format!("flotilla.test=dx{}-dash", std::process::id());
+    let _cleanup = Cleanup::new(label.clone());
+    let image = flotilla_testkit::images::instance_image();
+    let id = docker(&[
+        "run",
+        "-d",
+        "--label",
+        &label,
+        "--entrypoint",
+        "sleep",
+        &image,
+        "3600",
+    ]);
+    let c = connector(&id).await;
+    assert!(
+        c.output("readlink -f /bin/sh")
+            .await
+            .unwrap()
+            .stdout_str()
+            .contains("dash"),
+        "the instance image's sh is dash"
+    );
+    conformance::cancellation(&c, "flotilla-dx-dash").await;
+}
+
 #[tokio::test]
 async fn infra_docker_exec_dial_stdio() {
     if !require(Infra::Docker) {

@@ -12,6 +12,9 @@ pub enum ConnectorKind {
     /// (SSH; WinRM is named but not spoken yet).
     #[default]
     Protocol,
+    /// Commands and ports through the Kubernetes API server (exec and port-forward
+    /// subresources): the `kubernetes` provider's pods.
+    KubeExec,
 }
 
 /// The facts about a provider that callers would otherwise guess from its name: whether its

@@ -55,6 +55,9 @@ pub enum Command {
     /// Run a runner's scaler in virtual time against a workload and a simulated provider:
     /// instance-hours, idle slot-hours, job waits, plots, and a cost-versus-wait sweep.
     Simulate(crate::simulate::SimulateArgs),
+    /// Start a saved job's microVM again (a snapshot from `FLOTILLA_SNAPSHOT`) and open a
+    /// shell in it, or run a command; the VM is thrown away after, the snapshot kept.
+    Debug(crate::debug::DebugArgs),
 }
 
 /// Options of `flotilla run`.
@@ -143,7 +146,7 @@ pub fn main() -> ExitCode {
     // `exec`, `simulate` and `migrate` talk to a person: only warnings and errors unless
     // asked for more (a simulation's scaler decides thousands of times a simulated day).
     let default_level = match cli.command {
-        Command::Exec(_) | Command::Simulate(_) | Command::Migrate(_) => "warn",
+        Command::Exec(_) | Command::Simulate(_) | Command::Migrate(_) | Command::Debug(_) => "warn",
         _ => "info",
     };
     if let Err(message) = init_logging(cli.log_level.as_deref(), cli.log_format, default_level) {
@@ -183,6 +186,7 @@ pub fn execute(cli: &Cli, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode 
         Command::Status(args) => crate::status::run(args, out, err),
         Command::Migrate(args) => crate::migrate::run(args, out, err),
         Command::Simulate(args) => crate::simulate::run(args, out, err),
+        Command::Debug(args) => crate::debug::run(args, err),
     }
 }
 

@@ -205,7 +205,7 @@ fn point_latest(logs: &Path, id: &str) -> std::io::Result<()> {
 /// warnings of the file are printed.
 fn runner(args: &ExecArgs, err: &mut dyn Write) -> Option<RunnerConfig> {
     let Some(path) = &args.config else {
-        return Some(RunnerConfig::embedded_default());
+        return Some(crate::fleet::embedded::runner_for_this_host());
     };
     let config = crate::cli::load_config(path, err)?;
     let first = config.runners.into_iter().next();

@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod debug;
 pub mod exec;
 pub mod fleet;
 pub mod migrate;

@@ -791,14 +791,15 @@ plain:
   script: [echo plain]
 boxed:
   variables:
-    FLOTILLA_ISOLATION: microvm
+    FLOTILLA_ISOLATION: vm
   script: [echo must not run]
 ",
     );
     let list = p.exec(&["--list"]);
     list.expect_code(0);
     assert!(
-        list.stdout.contains("microvm (not offered: shell)"),
+        // The embedded default offers shell, and microvm where this host can boot VMs.
+        list.stdout.contains(" vm (not offered: shell"),
         "{list}"
     );
     let run = p.exec(&[]);
@@ -810,7 +811,7 @@ boxed:
     let log = p.log("boxed");
     assert!(
         log.contains(
-            "the job asks for isolation level \"microvm\" (FLOTILLA_ISOLATION), which this \
+            "the job asks for isolation level \"vm\" (FLOTILLA_ISOLATION), which this \
              runner does not offer; it offers: shell"
         ),
         "{log}"

@@ -112,6 +112,9 @@ fails-in-a-vm:
     assert!(left.is_empty(), "VM directories left: {left:?}");
 }
 
+/// The pipeline issue 16 asks for, end to end: a setup job with two services on the same
+/// port, snapshotted; a job failing with a snapshot taken; a job restored from that one; and a
+/// three-way matrix branched from the setup's snapshot, its services running in every branch.
 #[test]
 fn infra_microvm_exec_branches_a_matrix_from_a_snapshot() {
     if !require(Infra::Qemu) || !require(Infra::Docker) {
@@ -134,8 +137,17 @@ setup:
   stage: setup
   variables:
     FLOTILLA_SNAPSHOT: always
+  services:
+    - name: {image}
+      alias: web-a
+      command: ["sh", "-c", "mkdir -p /w && echo service A > /w/index.html && exec httpd -f -p 80 -h /w"]
+    - name: {image}
+      alias: web-b
+      command: ["sh", "-c", "mkdir -p /w && echo service B > /w/index.html && exec httpd -f -p 80 -h /w"]
   script:
     - echo "made by setup" > /root/state
+    - for i in 1 2 3 4 5 6; do wget -qO- http://web-a/ && break; sleep 1; done
+    - wget -qO- http://web-b/
 broken:
   stage: setup
   allow_failure: true
@@ -154,6 +166,7 @@ test:
   script:
     - cat /root/state
     - echo "shard $SHARD"
+    - wget -qO- http://web-b/
 look:
   stage: test
   variables:
@@ -205,6 +218,11 @@ look:
     );
     let setup = p.log("setup");
     assert!(setup.contains("Saved snapshot setup of the VM"), "{setup}");
+    // Two services on port 80, each in its own network namespace of the job's VM.
+    assert!(
+        setup.contains("\nservice A\n") && setup.contains("\nservice B\n"),
+        "{setup}"
+    );
     let broken = p.log("broken");
     assert!(
         broken.contains("Saved snapshot broken of the VM"),
@@ -227,6 +245,8 @@ look:
             "{slug}: {log}"
         );
         assert!(log.contains("\nmade by setup"), "{slug}: {log}");
+        // The services came with the snapshot, running.
+        assert!(log.contains("\nservice B\n"), "{slug}: {log}");
     }
     for shard in ["a", "b", "c"] {
         assert!(
@@ -237,4 +257,190 @@ look:
         );
     }
     assert!(vms_under(&state_dir).is_empty(), "every VM is gone");
+
+    // `flotilla debug` starts the failed job's VM again: a command, a shell reading its
+    // input, and a shell on a terminal (util-linux `script` gives it one).
+    let cfg = config.to_str().unwrap();
+    let cmd = p.flotilla(&[
+        "debug",
+        "--config",
+        cfg,
+        "broken",
+        "--",
+        "sh",
+        "-c",
+        "cat /root/clue; pwd; exit 5",
+    ]);
+    assert_eq!(cmd.code, 5, "{}\n{}", cmd.stdout, cmd.stderr);
+    assert!(
+        cmd.stdout.starts_with("left for debugging\n"),
+        "{}",
+        cmd.stdout
+    );
+    assert!(
+        cmd.stdout.contains("/project"),
+        "the shell starts in the job's project directory: {}",
+        cmd.stdout
+    );
+    assert!(
+        cmd.stderr.contains("Restored snapshot broken"),
+        "{}",
+        cmd.stderr
+    );
+    let piped = debug_with_input(
+        p.path(),
+        &["debug", "--config", cfg, "broken"],
+        "echo changed > /root/clue; cat /root/clue; exit 3\n",
+    );
+    assert_eq!(piped.0, 3, "{piped:?}");
+    assert_eq!(piped.1, "changed\n", "{piped:?}");
+    let line = format!(
+        "{} debug --config {cfg} broken",
+        env!("CARGO_BIN_EXE_flotilla")
+    );
+    let on_terminal = debug_with_input(
+        p.path(),
+        &["script", "-qec", &line, "/dev/null"],
+        "tty; cat /root/clue; exit 4\n",
+    );
+    assert_eq!(on_terminal.0, 4, "{on_terminal:?}");
+    assert!(
+        on_terminal.1.contains("/dev/pts/") && on_terminal.1.contains("left for debugging"),
+        "a terminal in the VM, and the snapshot as it was (the change above was thrown \
+         away): {on_terminal:?}"
+    );
+    assert!(vms_under(&state_dir).is_empty(), "every debug VM is gone");
+}
+
+/// Runs `flotilla ARGS` (or `script` when `args[0]` is) in `dir` with `input` on stdin: its
+/// exit code, stdout and stderr.
+fn debug_with_input(dir: &std::path::Path, args: &[&str], input: &str) -> (i32, String, String) {
+    use std::io::Write;
+    let (program, rest) = if args[0] == "script" {
+        ("script", &args[1..])
+    } else {
+        (env!("CARGO_BIN_EXE_flotilla"), args)
+    };
+    let mut child = std::process::Command::new(program)
+        .args(rest)
+        .current_dir(dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Without `--config`, on a host that has QEMU, a kernel and Docker, the embedded default
+/// offers `microvm` beside `shell`: a job asks for it and runs in a VM.
+#[test]
+fn infra_microvm_the_embedded_default_offers_microvm_on_a_host_that_can_boot_vms() {
+    if !require(Infra::Qemu) || !require(Infra::Docker) {
+        return;
+    }
+    let image = busybox_image();
+    let p = Project::with_pipeline(&format!(
+        r#"
+on-the-host:
+  script: [echo "host pid 1 is $(cat /proc/1/comm)"]
+in-a-vm:
+  image: {image}
+  variables:
+    FLOTILLA_ISOLATION: microvm
+  script:
+    - echo "vm pid 1 is $(cat /proc/1/comm)"
+"#
+    ));
+    p.commit("pipeline");
+    let run = p.exec(&[]);
+    run.expect_code(0);
+    assert!(
+        run.stderr.contains("this host, shell | microvm isolation"),
+        "the embedded default names both levels: {}",
+        run.stderr
+    );
+    let vm = p.log("in-a-vm");
+    assert!(vm.contains("Using microvm isolation"), "{vm}");
+    assert!(vm.contains("\nvm pid 1 is init"), "{vm}");
+    let host = p.log("on-the-host");
+    assert!(
+        !host.contains("microvm") && !host.contains("pid 1 is init"),
+        "{host}"
+    );
+}
+
+/// The `vm` level in the real binary: a job asking for it runs every stage, the checkout
+/// included, in a full VM (`q35`) booted from the configured image, which is deleted after.
+#[test]
+fn infra_vm_exec_runs_a_job_in_a_full_vm() {
+    if !require(Infra::Qemu) {
+        return;
+    }
+    let disk = flotilla_testkit::vms::vm_image().disk;
+    let state = tempfile::Builder::new()
+        .prefix("fl-exec-vm-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let _vms = flotilla_testkit::vms::VmGuard::new(state.path());
+    let state_dir = state.path().to_str().unwrap().to_string();
+    let p = Project::with_pipeline(
+        r#"
+in-a-vm:
+  variables:
+    FLOTILLA_ISOLATION: vm
+  script:
+    - cat checked-out.txt
+    - echo "pid 1 is $(cat /proc/1/comm) on $(hostname)"
+"#,
+    );
+    p.write("checked-out.txt", "this came from the repository\n");
+    p.write(
+        "fleet.toml",
+        &format!(
+            r#"
+[[runners]]
+  name = "full"
+  executor = "flotilla"
+  [runners.autoscaler]
+    plugin = "local"
+    capacity_per_instance = 1
+    isolation = ["shell", "vm"]
+    [runners.autoscaler.vm_isolation]
+      enabled = true
+      image = "{disk}"
+  [runners.vm]
+    memory = "512Mi"
+    network = false
+    state_dir = "{state_dir}"
+"#,
+            disk = disk.display()
+        ),
+    );
+    p.commit("pipeline, file and config");
+    let config = p.path().join("fleet.toml");
+    let run = p.exec(&["--config", config.to_str().unwrap()]);
+    let log = p.log("in-a-vm");
+    assert_eq!(run.code, 0, "{}\n{}\n{log}", run.stdout, run.stderr);
+    assert!(log.contains("Using vm isolation"), "{log}");
+    assert!(log.contains("\nthis came from the repository"), "{log}");
+    assert!(
+        log.contains("\npid 1 is init on flotilla-full-slot-0"),
+        "{log}"
+    );
+    assert!(
+        vms_under(&state_dir).is_empty(),
+        "the VM is deleted after the job"
+    );
 }

@@ -318,16 +318,6 @@ async fn processes_gone(group: &str, marker: &str, timeout: Duration) -> bool {
     }
 }
 
-/// A busybox web server on port 6379 answering `OUT|services|<word>`.
-fn web_service(alias: &str, word: &str) -> serde_json::Value {
-    json!({
-        "name": busybox_image(),
-        "alias": alias,
-        "command": ["sh", "-c", format!("mkdir -p /www && echo 'OUT|services|{word}' > /www/index.html && exec httpd -f -p 6379 -h /www")],
-        "ports": [{"number": 6379}],
-    })
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn infra_run_on_docker_fleets_end_to_end() {
     if !require(Infra::Docker) {
@@ -370,7 +360,10 @@ async fn infra_run_on_docker_fleets_end_to_end() {
             .field("image", json!({"name": busybox_image()}))
             .field(
                 "services",
-                json!([web_service("svc-a", "alpha"), web_service("svc-b", "beta")]),
+                json!([
+                    run_support::web_service("svc-a", "alpha"),
+                    run_support::web_service("svc-b", "beta")
+                ]),
             )
             .script([
                 "wget -qO- http://svc-a:6379/",

@@ -5,10 +5,11 @@
 //! - `sync`: flushes file systems.
 //! - `service-netns NAME N`: a network namespace for service `N` linked to the VM (see
 //!   [`crate::net::service_namespace`]); prints the service's address.
-//! - `mount DEVICE DIR FSTYPE [ro]`: mounts a file system, making `DIR`.
+//! - `mount DEVICE DIR FSTYPE [ro]`: mounts a file system, making `DIR`; `DEVICE` may be
+//!   `serial:NAME` (see [`crate::disks`]).
 //! - `poweroff`: flushes and powers the VM off.
 
-use crate::{net, sys};
+use crate::{disks, net, sys};
 
 /// Runs a builtin: its exit code and its output (stdout on success, stderr on failure).
 pub fn run(args: &[String]) -> (i32, String) {
@@ -29,8 +30,15 @@ pub fn run(args: &[String]) -> (i32, String) {
             } else {
                 0
             };
-            std::fs::create_dir_all(dir)
-                .and_then(|()| sys::mount_fs(dev, dir, fstype, flags, ""))
+            let dev = if dev.starts_with("serial:") {
+                disks::resolve(dev, std::time::Duration::from_secs(5))
+            } else {
+                Ok(dev.to_string())
+            };
+            dev.and_then(|dev| {
+                std::fs::create_dir_all(dir)?;
+                sys::mount_fs(&dev, dir, fstype, flags, "")
+            })
                 .map(|()| String::new())
         }
         ["poweroff"] => {

@@ -4,7 +4,8 @@
 //! The kernel command line says what to do (`flotilla.*` words):
 //! - `flotilla.bare=1`: print one line and power off (the bare boot the benchmark compares
 //!   with);
-//! - `flotilla.root=/dev/vda` (default), `flotilla.rootfstype=ext4`: the root file system;
+//! - `flotilla.root=/dev/vda` (default) or `serial:NAME` (the disk of that serial, see
+//!   [`crate::disks`]), `flotilla.rootfstype=ext4`: the root file system;
 //! - `flotilla.vsock=PORT`: serve on vsock instead of the virtio-serial port
 //!   [`crate::protocol::PORT_NAME`];
 //! - `flotilla.ip=A.B.C.D/N`, `flotilla.gw=...`, `flotilla.dns=...`: `eth0`'s address;
@@ -14,7 +15,7 @@
 //! builds virtio-mmio, virtio-blk and virtio-console as modules).
 
 use crate::serve::{self, ListenLink, PortLink};
-use crate::{net, reaper, sys};
+use crate::{disks, net, reaper, sys};
 use std::collections::HashMap;
 use std::io::Write;
 use std::os::fd::AsRawFd;
@@ -188,9 +189,10 @@ pub fn run() -> ! {
         .get("rootfstype")
         .cloned()
         .unwrap_or_else(|| "ext4".into());
-    if !wait_for(&root, Duration::from_secs(10)) {
-        fatal(&format!("no root device {root}"));
-    }
+    let root = match disks::resolve(&root, Duration::from_secs(10)) {
+        Ok(dev) => dev,
+        Err(e) => fatal(&format!("the root device: {e}")),
+    };
     mount_or_die(&root, "/newroot", &fstype, 0, "");
     switch_root();
     extra_mounts();

@@ -11,6 +11,7 @@
 mod protocol;
 
 mod builtins;
+mod disks;
 mod init;
 mod net;
 mod reaper;

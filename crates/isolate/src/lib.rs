@@ -30,8 +30,10 @@ pub mod instance;
 mod isolation;
 pub mod layout;
 pub mod microvm;
+pub mod service;
 pub mod shell;
 pub mod stage_record;
+pub mod vm;
 
 pub use cgroup::{CgroupConfig, CgroupIsolation};
 pub use docker::{DockerIsolation, DockerIsolationConfig};

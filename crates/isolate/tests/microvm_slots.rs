@@ -4,18 +4,22 @@
 //! script's output and exit status come back, and the VM is gone after cleanup; a VM a dead
 //! manager left is killed by the next manager's sweep.
 
+mod vm_support;
+
 use flotilla_connect::Connector;
 use flotilla_connect::local::LocalConnector;
+use flotilla_isolate::Isolation;
 use flotilla_isolate::microvm::{MicrovmConfig, MicrovmIsolation};
-use flotilla_isolate::{IsolatedEnvironment, Isolation, PrepareRequest};
-use flotilla_job::model::{Image, JobInfo};
+use flotilla_job::model::{Image, JobInfo, Port};
 use flotilla_job::{ExecCommand, ExecSpec, ExitStatus, JobPayload, Place};
 use flotilla_testkit::images::busybox_image;
 use flotilla_testkit::infra::{Infra, require};
+use flotilla_testkit::vms::VmGuard;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
+use vm_support::{alive, stage, vmm_pid as qemu_of};
 
 fn job(id: i64, image: &str) -> JobPayload {
     JobPayload {
@@ -43,63 +47,13 @@ fn level(state: &Path, owner: &str) -> MicrovmIsolation {
     .unwrap()
 }
 
-async fn prepared(
+async fn prepared_in(
     iso: &MicrovmIsolation,
     builds: &Path,
     job: &JobPayload,
     slot: usize,
-) -> (Box<dyn IsolatedEnvironment>, String) {
-    let connector: Arc<dyn Connector> = Arc::new(LocalConnector::new());
-    let env = iso
-        .prepare(PrepareRequest {
-            job,
-            instance_id: "this-host",
-            slot,
-            connector,
-            builds_dir: builds.to_str().unwrap().to_string(),
-        })
-        .await
-        .unwrap();
-    let mut log = Vec::new();
-    let r = env.prepare(&mut log, CancellationToken::new()).await;
-    let log = String::from_utf8(log).unwrap();
-    if let Err(e) = r {
-        let _ = env.cleanup().await;
-        panic!("prepare: {e}\n{log}");
-    }
-    (env, log)
-}
-
-async fn stage(env: &dyn IsolatedEnvironment, place: Place, script: &str) -> (ExitStatus, String) {
-    let mut out = Vec::new();
-    let status = env
-        .exec(ExecSpec {
-            place,
-            command: ExecCommand::Script(script.to_string()),
-            stdin: None,
-            stdout: Box::new(&mut out),
-            stderr: Box::new(tokio::io::sink()),
-            cancel: CancellationToken::new(),
-        })
-        .await
-        .unwrap();
-    (status, String::from_utf8_lossy(&out).into_owned())
-}
-
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rsplit_once(") ")
-            .is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X'))
-    })
-}
-
-/// The pid of the QEMU whose command line names `dir`.
-fn qemu_of(dir: &str) -> Option<u32> {
-    std::fs::read_to_string(format!("{dir}/vmm.pid"))
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+) -> (Box<dyn flotilla_isolate::IsolatedEnvironment>, String) {
+    vm_support::prepared(iso, builds.to_str().unwrap(), job, slot).await
 }
 
 fn scratch(prefix: &str) -> tempfile::TempDir {
@@ -115,12 +69,14 @@ async fn infra_microvm_a_job_runs_in_its_own_vm_and_its_files_follow_the_stages(
         return;
     }
     let state = scratch("fl-microvm-state-");
+    // A failed assertion must not leave VMs running.
+    let _vms = VmGuard::new(state.path());
     let builds = scratch("fl-microvm-builds-");
     let iso = level(state.path(), "test-run");
     let image = busybox_image();
     let j = job(7, &image);
     let started = Instant::now();
-    let (env, log) = prepared(&iso, builds.path(), &j, 1).await;
+    let (env, log) = prepared_in(&iso, builds.path(), &j, 1).await;
     eprintln!("prepared in {:?}:\n{log}", started.elapsed());
     assert!(
         log.contains("Using microvm isolation on instance this-host (slot 1)"),
@@ -203,9 +159,11 @@ async fn infra_microvm_a_dead_managers_vm_is_killed_by_the_sweep() {
         return;
     }
     let state = scratch("fl-microvm-state-");
+    // A failed assertion must not leave VMs running.
+    let _vms = VmGuard::new(state.path());
     let builds = scratch("fl-microvm-builds-");
     let iso = level(state.path(), "test-sweep");
-    let (env, _) = prepared(&iso, builds.path(), &job(8, &busybox_image()), 0).await;
+    let (env, _) = prepared_in(&iso, builds.path(), &job(8, &busybox_image()), 0).await;
     let vm_dir = iso.config().vm_dir(0);
     let pid = qemu_of(&vm_dir).unwrap();
     // The manager dies: its environment is never cleaned up.
@@ -259,6 +217,8 @@ async fn infra_microvm_a_job_reaches_out_through_user_mode_networking() {
             .unwrap();
     });
     let state = scratch("fl-microvm-state-");
+    // A failed assertion must not leave VMs running.
+    let _vms = VmGuard::new(state.path());
     let builds = scratch("fl-microvm-builds-");
     let iso = MicrovmIsolation::new(MicrovmConfig {
         state_dir: state.path().to_str().unwrap().to_string(),
@@ -275,7 +235,7 @@ async fn infra_microvm_a_job_reaches_out_through_user_mode_networking() {
         value: "160Mi".into(),
         ..Default::default()
     });
-    let (env, log) = prepared(&iso, builds.path(), &small, 0).await;
+    let (env, log) = prepared_in(&iso, builds.path(), &small, 0).await;
     assert!(log.contains("1 vCPU, 160 MiB"), "{log}");
     let (st, out) = stage(
         &*env,
@@ -298,9 +258,11 @@ async fn infra_microvm_a_cancelled_stage_stops_in_the_vm() {
         return;
     }
     let state = scratch("fl-microvm-state-");
+    // A failed assertion must not leave VMs running.
+    let _vms = VmGuard::new(state.path());
     let builds = scratch("fl-microvm-builds-");
     let iso = level(state.path(), "test-cancel");
-    let (env, _) = prepared(&iso, builds.path(), &job(11, &busybox_image()), 0).await;
+    let (env, _) = prepared_in(&iso, builds.path(), &job(11, &busybox_image()), 0).await;
     let cancel = CancellationToken::new();
     let fire = cancel.clone();
     tokio::spawn(async move {
@@ -332,4 +294,101 @@ async fn infra_microvm_a_cancelled_stage_stops_in_the_vm() {
     assert!(st.success());
     assert_eq!(out, "0\n");
     env.cleanup().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn infra_microvm_services_share_a_port_each_in_its_own_namespace() {
+    if !require(Infra::Qemu) || !require(Infra::Docker) {
+        return;
+    }
+    let state = scratch("fl-microvm-state-");
+    // A failed assertion must not leave VMs running.
+    let _vms = VmGuard::new(state.path());
+    let builds = scratch("fl-microvm-builds-");
+    let iso = MicrovmIsolation::new(MicrovmConfig {
+        state_dir: state.path().to_str().unwrap().to_string(),
+        owner: "test-services".into(),
+        memory_mib: 256,
+        network: false,
+        wait_for_services_timeout: std::time::Duration::from_secs(4),
+        ..MicrovmConfig::default()
+    })
+    .unwrap();
+    let image = busybox_image();
+    // Two web servers on port 80, each saying who it is and what job it serves (from the
+    // environment GitLab gives services), and one that dies at once.
+    let web = |alias: &str, word: &str| Image {
+        name: image.clone(),
+        alias: alias.into(),
+        command: vec![
+            "sh".into(),
+            "-c".into(),
+            format!(
+                "mkdir -p /www && echo \"{word} for job $CI_JOB_ID\" >/www/index.html && \
+                 exec httpd -f -p 80 -h /www"
+            ),
+        ],
+        ports: vec![Port {
+            number: 80,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let mut j = job(31, &image);
+    j.services = vec![
+        web("first", "one"),
+        web("second,also-second", "two"),
+        Image {
+            name: image.clone(),
+            alias: "broken".into(),
+            command: vec![
+                "sh".into(),
+                "-c".into(),
+                "echo the broken one gives up; exit 3".into(),
+            ],
+            ports: vec![Port {
+                number: 81,
+                ..Default::default()
+            }],
+            ..Default::default()
+        },
+    ];
+    let (env, log) = prepared_in(&iso, builds.path(), &j, 0).await;
+    eprintln!("{log}");
+    assert_eq!(log.matches("Starting service").count(), 3, "{log}");
+    assert!(
+        log.contains("Waiting for services to be up and running"),
+        "{log}"
+    );
+    assert!(
+        log.contains("nothing listens on port 81") && log.contains("the broken one gives up"),
+        "the service that died is named with its output: {log}"
+    );
+    assert!(
+        !log.contains("port 80;"),
+        "both web servers answered: {log}"
+    );
+    let (st, out) = stage(
+        &*env,
+        Place::Build,
+        "wget -qO- http://first/; wget -qO- http://second/; wget -qO- http://also-second/; \
+         nc -z 127.0.0.1 80 || echo nothing on port 80 of the job itself",
+    )
+    .await;
+    assert!(st.success(), "{out}");
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "one for job 31",
+            "two for job 31",
+            "two for job 31",
+            "nothing on port 80 of the job itself"
+        ],
+        "{out}"
+    );
+    let vm_dir = iso.config().vm_dir(0);
+    let pid = qemu_of(&vm_dir).expect("the VM's pid file");
+    env.cleanup().await.unwrap();
+    assert!(!alive(pid), "the VM and its services are gone");
+    assert!(!Path::new(&vm_dir).exists());
 }

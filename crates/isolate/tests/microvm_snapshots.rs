@@ -4,19 +4,17 @@
 //! one setup) each find the setup's state and write only to their own layer; a job asking
 //! for a snapshot that does not exist fails with the reason.
 
-use flotilla_connect::Connector;
-use flotilla_connect::local::LocalConnector;
+mod vm_support;
+
 use flotilla_isolate::microvm::snapshot::{RESTORE_VARIABLE, SNAPSHOT_VARIABLE};
 use flotilla_isolate::microvm::{MicrovmConfig, MicrovmIsolation};
-use flotilla_isolate::{IsolatedEnvironment, Isolation, PrepareRequest};
 use flotilla_job::model::{Image, JobInfo};
-use flotilla_job::{ExecCommand, ExecSpec, ExitStatus, JobPayload, Place, Variable};
+use flotilla_job::{ExitStatus, JobPayload, Place, Variable};
 use flotilla_testkit::images::busybox_image;
 use flotilla_testkit::infra::{Infra, require};
-use std::path::Path;
-use std::sync::Arc;
+use flotilla_testkit::vms::VmGuard;
 use std::time::Instant;
-use tokio_util::sync::CancellationToken;
+use vm_support::stage;
 
 fn job(id: i64, name: &str, vars: &[(&str, &str)]) -> JobPayload {
     JobPayload {
@@ -35,47 +33,6 @@ fn job(id: i64, name: &str, vars: &[(&str, &str)]) -> JobPayload {
     }
 }
 
-async fn prepare(
-    iso: &MicrovmIsolation,
-    builds: &Path,
-    job: &JobPayload,
-    slot: usize,
-) -> (Box<dyn IsolatedEnvironment>, Result<(), String>, String) {
-    let connector: Arc<dyn Connector> = Arc::new(LocalConnector::new());
-    let env = iso
-        .prepare(PrepareRequest {
-            job,
-            instance_id: "this-host",
-            slot,
-            connector,
-            builds_dir: builds.to_str().unwrap().to_string(),
-        })
-        .await
-        .unwrap();
-    let mut log = Vec::new();
-    let r = env
-        .prepare(&mut log, CancellationToken::new())
-        .await
-        .map_err(|e| e.to_string());
-    (env, r, String::from_utf8(log).unwrap())
-}
-
-async fn stage(env: &dyn IsolatedEnvironment, place: Place, script: &str) -> (ExitStatus, String) {
-    let mut out = Vec::new();
-    let status = env
-        .exec(ExecSpec {
-            place,
-            command: ExecCommand::Script(script.to_string()),
-            stdin: None,
-            stdout: Box::new(&mut out),
-            stderr: Box::new(tokio::io::sink()),
-            cancel: CancellationToken::new(),
-        })
-        .await
-        .unwrap();
-    (status, String::from_utf8_lossy(&out).into_owned())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn infra_microvm_a_failed_job_is_saved_and_a_matrix_branches_from_it() {
     if !require(Infra::Qemu) || !require(Infra::Docker) {
@@ -85,6 +42,8 @@ async fn infra_microvm_a_failed_job_is_saved_and_a_matrix_branches_from_it() {
         .prefix("fl-microvm-snap-")
         .tempdir_in("/tmp")
         .unwrap();
+    // A failed assertion must not leave VMs running.
+    let _vms = VmGuard::new(state.path());
     let builds = tempfile::Builder::new()
         .prefix("fl-microvm-builds-")
         .tempdir_in("/tmp")
@@ -100,7 +59,7 @@ async fn infra_microvm_a_failed_job_is_saved_and_a_matrix_branches_from_it() {
 
     // The setup job: its script fails after making some state, which is saved.
     let setup = job(1, "setup", &[(SNAPSHOT_VARIABLE, "on_failure")]);
-    let (env, r, log) = prepare(&iso, builds.path(), &setup, 0).await;
+    let (env, r, log) = vm_support::prepare(&iso, builds.path().to_str().unwrap(), &setup, 0).await;
     r.unwrap_or_else(|e| panic!("{e}\n{log}"));
     let project = env.paths().project_dir.clone();
     let (st, _) = stage(
@@ -153,7 +112,7 @@ async fn infra_microvm_a_failed_job_is_saved_and_a_matrix_branches_from_it() {
     let prepared = futures::future::join_all(
         jobs.iter()
             .enumerate()
-            .map(|(i, j)| prepare(&iso, builds.path(), j, i)),
+            .map(|(i, j)| vm_support::prepare(&iso, builds.path().to_str().unwrap(), j, i)),
     )
     .await;
     eprintln!("three restores at once: {:?}", started.elapsed());
@@ -188,7 +147,7 @@ async fn infra_microvm_a_failed_job_is_saved_and_a_matrix_branches_from_it() {
 
     // A snapshot nobody took.
     let lost = job(20, "lost", &[(RESTORE_VARIABLE, "never-saved")]);
-    let (env, r, _) = prepare(&iso, builds.path(), &lost, 0).await;
+    let (env, r, _) = vm_support::prepare(&iso, builds.path().to_str().unwrap(), &lost, 0).await;
     let e = r.unwrap_err();
     assert!(
         e.contains("no snapshot \"never-saved\" on instance this-host"),

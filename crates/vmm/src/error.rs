@@ -34,6 +34,20 @@ pub enum VmmError {
         /// Its error message.
         message: String,
     },
+    /// A call to the VMM's REST API (Firecracker, Cloud Hypervisor) answered with an error
+    /// status: which call, the status, and the API's own message (Firecracker's
+    /// `fault_message`, Cloud Hypervisor's chain of error messages).
+    #[error("{vmm} API call {call} failed with HTTP {status}: {message}")]
+    Api {
+        /// Which VMM.
+        vmm: &'static str,
+        /// The call (`PUT /boot-source`).
+        call: String,
+        /// The HTTP status.
+        status: u16,
+        /// The API's error message.
+        message: String,
+    },
     /// The VMM's API answered something this client does not understand.
     #[error("{vmm} API: {0}", vmm = .1)]
     Protocol(String, &'static str),

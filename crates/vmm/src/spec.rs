@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The machine type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Machine {
     /// QEMU's `microvm`: no PCI, no firmware, virtio-mmio devices (the `microvm` level).

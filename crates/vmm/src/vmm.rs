@@ -50,7 +50,8 @@ pub enum AfterSnapshot {
 
 /// How the host reaches the agent in the VM: a unix socket on the instance, and for hybrid
 /// vsock (Firecracker, Cloud Hypervisor) a line to send first (`CONNECT <port>\n`, answered
-/// with `OK <port>\n`).
+/// with `OK <host-side port>\n`: the port the VMM assigned to the host end, not the agent's;
+/// [`crate::vsock::connect`] does the exchange).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentEndpoint {
     /// The socket.

@@ -53,7 +53,7 @@ pub use redact::REDACTED;
 pub use runner::{
     CgroupConfig, CpuQuantity, DEFAULT_SLOT_CGROUP_TEMPLATE, DOCKER_MACHINE_EXECUTORS,
     DockerConfig, Executor, InstanceConfig, MemoryQuantity, MicrovmConfig, PullPolicy,
-    RunnerConfig, expand_slot,
+    RunnerConfig, VmConfig, expand_slot,
 };
 
 use source::{KeyPath, SourceMap, Target};

@@ -203,6 +203,10 @@ pub struct RunnerConfig {
     /// `[runners.microvm]` (flotilla extension): the VMs of the `microvm` level.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub microvm: Option<MicrovmConfig>,
+    /// `[runners.vm]` (flotilla extension): the VMs of the `vm` level (GitLab's
+    /// `[runners.autoscaler.vm_isolation]` names the image).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vm: Option<VmConfig>,
 }
 
 impl fmt::Debug for RunnerConfig {
@@ -235,6 +239,7 @@ impl RunnerConfig {
             autoscaler: None,
             cgroup: None,
             microvm: None,
+            vm: None,
         }
     }
 
@@ -472,6 +477,37 @@ pub struct MicrovmConfig {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disk_free: Option<MemoryQuantity>,
     /// Where the level keeps its files on the instances (default `/var/lib/flotilla/microvm`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_dir: Option<String>,
+}
+
+/// `[runners.vm]` (flotilla extension): the full VMs of the `vm` level, one per slot.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct VmConfig {
+    /// Where VM image names are looked up on the instances (default `<state_dir>/images`):
+    /// raw ext4 root file systems, or qcow2 files holding one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub images_dir: Option<String>,
+    /// The guest kernel on the instances (default: the newest `/boot/vmlinuz-*`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<String>,
+    /// The emulator on the instances (default `qemu-system-x86_64`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub qemu: Option<String>,
+    /// Use KVM; without it QEMU emulates (TCG).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub kvm: bool,
+    /// Virtual CPUs per VM (default 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<u32>,
+    /// Guest memory per VM (default 1 GiB).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryQuantity>,
+    /// Outbound network for jobs (QEMU user-mode networking; default on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<bool>,
+    /// Where the level keeps its files on the instances (default `/var/lib/flotilla/vm`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state_dir: Option<String>,
 }

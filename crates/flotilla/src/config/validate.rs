@@ -185,6 +185,32 @@ fn check_runner(f: &mut Findings, path: &KeyPath, runner: &RunnerConfig) {
             );
         }
     }
+    if let Some(v) = &runner.vm {
+        let v_path = path.key("vm");
+        if v.memory
+            .as_ref()
+            .is_some_and(|q| q.bytes().is_none_or(|b| b < 64 << 20))
+        {
+            f.error(
+                v_path.key("memory"),
+                "memory must be a quantity of at least 64 MiB, such as \"1Gi\"",
+            );
+        }
+        if v.cpus == Some(0) {
+            f.error(v_path.key("cpus"), "cpus must be 1 or more");
+        }
+        for (key, dir) in [("state_dir", &v.state_dir), ("images_dir", &v.images_dir)] {
+            if dir.as_ref().is_some_and(|d| !d.starts_with('/')) {
+                f.error(v_path.key(key), format!("{key} must be an absolute path"));
+            }
+        }
+        if !runner.isolation_levels().offers(IsolationLevel::Vm) {
+            f.warn(
+                v_path.clone(),
+                "[runners.vm] configures only the vm level, which this runner does not offer",
+            );
+        }
+    }
     if let Some(docker) = &runner.docker {
         let docker_path = path.key("docker");
         if docker.privileged && !runner.isolation_levels().offers(IsolationLevel::Docker) {
@@ -284,10 +310,21 @@ fn check_autoscaler(f: &mut Findings, path: &KeyPath, a: &AutoscalerConfig) {
             ),
         );
     }
-    if a.vm_isolation.enabled && a.vm_isolation.nesting_host.trim().is_empty() {
-        f.error(
+    // flotilla plays nesting's part itself: it boots and deletes the slots' VMs over the
+    // instance's connection and reaches them through its agent.
+    if !a.vm_isolation.nesting_host.trim().is_empty() {
+        f.warn(
             path.key("vm_isolation").key("nesting_host"),
-            "vm_isolation is enabled but nesting_host is not set",
+            "nesting_host is not used: flotilla runs the vm level's VMs itself (QEMU on the \
+             instance, reached through flotilla's agent in the VM), no nesting daemon is \
+             needed; see docs/isolation.md",
+        );
+    }
+    if !a.vm_isolation.connector_config.is_unset() {
+        f.warn(
+            path.key("vm_isolation").key("connector_config"),
+            "vm_isolation.connector_config is not used: flotilla reaches the VMs through its \
+             agent in them, not over SSH",
         );
     }
     for (k, policy) in a.policy.iter().enumerate() {

@@ -5,6 +5,7 @@ use crate::config::{PullPolicy, RunnerConfig};
 use anyhow::{Context, Result};
 use flotilla_isolate::cgroup::{DEFAULT_ROOT, SlotLimits};
 use flotilla_isolate::docker::SlotCgroupTemplates;
+use flotilla_isolate::vm::{VmLevel, VmLevelConfig};
 use flotilla_isolate::{
     CgroupConfig, CgroupIsolation, DockerIsolation, DockerIsolationConfig, InstanceIsolation,
     Isolation, MicrovmConfig, MicrovmIsolation, ShellIsolation,
@@ -88,13 +89,18 @@ pub fn docker(cx: &LevelContext<'_>) -> Result<Arc<dyn Isolation>> {
 /// `microvm`: each job's build stages in a QEMU microVM of their own, booted from the job's
 /// image (`[runners.microvm]`).
 pub fn microvm(cx: &LevelContext<'_>) -> Result<Arc<dyn Isolation>> {
-    let m = cx.runner.microvm.clone().unwrap_or_default();
+    Ok(Arc::new(microvm_level(cx.runner)?))
+}
+
+/// The `microvm` level of `runner` as its own type (`flotilla debug` restores its snapshots).
+pub fn microvm_level(runner: &RunnerConfig) -> Result<MicrovmIsolation> {
+    let m = runner.microvm.clone().unwrap_or_default();
     let defaults = MicrovmConfig::default();
     let config = MicrovmConfig {
         default_image: m
             .image
             .clone()
-            .or_else(|| cx.runner.docker.as_ref().and_then(|d| d.image.clone())),
+            .or_else(|| runner.docker.as_ref().and_then(|d| d.image.clone())),
         kernel: m.kernel.clone(),
         qemu: m.qemu.clone().unwrap_or(defaults.qemu.clone()),
         kvm: m.kvm,
@@ -113,12 +119,52 @@ pub fn microvm(cx: &LevelContext<'_>) -> Result<Arc<dyn Isolation>> {
             .and_then(|q| q.bytes())
             .map_or(defaults.disk_free_mib, |b| b >> 20),
         state_dir: m.state_dir.clone().unwrap_or(defaults.state_dir.clone()),
-        owner: owner_name(&cx.runner.name),
+        owner: owner_name(&runner.name),
         ..defaults
     };
-    Ok(Arc::new(MicrovmIsolation::new(config).with_context(
-        || format!("runner {:?}: the microvm level", cx.runner.name),
-    )?))
+    MicrovmIsolation::new(config)
+        .with_context(|| format!("runner {:?}: the microvm level", runner.name))
+}
+
+/// `vm`: a full VM per slot (QEMU `q35`) from a prepared disk, every stage in it, as GitLab's
+/// VM isolation runs a job in a nesting VM (`[runners.autoscaler.vm_isolation]`,
+/// `[runners.instance] allowed_images`, `[runners.vm]`).
+pub fn vm(cx: &LevelContext<'_>) -> Result<Arc<dyn Isolation>> {
+    let runner = cx.runner;
+    let v = runner.vm.clone().unwrap_or_default();
+    let defaults = VmLevelConfig::default();
+    let isolation = runner
+        .autoscaler
+        .as_ref()
+        .map(|a| a.vm_isolation.clone())
+        .unwrap_or_default();
+    let config = VmLevelConfig {
+        default_image: Some(isolation.image).filter(|i| !i.is_empty()),
+        allowed_images: runner
+            .instance
+            .as_ref()
+            .map(|i| i.allowed_images.clone())
+            .unwrap_or_default(),
+        images_dir: v.images_dir.clone(),
+        kernel: v.kernel.clone(),
+        qemu: v.qemu.clone().unwrap_or(defaults.qemu.clone()),
+        kvm: v.kvm,
+        vcpus: v.cpus.unwrap_or(defaults.vcpus),
+        memory_mib: v
+            .memory
+            .as_ref()
+            .and_then(|q| q.bytes())
+            .map_or(defaults.memory_mib, |b| {
+                u32::try_from(b >> 20).unwrap_or(u32::MAX)
+            }),
+        network: v.network.unwrap_or(defaults.network),
+        state_dir: v.state_dir.clone().unwrap_or(defaults.state_dir.clone()),
+        owner: owner_name(&runner.name),
+        ..defaults
+    };
+    Ok(Arc::new(VmLevel::new(config).with_context(|| {
+        format!("runner {:?}: the vm level", runner.name)
+    })?))
 }
 
 /// A runner's name as part of a path: `flotilla-<name>` with anything but letters, digits

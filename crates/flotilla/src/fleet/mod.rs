@@ -6,6 +6,7 @@
 //! instances may be adopted, how they are reached) comes from its
 //! [`flotilla_fleet::Capabilities`], never from its name.
 
+pub mod embedded;
 pub mod levels;
 mod ready_up;
 mod scaling;
@@ -154,7 +155,7 @@ pub fn default_slots() -> usize {
 
 /// The embedded default: this host as the only instance, shell isolation, one slot per core.
 pub async fn embedded_default(parts: FleetParts) -> Result<Fleet> {
-    let runner = RunnerConfig::embedded_default();
+    let runner = embedded::runner_for_this_host();
     let provider = provider(&runner, None).await?;
     from_runner(&runner, provider, parts).await
 }

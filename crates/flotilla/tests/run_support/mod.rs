@@ -31,6 +31,11 @@ impl Manager {
         Manager { child, stderr }
     }
 
+    /// Its process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends `sig` to the process.
     pub(crate) fn signal(&self, sig: i32) {
         // SAFETY: kill(2) on our own child's pid.
@@ -122,4 +127,16 @@ state_dir = "{state}"
     )
     .unwrap();
     path
+}
+
+/// A job's service (as GitLab's payload names it): a busybox web server on port 6379
+/// answering `OUT|services|<word>`, reachable as `alias`. Two of them share the port only
+/// where each service has a network namespace of its own.
+pub(crate) fn web_service(alias: &str, word: &str) -> serde_json::Value {
+    serde_json::json!({
+        "name": flotilla_testkit::images::busybox_image(),
+        "alias": alias,
+        "command": ["sh", "-c", format!("mkdir -p /www && echo 'OUT|services|{word}' > /www/index.html && exec httpd -f -p 6379 -h /www")],
+        "ports": [{"number": 6379}],
+    })
 }

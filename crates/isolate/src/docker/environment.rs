@@ -4,12 +4,13 @@ use super::SlotCgroupTemplates;
 use super::cleanup::remove_matching;
 use super::labels::{JobLabels, Role};
 use super::services::{Target, parse_down, wait_script};
-use super::spec::{HostSettings, build_container, service_container, service_env, service_ports};
+use super::spec::{HostSettings, build_container, service_container};
 use super::warm::WarmShell;
 use super::{DockerIsolationConfig, LiveGuard, pull};
 use crate::command::{SHELL_SELECT, helper_command};
 use crate::exec;
 use crate::layout::BuildLayout;
+use crate::service::{service_env, service_ports};
 use crate::{IsolateError, IsolatedEnvironment};
 use async_trait::async_trait;
 use bollard::Docker;
@@ -114,7 +115,7 @@ impl DockerEnvironment {
             .collect();
         let service_env = services
             .iter()
-            .map(|s| service_env(p.job, s, &p.layout.paths, p.slot))
+            .map(|s| service_env(p.job, s, &p.layout.paths, p.slot, "docker"))
             .collect();
         DockerEnvironment {
             docker: p.docker,

@@ -13,21 +13,13 @@ use crate::command::SHELL_SELECT;
 use bollard::Docker;
 use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, StartExecResults};
+use flotilla_connect::recorded::{KILLER, WRAPPER, pid_file};
 use flotilla_job::{EnvError, ExitStatus};
 use futures::{Stream, StreamExt};
 use std::pin::Pin;
 use std::time::Duration;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
-
-/// Records the shell's process group in `$0`, runs `$1`, removes the record.
-const WRAPPER: &str = r#"echo $$ >"$0"; sh -c "$1"; s=$?; rm -f "$0"; exit $s"#;
-
-/// Kills the process group recorded in `$0` (waiting briefly for the record).
-const KILLER: &str = r#"i=0; while [ ! -s "$0" ] && [ $i -lt 20 ]; do sleep 0.1; i=$((i+1)); done
-p=$(cat "$0" 2>/dev/null) || exit 0
-kill -KILL -- -"$p" 2>/dev/null || kill -KILL "$p" 2>/dev/null
-rm -f "$0""#;
 
 type Output = Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
 type Input = Pin<Box<dyn AsyncWrite + Send>>;
@@ -75,7 +67,7 @@ async fn start_exec(
 impl WarmShell {
     /// Starts the shell in `container`.
     pub(crate) async fn start(docker: Docker, container: String) -> Result<WarmShell, String> {
-        let pid_file = format!("/tmp/.flotilla-stage-{}", uuid::Uuid::new_v4().simple());
+        let pid_file = pid_file("stage");
         let cmd = vec![
             "sh".to_string(),
             "-c".to_string(),

@@ -1,25 +1,24 @@
-//! What the `microvm` level leaves behind: VMs and their directories, found by the slot
-//! directories of this runner's owner name under the state directory.
+//! What the VM levels (`microvm`, `vm`) leave behind: VMs and their directories, found by the
+//! slot directories of this runner's owner name under the level's state directory.
 
-use super::MicrovmConfig;
 use crate::IsolateError;
 use flotilla_connect::shell::quote;
 use flotilla_connect::{Connector, ConnectorExt};
 use flotilla_vmm::Vmm;
 use flotilla_vmm::qemu::Qemu;
 
-/// Kills every VM of `config.owner` on the instance and removes its directory (what a manager
-/// that died left); returns how many VMs were still running.
-pub(super) async fn sweep(
+/// Kills every VM whose directory under `vms` starts with `prefix` (this runner's slots) on
+/// the instance and removes its directory (what a manager that died left); returns how many
+/// VMs were still running.
+pub(crate) async fn sweep(
     connector: &dyn Connector,
     instance_id: &str,
-    config: &MicrovmConfig,
+    vms: &str,
+    prefix: &str,
     qemu: &Qemu,
 ) -> Result<usize, IsolateError> {
-    let vms = format!("{}/vms", config.state_dir);
-    let prefix = format!("{}-slot-", config.owner);
     let out = connector
-        .output(&format!("ls -1 {} 2>/dev/null || true", quote(&vms)))
+        .output(&format!("ls -1 {} 2>/dev/null || true", quote(vms)))
         .await
         .map_err(|source| IsolateError::Connect {
             instance: instance_id.to_string(),
@@ -29,7 +28,7 @@ pub(super) async fn sweep(
     for name in out
         .stdout_str()
         .lines()
-        .filter(|n| n.starts_with(&prefix) && !n.contains('/'))
+        .filter(|n| n.starts_with(prefix) && !n.contains('/'))
     {
         let dir = format!("{vms}/{name}");
         if qemu
@@ -48,14 +47,14 @@ pub(super) async fn sweep(
         tracing::warn!(
             instance = instance_id,
             vms = killed,
-            "killed microVMs an earlier manager left"
+            "killed VMs an earlier manager left"
         );
     }
     Ok(killed)
 }
 
 /// Removes `dir` on the instance.
-pub(super) async fn remove_dir(
+pub(crate) async fn remove_dir(
     connector: &dyn Connector,
     instance: &str,
     dir: &str,

@@ -2,10 +2,12 @@
 //! the guest agent, helper stages on the instance, the job's directories copied between the
 //! two when the side that runs changes.
 
+use super::boot::{BootCache, BootWanted, agent_words, boot_pieces, not_up};
 use super::cleanup::remove_dir;
+use super::restore::{self, SnapshotMeta};
 use super::sizing::{self, VmSize};
 use super::snapshot::{SnapshotPlan, When};
-use super::{MicrovmConfig, rootfs, sync};
+use super::{MicrovmConfig, rootfs, services, sync};
 use crate::command::{helper_command, script_command};
 use crate::exec::run_with;
 use crate::layout::BuildLayout;
@@ -14,23 +16,22 @@ use crate::{IsolateError, IsolatedEnvironment, PrepareRequest};
 use async_trait::async_trait;
 use flotilla_connect::shell::quote;
 use flotilla_connect::{Connector, ForwardTarget};
-use flotilla_guest::{AGENT, Dialer, GuestConnector};
+use flotilla_guest::{Dialer, GuestConnector};
+use flotilla_job::model::Image;
 use flotilla_job::script::{ANSI_RESET, ANSI_YELLOW};
 use flotilla_job::{EnvError, EnvPaths, Environment, ExecSpec, ExitStatus, Place};
 use flotilla_vmm::qemu::Qemu;
 use flotilla_vmm::{
-    Accel, AfterSnapshot, Disk, Machine, SnapshotFiles, Vm, VmSpec, Vmm, VmmError, disk, initramfs,
-    kernel,
+    Accel, AfterSnapshot, Disk, Machine, SnapshotFiles, Vm, VmSpec, Vmm, VmmError, disk,
 };
-use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
-/// QEMU's user-mode network: the guest's address, its gateway and DNS server.
-const USER_NET: [&str; 3] = ["10.0.2.15/24", "10.0.2.2", "10.0.2.3"];
+/// Free space in a service's root file system beyond its image's files, in MiB.
+const SERVICE_DISK_FREE_MIB: u64 = 256;
 
 /// Where the job's directories were last written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,15 +40,6 @@ enum Side {
     Instance,
     /// In the VM (a build stage ran last).
     Vm,
-}
-
-/// What a snapshot keeps besides the VM's state and disk: the machine it must be restored
-/// into, the guest's base environment and the image it came from.
-#[derive(Debug, Serialize, Deserialize)]
-struct SnapshotMeta {
-    spec: VmSpec,
-    env: Vec<(String, String)>,
-    image: String,
 }
 
 /// A started VM, the guest's base environment, and how it started (for the log).
@@ -69,7 +61,10 @@ pub(crate) struct MicrovmEnvironment {
     config: Arc<MicrovmConfig>,
     qemu: Qemu,
     image: Option<String>,
-    services: Vec<String>,
+    /// The job's services and the environment each gets.
+    services: Vec<(Image, Vec<String>)>,
+    /// The services' root file systems, found while the VM's disks are made.
+    service_roots: OnceLock<Vec<rootfs::Rootfs>>,
     running: OnceLock<Running>,
     side: Mutex<Side>,
     plan: SnapshotPlan,
@@ -84,11 +79,6 @@ pub(crate) struct MicrovmEnvironment {
     /// The kernel and initramfs found on each instance (shared by the level's jobs).
     boot_cache: BootCache,
 }
-
-/// The kernel and initramfs paths found on each instance, by instance id: found once per
-/// manager process (the initramfs is named by a hash of what is in it, so a path found
-/// stays right).
-pub(crate) type BootCache = Arc<Mutex<std::collections::HashMap<String, (String, String)>>>;
 
 impl std::fmt::Debug for MicrovmEnvironment {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -127,6 +117,16 @@ impl MicrovmEnvironment {
             },
             req.job,
         );
+        let services = req
+            .job
+            .services
+            .iter()
+            .map(|s| {
+                let env =
+                    crate::service::service_env(req.job, s, &layout.paths, req.slot, "microvm");
+                (s.clone(), env)
+            })
+            .collect();
         MicrovmEnvironment {
             connector: req.connector.clone(),
             instance: req.instance_id.to_string(),
@@ -136,7 +136,8 @@ impl MicrovmEnvironment {
             config,
             qemu,
             image,
-            services: req.job.services.iter().map(|s| s.name.clone()).collect(),
+            services,
+            service_roots: OnceLock::new(),
             running: OnceLock::new(),
             side: Mutex::new(Side::Instance),
             plan: SnapshotPlan::for_job(req.job),
@@ -215,18 +216,7 @@ impl MicrovmEnvironment {
         });
         let info = match guest.wait_ready(self.config.boot_timeout).await {
             Ok(info) => info,
-            Err(e) => {
-                let console = flotilla_vmm::host::read(host, &format!("{dir}/console.log"))
-                    .await
-                    .unwrap_or_default();
-                let console = String::from_utf8_lossy(&console);
-                let tail: Vec<&str> = console.lines().rev().take(15).collect();
-                let tail: Vec<&str> = tail.into_iter().rev().collect();
-                return Err(EnvError::System(format!(
-                    "the microVM did not come up: {e}; its console ends with:\n{}",
-                    tail.join("\n")
-                )));
-            }
+            Err(e) => return Err(not_up(host, &dir, "microVM", e).await),
         };
         let ready = started.elapsed();
         text.push_str(&format!(
@@ -244,41 +234,17 @@ impl MicrovmEnvironment {
         Ok(())
     }
 
-    /// Starts the VM from snapshot `key`: the machine it was taken of, in `dir`, writing to
-    /// a layer of its own over the snapshot's disk.
+    /// Starts the VM from snapshot `key` in `dir`.
     async fn restore(&self, key: &str, dir: &str) -> Result<Booted, EnvError> {
-        let host = &*self.connector;
-        let snap = SnapshotFiles {
-            dir: format!("{}/{key}", self.config.snapshots_dir()),
-        };
-        let meta = flotilla_vmm::host::read(host, &format!("{}/meta.json", snap.dir))
-            .await
-            .map_err(|_| {
-                EnvError::System(format!(
-                    "no snapshot {key:?} on instance {} (snapshots stay on the instance that \
-                     took them)",
-                    self.instance
-                ))
-            })?;
-        let meta: SnapshotMeta = serde_json::from_slice(&meta)
-            .map_err(|e| EnvError::System(format!("the snapshot {key:?} is unreadable: {e}")))?;
-        let top = format!("{dir}/disk-0.qcow2");
-        disk::overlay(host, &top, &snap.disk(0), "qcow2", None)
-            .await
-            .map_err(|e| vmm_error("making the VM's disk over the snapshot's", e))?;
-        let spec = meta.spec.relocated(
+        let (vm, meta) = restore::restore(
+            self.connector.clone(),
+            &self.qemu,
+            &self.config,
+            &self.instance,
+            key,
             dir,
-            vec![Disk {
-                path: top,
-                format: "qcow2".into(),
-                read_only: false,
-            }],
-        );
-        let vm = self
-            .qemu
-            .restore(self.connector.clone(), spec, &snap)
-            .await
-            .map_err(|e| vmm_error(&format!("restoring snapshot {key:?}"), e))?;
+        )
+        .await?;
         let _ = self.guest_env.set((meta.env.clone(), meta.image.clone()));
         self.restored.store(true, Ordering::SeqCst);
         Ok((
@@ -300,44 +266,39 @@ impl MicrovmEnvironment {
             )
         })?;
         // The boot pieces and the root file system at once: each is a few round trips.
-        let boot_pieces = async {
-            if let Some(found) = self
-                .boot_cache
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .get(&self.instance)
-                .cloned()
-            {
-                return Ok(found);
-            }
-            let k = kernel::find(host, self.config.kernel.as_deref())
-                .await
-                .map_err(|e| vmm_error("finding the guest kernel", e))?;
-            let wanted = initramfs::wanted_modules(Machine::Microvm, self.config.network, false);
-            let initrd = initramfs::ensure(host, &self.config.boot_dir(), &k, AGENT, &wanted)
-                .await
-                .map_err(|e| vmm_error("making the guest's initramfs", e))?;
-            let found = (k.path, initrd.path);
-            self.boot_cache
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(self.instance.clone(), found.clone());
-            Ok::<_, EnvError>(found)
+        let boot_dir = self.config.boot_dir();
+        let wanted = BootWanted {
+            kernel: self.config.kernel.as_deref(),
+            boot_dir: &boot_dir,
+            machine: Machine::Microvm,
+            network: self.config.network,
         };
-        let root_fs = async {
+        let boot_pieces = boot_pieces(host, &self.instance, &wanted, &self.boot_cache);
+        let root_fs = |image: String, free_mib: u64| async move {
             rootfs::ensure(
                 host,
                 &self.instance,
                 &image,
                 &self.config.rootfs_dir(),
-                self.config.disk_free_mib,
+                free_mib,
             )
             .await
             .map_err(|e| EnvError::System(e.to_string()))
         };
-        let (pieces, root) = tokio::join!(boot_pieces, root_fs);
+        // Services write little (their data): a smaller margin than the job's.
+        let service_roots = futures::future::join_all(
+            self.services
+                .iter()
+                .map(|(s, _)| root_fs(s.name.clone(), SERVICE_DISK_FREE_MIB)),
+        );
+        let (pieces, root, service_roots) = tokio::join!(
+            boot_pieces,
+            root_fs(image.clone(), self.config.disk_free_mib),
+            service_roots
+        );
         let (kernel_path, initrd_path) = pieces?;
         let root = root?;
+        let service_roots = service_roots.into_iter().collect::<Result<Vec<_>, _>>()?;
         text.push_str(&format!(
             "Using image {image} ({}) as the root file system{}\n",
             root.image_id,
@@ -347,16 +308,24 @@ impl MicrovmEnvironment {
         disk::overlay(host, &top, &root.path, "raw", None)
             .await
             .map_err(|e| vmm_error("making the VM's disk", e))?;
-        let mut extra = vec![
-            format!("flotilla.hostname={}-slot-{}", self.config.owner, self.slot),
-            "flotilla.root=/dev/vda".to_string(),
-            "flotilla.rootfstype=ext4".to_string(),
-        ];
-        if self.config.network {
-            extra.push(format!("flotilla.ip={}", USER_NET[0]));
-            extra.push(format!("flotilla.gw={}", USER_NET[1]));
-            extra.push(format!("flotilla.dns={}", USER_NET[2]));
+        let mut disks = vec![Disk {
+            path: top,
+            format: "qcow2".into(),
+            read_only: false,
+        }];
+        for (i, r) in service_roots.iter().enumerate() {
+            let path = format!("{dir}/service-{i}.qcow2");
+            disk::overlay(host, &path, &r.path, "raw", None)
+                .await
+                .map_err(|e| vmm_error("making a service's disk", e))?;
+            disks.push(Disk {
+                path,
+                format: "qcow2".into(),
+                read_only: false,
+            });
         }
+        let _ = self.service_roots.set(service_roots);
+        let extra = agent_words(&self.config.owner, self.slot, self.config.network);
         let spec = VmSpec {
             name: format!("flotilla-{}-slot-{}", self.config.owner, self.slot),
             machine: Machine::Microvm,
@@ -370,11 +339,7 @@ impl MicrovmEnvironment {
             kernel: kernel_path,
             initrd: initrd_path,
             cmdline: flotilla_vmm::kernel_cmdline(self.config.tsc_khz, &extra),
-            disks: vec![Disk {
-                path: top,
-                format: "qcow2".into(),
-                read_only: false,
-            }],
+            disks,
             user_net: self.config.network,
             dir: dir.to_string(),
         };
@@ -408,6 +373,43 @@ impl MicrovmEnvironment {
         Ok((vm, env, "up".to_string()))
     }
 
+    /// Boots the VM (or restores it), then starts the job's services in it unless they came
+    /// with the snapshot.
+    async fn boot_and_start_services(&self, text: &mut String) -> Result<(), EnvError> {
+        self.boot(text).await?;
+        if self.services.is_empty() {
+            return Ok(());
+        }
+        if self.restored.load(Ordering::SeqCst) {
+            text.push_str(
+                "The services run as the snapshot kept them; the job's own list is not started \
+                 again\n",
+            );
+            return Ok(());
+        }
+        let roots = self.service_roots.get().cloned().unwrap_or_default();
+        let planned: Vec<services::Planned> = self
+            .services
+            .iter()
+            .zip(roots)
+            .map(|((image, env), rootfs)| services::Planned {
+                ports: crate::service::service_ports(image, &rootfs.exposed_ports),
+                image: image.clone(),
+                rootfs,
+                env: env.clone(),
+            })
+            .collect();
+        let lines = services::start(
+            &*self.guest()?,
+            &planned,
+            self.config.wait_for_services_timeout,
+        )
+        .await
+        .map_err(EnvError::System)?;
+        text.push_str(&lines);
+        Ok(())
+    }
+
     /// Saves the VM as snapshot `key` (it runs on); returns the line for the job's log.
     async fn save(&self, key: &str) -> Result<String, EnvError> {
         let host = &*self.connector;
@@ -438,6 +440,7 @@ impl MicrovmEnvironment {
             spec: running.vm.spec().clone(),
             env,
             image,
+            project_dir: Some(self.layout.paths.project_dir.clone()),
         };
         let meta = serde_json::to_vec(&meta)
             .map_err(|e| EnvError::System(format!("describing the snapshot: {e}")))?;
@@ -524,11 +527,12 @@ impl Environment for MicrovmEnvironment {
             "Using microvm isolation on instance {} (slot {})\n",
             self.instance, self.slot
         );
-        if !self.services.is_empty() {
-            text.push_str(&format!(
-                "{ANSI_YELLOW}WARNING: services are not started at the microvm level yet: {}{ANSI_RESET}\n",
-                self.services.join(", ")
-            ));
+        if self.services.len() > services::MAX_SERVICES {
+            return Err(EnvError::System(format!(
+                "the job has {} services; a microVM runs at most {}",
+                self.services.len(),
+                services::MAX_SERVICES
+            )));
         }
         for w in self.plan.warnings.iter().chain(&self.size.1) {
             text.push_str(&format!("{ANSI_YELLOW}WARNING: {w}{ANSI_RESET}\n"));
@@ -545,7 +549,7 @@ impl Environment for MicrovmEnvironment {
             }
         }
         let booted = tokio::select! {
-            r = self.boot(&mut text) => r,
+            r = self.boot_and_start_services(&mut text) => r,
             () = cancel.cancelled() => Err(EnvError::Canceled),
         };
         log.write_all(text.as_bytes())

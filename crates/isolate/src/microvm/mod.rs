@@ -23,11 +23,18 @@
 //! - **Snapshots** ([`snapshot`]): `FLOTILLA_SNAPSHOT` saves the VM after `step_script`,
 //!   `FLOTILLA_RESTORE_FROM` starts a job's VM from a saved one instead of booting.
 //!
-//! Services are not started at this level yet (the job's log says so).
+//! - **Debugging** ([`debug`]): a snapshot restored into a VM of its own for a person
+//!   (`flotilla debug`), thrown away after.
+//! - **Services** ([`services`]): each in the job's VM from its own image, on a disk of its
+//!   own, in a network namespace of its own, named by its aliases in `/etc/hosts`.
 
-mod cleanup;
+pub(crate) mod boot;
+pub(crate) mod cleanup;
+pub mod debug;
 mod environment;
+mod restore;
 pub mod rootfs;
+pub mod services;
 pub mod sizing;
 pub mod snapshot;
 pub mod sync;
@@ -75,6 +82,8 @@ pub struct MicrovmConfig {
     pub owner: String,
     /// How long a VM may take to boot to its agent.
     pub boot_timeout: Duration,
+    /// How long the job waits for its services' ports before it starts anyway.
+    pub wait_for_services_timeout: Duration,
 }
 
 impl Default for MicrovmConfig {
@@ -92,6 +101,7 @@ impl Default for MicrovmConfig {
             state_dir: DEFAULT_STATE_DIR.into(),
             owner: "flotilla".into(),
             boot_timeout: Duration::from_secs(90),
+            wait_for_services_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -118,6 +128,32 @@ impl MicrovmConfig {
     }
 }
 
+/// Checks what a VM level's configuration must hold (`level` names it in the message): an
+/// absolute state directory, an owner that can be part of a path, at least one vCPU and
+/// [`sizing::MIN_MEMORY_MIB`].
+pub(crate) fn check_machine(
+    level: &str,
+    state_dir: &str,
+    owner: &str,
+    vcpus: u32,
+    memory_mib: u32,
+) -> Result<(), String> {
+    if !state_dir.starts_with('/') || state_dir.split('/').any(|c| c == "..") {
+        return Err(format!(
+            "the {level} state directory {state_dir:?} must be an absolute path"
+        ));
+    }
+    check_owner(owner)?;
+    if vcpus == 0 || memory_mib < sizing::MIN_MEMORY_MIB {
+        return Err(format!(
+            "a {level} VM needs at least 1 vCPU and {} MiB (asked: {vcpus} vCPU, \
+             {memory_mib} MiB)",
+            sizing::MIN_MEMORY_MIB
+        ));
+    }
+    Ok(())
+}
+
 /// Checks a name that goes into paths: letters, digits and `._-`.
 fn check_owner(owner: &str) -> Result<(), String> {
     if owner.is_empty()
@@ -127,7 +163,7 @@ fn check_owner(owner: &str) -> Result<(), String> {
             .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
     {
         return Err(format!(
-            "the microvm owner {owner:?} may hold only letters, digits and `._-`"
+            "the VM owner name {owner:?} may hold only letters, digits and `._-`"
         ));
     }
     Ok(())
@@ -139,26 +175,21 @@ pub struct MicrovmIsolation {
     config: Arc<MicrovmConfig>,
     qemu: Qemu,
     clean: crate::shell::CleanSlots,
-    boot_cache: environment::BootCache,
+    boot_cache: boot::BootCache,
 }
 
 impl MicrovmIsolation {
     /// The level with `config`; fails for a state directory that is not absolute, an owner
     /// that cannot be part of a path, or no CPUs or memory.
     pub fn new(config: MicrovmConfig) -> Result<MicrovmIsolation, IsolateError> {
-        if !config.state_dir.starts_with('/') || config.state_dir.split('/').any(|c| c == "..") {
-            return Err(IsolateError::Configuration(format!(
-                "the microvm state directory {:?} must be an absolute path",
-                config.state_dir
-            )));
-        }
-        check_owner(&config.owner).map_err(IsolateError::Configuration)?;
-        if config.vcpus == 0 || config.memory_mib < sizing::MIN_MEMORY_MIB {
-            return Err(IsolateError::Configuration(format!(
-                "a microVM needs at least 1 vCPU and 64 MiB (asked: {} vCPU, {} MiB)",
-                config.vcpus, config.memory_mib
-            )));
-        }
+        check_machine(
+            "microvm",
+            &config.state_dir,
+            &config.owner,
+            config.vcpus,
+            config.memory_mib,
+        )
+        .map_err(IsolateError::Configuration)?;
         let qemu = Qemu {
             binary: config.qemu.clone(),
             ..Qemu::default()
@@ -205,7 +236,14 @@ impl Isolation for MicrovmIsolation {
         connector: Arc<dyn Connector>,
         instance_id: &str,
     ) -> Result<usize, IsolateError> {
-        cleanup::sweep(&*connector, instance_id, &self.config, &self.qemu).await
+        cleanup::sweep(
+            &*connector,
+            instance_id,
+            &format!("{}/vms", self.config.state_dir),
+            &format!("{}-slot-", self.config.owner),
+            &self.qemu,
+        )
+        .await
     }
 }
 

@@ -2,7 +2,8 @@
 //! sparse ext4 image, cached by the image's id so each image is converted once per instance.
 //!
 //! The conversion runs on the instance as one shell script ([`ensure_script`], pure), whose
-//! output ([`Rootfs::parse`]) names the image's id, the file and the image's `ENV`. Two jobs
+//! output ([`Rootfs::parse`]) names the image's id, the file and the image's configuration
+//! (`ENV`, and for services `ENTRYPOINT`, `CMD`, `WORKDIR`, `EXPOSE`). Two jobs
 //! converting the same image at once take turns on a lock; a failed conversion leaves no
 //! file behind (it is written under a temporary name and renamed).
 
@@ -19,13 +20,21 @@ pub struct Rootfs {
     pub path: String,
     /// The image's `ENV` (`KEY=VALUE` entries split at the first `=`).
     pub env: Vec<(String, String)>,
+    /// The image's `ENTRYPOINT`.
+    pub entrypoint: Vec<String>,
+    /// The image's `CMD`.
+    pub cmd: Vec<String>,
+    /// The image's `WORKDIR` (empty: `/`).
+    pub working_dir: String,
+    /// The ports the image exposes (`6379/tcp`).
+    pub exposed_ports: Vec<String>,
     /// Whether this call made it (else it was cached).
     pub made: bool,
 }
 
 /// The script that finds or makes the root file system of `image` under `dir`, with
 /// `free_mib` MiB free beyond the image's files. It prints `id=`, `path=`, `made=` and
-/// `env=` (the image's `ENV` as JSON) lines.
+/// `config=` (the image's configuration as JSON, as `docker image inspect` gives it) lines.
 pub fn ensure_script(image: &str, dir: &str, free_mib: u64) -> String {
     let image = quote(image);
     let dir = quote(dir);
@@ -33,7 +42,7 @@ pub fn ensure_script(image: &str, dir: &str, free_mib: u64) -> String {
         r#"set -e
 img={image}
 dir={dir}
-fmt='{{{{.Id}}}} {{{{json .Config.Env}}}}'
+fmt='{{{{.Id}}}} {{{{json .Config}}}}'
 info=$(docker image inspect -f "$fmt" "$img" 2>/dev/null) || {{
   docker pull -q "$img" >/dev/null
   info=$(docker image inspect -f "$fmt" "$img")
@@ -62,7 +71,7 @@ fi
 echo "id=$id"
 echo "path=$out"
 echo "made=$made"
-echo "env=${{info#* }}"
+echo "config=${{info#* }}"
 "#,
         free = free_mib * 1024
     )
@@ -74,7 +83,7 @@ impl Rootfs {
         let mut id = None;
         let mut path = None;
         let mut made = false;
-        let mut env = Vec::new();
+        let mut config = ImageConfig::default();
         for line in out.lines() {
             if let Some(v) = line.strip_prefix("id=") {
                 id = Some(v.trim().to_string());
@@ -82,16 +91,11 @@ impl Rootfs {
                 path = Some(v.trim().to_string());
             } else if let Some(v) = line.strip_prefix("made=") {
                 made = v.trim() == "1";
-            } else if let Some(v) = line.strip_prefix("env=") {
+            } else if let Some(v) = line.strip_prefix("config=") {
                 let v = v.trim();
                 if v != "null" && !v.is_empty() {
-                    let entries: Vec<String> = serde_json::from_str(v)
-                        .map_err(|e| format!("the image's ENV is not a JSON list: {e}"))?;
-                    env = entries
-                        .iter()
-                        .filter_map(|e| e.split_once('='))
-                        .map(|(k, v)| (k.to_string(), v.to_string()))
-                        .collect();
+                    config = serde_json::from_str(v)
+                        .map_err(|e| format!("the image's configuration is unreadable: {e}"))?;
                 }
             }
         }
@@ -99,12 +103,37 @@ impl Rootfs {
             (Some(image_id), Some(path)) if image_id.starts_with("sha256:") => Ok(Rootfs {
                 image_id,
                 path,
-                env,
+                env: config
+                    .env
+                    .unwrap_or_default()
+                    .iter()
+                    .filter_map(|e| e.split_once('='))
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                entrypoint: config.entrypoint.unwrap_or_default(),
+                cmd: config.cmd.unwrap_or_default(),
+                working_dir: config.working_dir.unwrap_or_default(),
+                exposed_ports: config
+                    .exposed_ports
+                    .map(|p| p.into_keys().collect())
+                    .unwrap_or_default(),
                 made,
             }),
             _ => Err(format!("no image id and path in: {}", out.trim())),
         }
     }
+}
+
+/// The parts of an image's `Config` (Docker's image inspect) the level uses; Docker writes
+/// `null` for what an image leaves unset.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct ImageConfig {
+    env: Option<Vec<String>>,
+    entrypoint: Option<Vec<String>>,
+    cmd: Option<Vec<String>>,
+    working_dir: Option<String>,
+    exposed_ports: Option<std::collections::BTreeMap<String, serde_json::Value>>,
 }
 
 /// Finds or makes `image`'s root file system under `dir` on the instance.
@@ -144,7 +173,9 @@ mod tests {
     #[test]
     fn the_script_output_names_the_image_file_and_env() {
         let r = Rootfs::parse(
-            "id=sha256:abc\npath=/s/rootfs/abc.ext4\nmade=1\nenv=[\"PATH=/usr/bin:/bin\",\"A=b=c\"]\n",
+            "id=sha256:abc\npath=/s/rootfs/abc.ext4\nmade=1\nconfig={\"Env\":[\"PATH=/usr/bin:/bin\",\"A=b=c\"],\
+             \"Entrypoint\":[\"docker-entrypoint.sh\"],\"Cmd\":[\"redis-server\"],\
+             \"WorkingDir\":\"/data\",\"ExposedPorts\":{\"6379/tcp\":{}},\"Labels\":null}\n",
         )
         .unwrap();
         assert_eq!(r.image_id, "sha256:abc");
@@ -157,8 +188,17 @@ mod tests {
                 ("A".into(), "b=c".into())
             ]
         );
-        let r = Rootfs::parse("id=sha256:abc\npath=/x\nmade=0\nenv=null\n").unwrap();
-        assert!(!r.made && r.env.is_empty());
+        assert_eq!(r.entrypoint, ["docker-entrypoint.sh"]);
+        assert_eq!(r.cmd, ["redis-server"]);
+        assert_eq!(r.working_dir, "/data");
+        assert_eq!(r.exposed_ports, ["6379/tcp"]);
+        let r = Rootfs::parse("id=sha256:abc\npath=/x\nmade=0\nconfig=null\n").unwrap();
+        assert!(!r.made && r.env.is_empty() && r.cmd.is_empty());
+        let r = Rootfs::parse(
+            "id=sha256:abc\npath=/x\nmade=0\nconfig={\"Env\":null,\"Cmd\":null,\"Entrypoint\":null}\n",
+        )
+        .unwrap();
+        assert!(r.env.is_empty() && r.entrypoint.is_empty());
         assert!(Rootfs::parse("Error: No such image\n").is_err());
         assert!(Rootfs::parse("id=\npath=/x\n").is_err());
     }
@@ -167,7 +207,7 @@ mod tests {
     fn the_script_is_valid_sh_with_the_image_quoted() {
         let s = ensure_script("my image;rm -rf /", "/state/rootfs", 1024);
         assert!(s.contains("img='my image;rm -rf /'"), "{s}");
-        assert!(s.contains("{{.Id}} {{json .Config.Env}}"), "{s}");
+        assert!(s.contains("{{.Id}} {{json .Config}}"), "{s}");
         assert!(s.contains("+ 1048576 ))K"), "{s}");
         let st = std::process::Command::new("sh")
             .args(["-n", "-c", &s])

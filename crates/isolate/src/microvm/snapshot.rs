@@ -79,9 +79,12 @@ impl SnapshotPlan {
             None => {}
             Some("on_failure") => plan.save = Some((When::OnFailure, key)),
             Some("always") => plan.save = Some((When::Always, key)),
+            // Rails builds the `script` step as `before_script + script` (GitLab's
+            // `lib/gitlab/ci/build/step.rb`, `Step.from_commands`): the payload has no boundary.
             Some("after_before_script") => plan.warnings.push(format!(
-                "{SNAPSHOT_VARIABLE}=after_before_script is not supported yet (before_script \
-                 and script run as one stage): no snapshot is taken"
+                "{SNAPSHOT_VARIABLE}=after_before_script cannot be honoured: GitLab sends \
+                 before_script and script as one list, so where one ends is not known; no \
+                 snapshot is taken (use on_failure or always)"
             )),
             Some(other) => plan.warnings.push(format!(
                 "{SNAPSHOT_VARIABLE}={other:?} is not one of on_failure, always: no snapshot \

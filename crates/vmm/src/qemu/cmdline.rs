@@ -71,7 +71,9 @@ pub fn args(spec: &VmSpec, incoming: bool) -> Vec<String> {
                 d.format
             ),
             "-device",
-            &format!("virtio-blk-{bus},drive={node},id=vd{i}"),
+            // The serial names the disk in the guest (`/sys/block/*/serial`): a microVM's
+            // kernel need not find its disks in this order.
+            &format!("virtio-blk-{bus},drive={node},id=vd{i},serial=vd{i}"),
         ]);
     }
     if spec.user_net {
@@ -121,7 +123,7 @@ mod tests {
         assert!(line.contains("-machine microvm -accel tcg"), "{line}");
         assert!(line.contains("virtio-serial-device"), "{line}");
         assert!(
-            line.contains("virtio-blk-device,drive=disk0,id=vd0"),
+            line.contains("virtio-blk-device,drive=disk0,id=vd0,serial=vd0"),
             "{line}"
         );
         assert!(

@@ -12,6 +12,7 @@
 pub mod cmdline;
 
 use crate::disk;
+use crate::process::kill_pid;
 use crate::qmp::Qmp;
 use crate::vmm::{AfterSnapshot, AgentEndpoint, SnapshotFiles, SnapshotReport, Vm, Vmm};
 use crate::{VmSpec, VmmError, host};
@@ -137,20 +138,6 @@ impl Qemu {
     }
 }
 
-/// Kills QEMU `pid` if it is the VM of `dir` (a reused pid is left alone), then waits for it
-/// to be gone. Returns whether it was running.
-async fn kill_pid(host: &dyn Connector, pid: u32, dir: &str) -> Result<bool, VmmError> {
-    let d = quote(dir);
-    let line = format!(
-        "if [ -r /proc/{pid}/cmdline ] && tr '\\0' '\\n' </proc/{pid}/cmdline | grep -qF -- {d}; then \
-         kill -9 {pid} 2>/dev/null; i=0; while [ -e /proc/{pid} ] && [ $i -lt 200 ]; do \
-         if grep -q '^State:.*Z' /proc/{pid}/status 2>/dev/null; then break; fi; sleep 0.01; i=$((i+1)); done; \
-         echo killed; fi"
-    );
-    let out = host::run(host, "killing a VM", &line).await?;
-    Ok(out.contains("killed"))
-}
-
 #[async_trait]
 impl Vmm for Qemu {
     fn name(&self) -> &'static str {
@@ -187,14 +174,7 @@ impl Vmm for Qemu {
     }
 
     async fn kill_dir(&self, host: &dyn Connector, dir: &str) -> Result<bool, VmmError> {
-        let pid_file = format!("{dir}/vmm.pid");
-        let Ok(pid) = host::read(host, &pid_file).await else {
-            return Ok(false);
-        };
-        match String::from_utf8_lossy(&pid).trim().parse::<u32>() {
-            Ok(pid) => kill_pid(host, pid, dir).await,
-            Err(_) => Ok(false),
-        }
+        crate::process::kill_dir(host, dir).await
     }
 }
 

@@ -1,0 +1,73 @@
+//! What a saved VM is on the instance, and starting a VM from one: the machine it was taken
+//! of, in a directory of its own, each disk continuing in a qcow2 layer of its own over the
+//! snapshot's (so any number of VMs may start from one snapshot at once).
+
+use super::MicrovmConfig;
+use flotilla_connect::Connector;
+use flotilla_job::EnvError;
+use flotilla_vmm::qemu::Qemu;
+use flotilla_vmm::{Disk, SnapshotFiles, Vm, VmSpec, Vmm, disk};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// What a snapshot keeps besides the VM's state and disks (`meta.json`): the machine it must
+/// be restored into, the guest's base environment, the image it came from, and where the
+/// job's files were.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct SnapshotMeta {
+    /// The machine, as it was booted.
+    pub(crate) spec: VmSpec,
+    /// The guest's base environment (the image's `ENV`, `PATH`, `HOME`).
+    pub(crate) env: Vec<(String, String)>,
+    /// The job's image.
+    pub(crate) image: String,
+    /// The job's project directory in the VM (absent in snapshots of older versions).
+    #[serde(default)]
+    pub(crate) project_dir: Option<String>,
+}
+
+/// Starts a VM from snapshot `key` of `config`'s state directory on the instance `host`
+/// reaches, in `dir` (which exists and is empty).
+pub(crate) async fn restore(
+    host: Arc<dyn Connector>,
+    qemu: &Qemu,
+    config: &MicrovmConfig,
+    instance: &str,
+    key: &str,
+    dir: &str,
+) -> Result<(Box<dyn Vm>, SnapshotMeta), EnvError> {
+    let snap = SnapshotFiles {
+        dir: format!("{}/{key}", config.snapshots_dir()),
+    };
+    let meta = flotilla_vmm::host::read(&*host, &format!("{}/meta.json", snap.dir))
+        .await
+        .map_err(|_| {
+            EnvError::System(format!(
+                "no snapshot {key:?} on instance {instance} (snapshots stay on the instance \
+                 that took them)"
+            ))
+        })?;
+    let meta: SnapshotMeta = serde_json::from_slice(&meta)
+        .map_err(|e| EnvError::System(format!("the snapshot {key:?} is unreadable: {e}")))?;
+    // Every disk (the job's root, then one per service) continues in a layer of its own.
+    let mut disks = Vec::new();
+    for i in 0..meta.spec.disks.len() {
+        let top = format!("{dir}/disk-{i}.qcow2");
+        disk::overlay(&*host, &top, &snap.disk(i), "qcow2", None)
+            .await
+            .map_err(|e| {
+                EnvError::System(format!("making the VM's disk over the snapshot's: {e}"))
+            })?;
+        disks.push(Disk {
+            path: top,
+            format: "qcow2".into(),
+            read_only: false,
+        });
+    }
+    let spec = meta.spec.relocated(dir, disks);
+    let vm = qemu
+        .restore(host, spec, &snap)
+        .await
+        .map_err(|e| EnvError::System(format!("restoring snapshot {key:?}: {e}")))?;
+    Ok((vm, meta))
+}
