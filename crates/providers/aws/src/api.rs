@@ -358,6 +358,18 @@ impl Api {
             .cloned())
     }
 
+    /// `GetPasswordData` (Amazon EC2 API Reference: API_GetPasswordData): a Windows
+    /// instance's Administrator password, encrypted with its key pair, base64; empty until
+    /// Windows has set it.
+    pub async fn get_password_data(&self, id: &str) -> Result<String, ApiError> {
+        let out = self
+            .call("GetPasswordData", || {
+                self.ec2.get_password_data().instance_id(id).send()
+            })
+            .await?;
+        Ok(out.password_data().unwrap_or_default().to_string())
+    }
+
     /// `SendSSHPublicKey` (EC2 Instance Connect API Reference: API_SendSSHPublicKey): the key
     /// is accepted by the instance's sshd, for `user`, for 60 seconds.
     pub async fn send_ssh_public_key(

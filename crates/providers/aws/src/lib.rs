@@ -17,8 +17,9 @@
 //!   public address) and, unless `use_static_credentials` is set, pushes a fresh ed25519 key
 //!   with EC2 Instance Connect's `SendSSHPublicKey`. The key is accepted for 60 seconds, so
 //!   the `ConnectInfo` says it expires then, and the SSH connector asks for fresh credentials
-//!   before it connects with expired ones. Windows instances need static credentials
-//!   (`GetPasswordData` is not implemented).
+//!   before it connects with expired ones. For a Windows instance (WinRM) it gets the
+//!   Administrator password with `GetPasswordData` and decrypts it with the key pair's private
+//!   key (`connector_config.key_path`), as the plugin does ([`password`]).
 //! - `heartbeat` answers from the last listing (health and lifecycle), with no call.
 //! - Throttling and transient failures are retried with backoff ([`retry`]); a call that
 //!   still fails is reported, so the scaler decides again next tick: no decision is lost.
@@ -31,6 +32,7 @@ mod api;
 pub mod capacity;
 pub mod checks;
 mod error;
+pub mod password;
 pub mod retry;
 mod settings;
 pub mod state;
@@ -44,7 +46,7 @@ use aws_config::SdkConfig;
 use checks::{Advice, GroupFacts};
 use flotilla_fleet::{
     Capabilities, ConnectInfo, ConnectorConfig, FleetError, InstanceGroup, InstanceId,
-    InstanceStatus, ProviderConfig, ProviderInfo, Settings, State,
+    InstanceStatus, ProviderConfig, ProviderInfo, Secret, Settings, State,
 };
 use flotilla_ssh_machine::GroupKey;
 use retry::RetryPolicy;
@@ -85,6 +87,9 @@ pub struct AwsGroup {
 struct GroupState {
     /// The connector config `connect_info` starts from (set by `init`).
     connector: Option<ConnectorConfig>,
+    /// Without static credentials, the configured key (`key_path`): the private key of the
+    /// key pair instances were launched with, which decrypts Windows passwords.
+    key_pair: Option<Secret<Vec<u8>>>,
     /// What `init` advised.
     advice: Vec<Advice>,
     /// The last listing: lifecycle state and health of each instance.
@@ -135,6 +140,36 @@ impl AwsGroup {
     pub fn with_retry_policy(mut self, policy: RetryPolicy) -> Self {
         self.policy = policy;
         self
+    }
+
+    /// The Administrator password of the Windows instance `id` for WinRM, as
+    /// fleeting-plugin-aws gets it: `GetPasswordData`, decrypted with the private key of the
+    /// key pair the instance was launched with (`connector_config.key_path`).
+    async fn windows_password(
+        &self,
+        api: &Api,
+        id: &str,
+        key_pair: Option<&Secret<Vec<u8>>>,
+    ) -> Result<String, FleetError> {
+        let Some(key) = key_pair else {
+            return Err(FleetError::Config(format!(
+                "instance {id} runs Windows, whose password is decrypted with the key pair it \
+                 was launched with: set connector_config.key_path to that key pair's private \
+                 key, or set use_static_credentials and a password"
+            )));
+        };
+        let data = api
+            .get_password_data(id)
+            .await
+            .map_err(|e| e.into_fleet("connect_info"))?;
+        password::decrypt(&data, key.expose()).map_err(|e| match e {
+            // Not a failure of the instance: it is still starting, so the caller asks again.
+            password::PasswordError::NotYet => FleetError::InstanceUnhealthy {
+                id: id.into(),
+                reason: e.to_string(),
+            },
+            other => FleetError::provider("connect_info", format!("instance {id}: {other}")),
+        })
     }
 
     /// The group's settings.
@@ -239,15 +274,18 @@ impl InstanceGroup for AwsGroup {
                     .into(),
             ));
         }
+        let mut key_pair = None;
         if !connector.use_static_credentials {
-            // Minted per connection in connect_info.
-            connector.key = None;
+            // Minted per connection in connect_info (a key for SSH, the password decrypted
+            // with the key pair's key for Windows).
+            key_pair = connector.key.take();
             connector.password = None;
         }
         let id = format!("aws/{}/{}", api.region(), self.name());
         {
             let mut st = self.lock();
             st.connector = Some(connector);
+            st.key_pair = key_pair;
             st.advice = advice;
         }
         *self.api.lock().unwrap_or_else(|e| e.into_inner()) = Some(api);
@@ -353,11 +391,11 @@ impl InstanceGroup for AwsGroup {
 
     async fn connect_info(&self, id: &str) -> Result<ConnectInfo, FleetError> {
         let api = self.api()?;
-        let mut config = self
-            .lock()
-            .connector
-            .clone()
-            .ok_or(FleetError::NotInitialized)?;
+        let (mut config, key_pair) = {
+            let st = self.lock();
+            let config = st.connector.clone().ok_or(FleetError::NotInitialized)?;
+            (config, st.key_pair.clone())
+        };
         let instance = api
             .describe_instance(id)
             .await
@@ -402,27 +440,29 @@ impl InstanceGroup for AwsGroup {
         let mut expires = None;
         if !config.use_static_credentials {
             if windows {
-                return Err(FleetError::Unsupported(
-                    "connect_info without use_static_credentials on Windows instances \
-                     (GetPasswordData)",
-                ));
+                config.password = Some(
+                    self.windows_password(&api, id, key_pair.as_ref())
+                        .await?
+                        .into(),
+                );
+            } else {
+                let key = GroupKey::generate(&format!("flotilla/aws/{}", self.name()))?;
+                let pushed_at = SystemTime::now();
+                let az = instance.placement().and_then(|p| p.availability_zone());
+                let ok = api
+                    .send_ssh_public_key(id, &config.username, &key.public_openssh, az)
+                    .await
+                    .map_err(|e| e.into_fleet("connect_info"))?;
+                if !ok {
+                    return Err(FleetError::provider(
+                        "connect_info",
+                        "SendSSHPublicKey answered without success",
+                    ));
+                }
+                config.key = Some(key.private_openssh);
+                config.password = None;
+                expires = Some(pushed_at + INSTANCE_CONNECT_KEY_LIFETIME);
             }
-            let key = GroupKey::generate(&format!("flotilla/aws/{}", self.name()))?;
-            let pushed_at = SystemTime::now();
-            let az = instance.placement().and_then(|p| p.availability_zone());
-            let ok = api
-                .send_ssh_public_key(id, &config.username, &key.public_openssh, az)
-                .await
-                .map_err(|e| e.into_fleet("connect_info"))?;
-            if !ok {
-                return Err(FleetError::provider(
-                    "connect_info",
-                    "SendSSHPublicKey answered without success",
-                ));
-            }
-            config.key = Some(key.private_openssh);
-            config.password = None;
-            expires = Some(pushed_at + INSTANCE_CONNECT_KEY_LIFETIME);
         }
         let (internal, external) = match &self.settings.test_address_override {
             Some(addr) => (addr.clone(), addr.clone()),

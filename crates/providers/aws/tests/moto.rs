@@ -222,17 +222,47 @@ async fn infra_aws_connect_info_pushes_a_fresh_instance_connect_key() {
     let e = g.connect_info("i-0123456789abcdef0").await.unwrap_err();
     assert!(e.is_unhealthy(), "{e}");
 
-    // Windows: EC2 says so; without static credentials flotilla cannot log in (no
-    // GetPasswordData yet) and says that, rather than pushing an SSH key.
+    // Windows: EC2 says so. Without static credentials the password comes from
+    // GetPasswordData, decrypted with the key pair's private key, which must be configured.
     let mut windows = GroupSpec::new("windows", 1);
     windows.image_id = WINDOWS_AMI.into();
     moto.create_group(&windows).await.unwrap();
-    let w = group(&moto.endpoint(), "windows");
+    let w = group(&proxy.endpoint(), "windows");
     w.init(&Settings::default()).await.unwrap();
     w.increase(1).await.unwrap();
     let wid = w.update().await.unwrap()[0].id.clone();
     let e = w.connect_info(&wid).await.unwrap_err();
-    assert!(matches!(e, FleetError::Unsupported(_)), "{e}");
+    assert!(matches!(e, FleetError::Config(_)), "{e}");
+    assert!(e.to_string().contains("key_path"), "{e}");
+    // With a key pair's key, GetPasswordData is called (once throttled, then retried). moto
+    // answers with 128 random characters, not a ciphertext, so this says the key does not
+    // fit; decryption itself is judged against OpenSSL in `password`'s tests.
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new("openssl")
+        .args(["genrsa", "-traditional", "-out"])
+        .arg(dir.path().join("key.pem"))
+        .arg("2048")
+        .output()
+        .expect("openssl runs");
+    assert!(out.status.success(), "{out:?}");
+    let pem = std::fs::read(dir.path().join("key.pem")).unwrap();
+    let w = group(&proxy.endpoint(), "windows");
+    w.init(&Settings {
+        connector: ConnectorConfig {
+            key: Some(Secret::new(pem)),
+            ..ConnectorConfig::default()
+        },
+    })
+    .await
+    .unwrap();
+    proxy.throttle("GetPasswordData", 1);
+    let e = w.connect_info(&wid).await.unwrap_err();
+    assert_eq!(proxy.throttled("GetPasswordData"), 1, "{e}");
+    assert!(
+        e.to_string().contains("does not decrypt with this key"),
+        "{e}"
+    );
+    assert!(!e.to_string().contains("PRIVATE KEY"), "{e}");
     let w = group(&moto.endpoint(), "windows");
     w.init(&Settings {
         connector: ConnectorConfig {
