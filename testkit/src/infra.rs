@@ -34,6 +34,9 @@ pub enum Infra {
     /// `scripts/setup.sh` under `testkit/browser/node_modules`: a real browser driven by a
     /// test.
     Browser,
+    /// moto's standalone AWS server (`moto_server`, installed by `scripts/setup.d/aws.sh`;
+    /// see [`moto_server_path`]): the judge of the aws provider.
+    Moto,
     /// Go with Debian's hashicorp go-plugin and grpc sources in `/usr/share/gocode`
     /// (`golang-go`, `golang-github-hashicorp-go-plugin-dev`, `golang-google-grpc-dev`): a
     /// go-plugin plugin built offline judges the plugin provider's process protocol.
@@ -65,6 +68,7 @@ impl Infra {
                 "Chromium (Debian package chromium), Node.js and playwright-core \
                  (testkit/browser, installed by scripts/setup.sh)"
             }
+            Infra::Moto => "moto's server (moto_server, installed by scripts/setup.d/aws.sh)",
             Infra::GoPlugin => {
                 "Go and go-plugin's sources (Debian packages golang-go, \
                  golang-github-hashicorp-go-plugin-dev, golang-google-grpc-dev)"
@@ -89,6 +93,7 @@ pub fn available(infra: Infra) -> bool {
     static GO_PLUGIN: OnceLock<bool> = OnceLock::new();
     static PY_GRPC: OnceLock<bool> = OnceLock::new();
     match infra {
+        Infra::Moto => moto_server_path().is_some(),
         Infra::GoPlugin => *GO_PLUGIN.get_or_init(|| {
             runs("go", &["version"])
                 && std::path::Path::new(GOCODE)
@@ -132,6 +137,27 @@ pub fn available(infra: Infra) -> bool {
             qemu && kernel_path().is_some()
         }),
     }
+}
+
+/// Where `scripts/setup.d/aws.sh` installs moto's venv.
+pub const MOTO_VENV: &str = "/opt/flotilla/moto-venv";
+
+/// moto's server: `$FLOTILLA_MOTO_SERVER`, else `/opt/flotilla/moto-venv/bin/moto_server`,
+/// else `moto_server` on `PATH`; `None` when none of them is there.
+pub fn moto_server_path() -> Option<std::path::PathBuf> {
+    if let Some(p) = std::env::var_os("FLOTILLA_MOTO_SERVER") {
+        let p = std::path::PathBuf::from(p);
+        return p.is_file().then_some(p);
+    }
+    let venv = std::path::Path::new(MOTO_VENV).join("bin/moto_server");
+    if venv.is_file() {
+        return Some(venv);
+    }
+    std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|d| d.join("moto_server"))
+            .find(|p| p.is_file())
+    })
 }
 
 /// Where Debian's `golang-*-dev` packages put their Go sources (a GOPATH entry).

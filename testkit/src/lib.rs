@@ -19,6 +19,8 @@
 //! - [`vms`]: the qemu provider's test VM image, and a guard that kills a test's VMs.
 //! - `docker_fleet` (feature `docker-fleet`): a docker instance group with a scaler and a
 //!   dispatcher at shell or docker isolation, whose containers are removed even on panic.
+//! - `moto` (feature `moto`): moto's AWS server on loopback with an Auto Scaling group, and a
+//!   proxy that answers chosen calls with AWS's throttling errors.
 
 pub mod containers;
 #[cfg(feature = "docker-fleet")]
@@ -32,6 +34,8 @@ pub mod fake_group {
 }
 pub mod images;
 pub mod infra;
+#[cfg(feature = "moto")]
+pub mod moto;
 #[cfg(feature = "sim")]
 pub mod sim;
 pub mod ssh_hosts;

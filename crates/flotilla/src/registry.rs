@@ -59,6 +59,11 @@ pub fn providers() -> Vec<ProviderEntry> {
         name: flotilla_provider_qemu::PLUGIN,
         build: flotilla_provider_qemu::build,
     });
+    #[cfg(feature = "aws")]
+    all.push(ProviderEntry {
+        name: flotilla_provider_aws::PLUGIN,
+        build: flotilla_provider_aws::build,
+    });
     #[cfg(feature = "plugin")]
     all.push(ProviderEntry {
         name: flotilla_provider_plugin::PLUGIN,
@@ -70,6 +75,22 @@ pub fn providers() -> Vec<ProviderEntry> {
         build: flotilla_provider_kubernetes::build,
     });
     all
+}
+
+/// The provider name in a plugin name as GitLab's configs spell it: the binary name
+/// (`fleeting-plugin-aws`) or the OCI reference `gitlab-runner fleeting install` takes
+/// (`aws:latest`, `gitlab.com/gitlab-org/fleeting/plugins/aws:0.5.0`) name the `aws`
+/// provider.
+fn gitlab_plugin_name(plugin: &str) -> &str {
+    let without_version = match plugin.rsplit_once(':') {
+        Some((name, _version)) if !name.contains("://") => name,
+        _ => plugin,
+    };
+    let last = without_version
+        .rsplit('/')
+        .next()
+        .unwrap_or(without_version);
+    last.strip_prefix("fleeting-plugin-").unwrap_or(last)
 }
 
 /// Every isolation level of this build.
@@ -112,6 +133,10 @@ pub fn provider(plugin: &str) -> Result<ProviderEntry, Unavailable> {
     let all = providers();
     all.iter()
         .find(|p| p.name == plugin)
+        .or_else(|| {
+            let short = gitlab_plugin_name(plugin);
+            all.iter().find(|p| p.name == short)
+        })
         .copied()
         .ok_or_else(|| Unavailable {
             what: "plugin",
@@ -204,6 +229,27 @@ mod tests {
         assert!(e.available.contains(&"qemu"), "{text}");
         #[cfg(feature = "docker")]
         assert!(e.available.contains(&"docker"), "{text}");
+    }
+
+    #[test]
+    fn gitlabs_plugin_names_select_the_provider_they_name() {
+        assert_eq!(gitlab_plugin_name("fleeting-plugin-aws"), "aws");
+        assert_eq!(gitlab_plugin_name("aws:latest"), "aws");
+        assert_eq!(
+            gitlab_plugin_name("gitlab.com/gitlab-org/fleeting/plugins/aws:0.5.0"),
+            "aws"
+        );
+        assert_eq!(gitlab_plugin_name("static"), "static");
+        assert_eq!(provider("fleeting-plugin-static").unwrap().name, "static");
+        #[cfg(feature = "aws")]
+        for name in ["aws", "fleeting-plugin-aws", "aws:latest", "aws:0.5.0"] {
+            assert_eq!(provider(name).unwrap().name, "aws", "{name}");
+        }
+        #[cfg(not(feature = "aws"))]
+        assert_eq!(
+            provider("fleeting-plugin-aws").unwrap_err().name,
+            "fleeting-plugin-aws"
+        );
     }
 
     #[test]

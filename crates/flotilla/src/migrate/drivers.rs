@@ -109,9 +109,9 @@ pub(crate) fn plan(
             p.todo.push(
                 "create an AWS autoscaling group with a launch template holding what the \
                  MachineOptions described (instance type, AMI, subnets, security group, \
-                 spot settings), then put its name in plugin_config.name; flotilla has no \
-                 aws provider yet: `plugin = \"aws\"` names GitLab's fleeting-plugin-aws, \
-                 which GitLab Runner's docker-autoscaler runs"
+                 spot settings), then put its name in plugin_config.name (scaling policy \
+                 none, scale-in protection on, AZRebalance suspended); flotilla's aws \
+                 provider (cargo feature `aws`) scales it as GitLab's fleeting-plugin-aws"
                     .into(),
             );
         }
