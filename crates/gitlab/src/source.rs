@@ -756,8 +756,9 @@ async fn handle_job(
         }
         SlotWait::Unroutable(message) => {
             tracing::info!(runner = %inner.config.name, job = id, reason = %message, "the job cannot run on this runner");
-            // GitLab Runner fails a job whose executor cannot be prepared as a system
-            // failure (`common/build.go`: errors that are not build errors).
+            // GitLab Runner fails a job whose executor cannot be prepared (an error that is
+            // no `BuildError`) as `Job failed (system failure): <error>` with
+            // `runner_system_failure` (`common/build.go`, `setTraceStatus`).
             (
                 FailureReason::RunnerSystemFailure,
                 format!("Job failed (system failure): {message}"),
