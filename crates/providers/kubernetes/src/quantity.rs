@@ -16,6 +16,12 @@
 //!   the largest suffix that loses nothing (`1.5` is `1500m`, `1.5Gi` is `1536Mi`,
 //!   `1024Mi` is `1Gi`).
 //!
+//! Judged by apimachinery itself: `tests/quantity_kubectl.rs` has kubectl write the canonical
+//! form of each of 54 quantities and compares. apimachinery's `ParseQuantity` keeps the text
+//! as given when its fast path finds it canonical enough (`+5`, `5.`, `00012`, `1E3`,
+//! `1.500` are written back unchanged); here the value's canonical form is written instead,
+//! so that equal shapes get one annotation and one hash.
+//!
 //! Unlike apimachinery, a value beyond 2^63-1 units is refused rather than capped, and text
 //! without a digit (`.`, `Mi`), which its scanner reads as zero, is refused too: no resource
 //! request looks like that, so either is a mistake worth a message.

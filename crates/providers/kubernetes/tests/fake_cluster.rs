@@ -409,11 +409,17 @@ async fn infra_sized_pods_carry_their_resources_and_are_listed_apart() {
     assert_eq!(found[0].shape, Ok(shape));
 
     assert_eq!(
-        sized.decrease(std::slice::from_ref(&sized_pod)).await.unwrap(),
+        sized
+            .decrease(std::slice::from_ref(&sized_pod))
+            .await
+            .unwrap(),
         vec![sized_pod]
     );
     assert_eq!(
-        default.decrease(std::slice::from_ref(&default_pod)).await.unwrap(),
+        default
+            .decrease(std::slice::from_ref(&default_pod))
+            .await
+            .unwrap(),
         vec![default_pod]
     );
 }
