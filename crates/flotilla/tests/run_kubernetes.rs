@@ -4,6 +4,10 @@
 //! dockerd through `docker system dial-stdio` over exec. The headline: two services listening
 //! on the same port in one job, each in its own network namespace inside the pod's Docker
 //! (on the Kubernetes executor they share the pod's network namespace and clash).
+//!
+//! Per-job pod sizing: a job asking for resources with GitLab's `KUBERNETES_*` variables
+//! runs on a pod of its own shape, one asking above the runner's maximum fails with GitLab's
+//! message, and sized pods a killed manager left are deleted by the next one.
 #![cfg(feature = "kubernetes")]
 
 mod run_support;
@@ -19,7 +23,8 @@ use std::time::Duration;
 
 const TOKEN: &str = "glrt-run-kubernetes-token";
 
-fn write_config(dir: &Path, url: &str, kube: &FakeKube) -> PathBuf {
+/// The configuration of these tests; `plugin_config` lines in `extra` (TOML).
+fn write_config(dir: &Path, url: &str, kube: &FakeKube, extra: &str) -> PathBuf {
     let path = dir.join("config.toml");
     std::fs::write(
         &path,
@@ -52,6 +57,7 @@ state_dir = "{state}"
       namespace = "ci"
       kubeconfig = "{kubeconfig}"
       pending_timeout = "2m"
+{extra}
       pod_template = '''
 apiVersion: v1
 kind: PodTemplate
@@ -93,7 +99,7 @@ async fn infra_run_on_kubernetes_pods_with_two_services_on_one_port() {
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), gl.url(), &kube);
+    let config = write_config(dir.path(), gl.url(), &kube, "");
     let mut m = Manager::start(&config, &[]);
 
     let services = gl.enqueue(
@@ -171,4 +177,231 @@ async fn infra_run_on_kubernetes_pods_with_two_services_on_one_port() {
     );
     m.signal(libc::SIGTERM);
     let _ = m.wait(Duration::from_secs(30)).await;
+}
+
+/// The sizing rules of the sizing tests (GitLab's `[runners.kubernetes]` keys).
+const SIZING: &str = r#"      cpu_request_overwrite_max_allowed = "2"
+      memory_limit_overwrite_max_allowed = "2Gi""#;
+
+/// The sized pods the fake API server holds, as it returns them (plain HTTP, not our
+/// client).
+async fn sized_pods(kube: &FakeKube) -> Vec<serde_json::Value> {
+    let list: serde_json::Value = reqwest::Client::new()
+        .get(format!(
+            "{}/api/v1/namespaces/ci/pods?labelSelector=flotilla.shape",
+            kube.url()
+        ))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// Polls the sized pods until one appears (90 s at most).
+async fn first_sized_pod(kube: &FakeKube) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        if let Some(pod) = sized_pods(kube).await.into_iter().next() {
+            return pod;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no sized pod was made"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn infra_a_job_asking_for_resources_runs_on_a_pod_of_that_size() {
+    if !require(Infra::Docker) {
+        return;
+    }
+    let kube = FakeKube::start().await.unwrap();
+    let gl = FakeGitLab::builder()
+        .runner_token(TOKEN)
+        .poll_duration(Duration::from_secs(2))
+        .trace_update_interval(1)
+        .start()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), gl.url(), &kube, SIZING);
+    let mut m = Manager::start(&config, &[]);
+
+    let sized = gl.enqueue(
+        TOKEN,
+        JobBuilder::new("sized")
+            .field("image", json!({"name": busybox_image()}))
+            .variable("KUBERNETES_CPU_REQUEST", "500m")
+            .variable("KUBERNETES_MEMORY_LIMIT", "1Gi")
+            .script(["echo 'OUT|sized|ran'"]),
+    );
+    let plain = gl.enqueue(
+        TOKEN,
+        JobBuilder::new("plain")
+            .field("image", json!({"name": busybox_image()}))
+            .script(["echo 'OUT|plain|ran'"]),
+    );
+    let too_big = gl.enqueue(
+        TOKEN,
+        JobBuilder::new("too-big")
+            .field("image", json!({"name": busybox_image()}))
+            .variable("KUBERNETES_CPU_REQUEST", "3")
+            .script(["echo 'OUT|too-big|ran'"]),
+    );
+    let pod = first_sized_pod(&kube).await;
+    let finished = gl
+        .wait_finished(&[sized, plain, too_big], Duration::from_secs(300))
+        .await;
+    let log = m.log_tail();
+    assert!(
+        finished,
+        "jobs did not finish: {:?}\nmanager log:\n{log}",
+        gl.jobs()
+            .iter()
+            .map(|j| (j.id, j.state))
+            .collect::<Vec<_>>()
+    );
+
+    // The sized pod, as the API server holds it: the job's resources on its container, its
+    // shape in its label and annotation.
+    assert_eq!(
+        pod["spec"]["containers"][0]["resources"],
+        json!({"requests": {"cpu": "500m"}, "limits": {"memory": "1Gi"}}),
+        "{pod:#}"
+    );
+    assert_eq!(
+        pod["metadata"]["annotations"]["flotilla.shape"],
+        "cpu_request=500m,memory_limit=1Gi"
+    );
+    assert_eq!(pod["metadata"]["labels"]["flotilla.group"], "kube-fleet");
+    let sized_name = pod["metadata"]["name"].as_str().unwrap().to_string();
+
+    let j = gl.job(sized).unwrap();
+    let trace = j.trace_text();
+    assert_eq!(j.state, FakeJobState::Success, "{trace}\n{log}");
+    assert!(trace.contains("OUT|sized|ran"), "{trace}");
+    assert!(
+        trace.contains(r#""CPURequest" overwritten with "500m""#)
+            && trace.contains(r#""MemoryLimit" overwritten with "1Gi""#)
+            && trace
+                .contains("Running on a pod sized for this job: cpu_request=500m,memory_limit=1Gi"),
+        "{trace}"
+    );
+
+    let j = gl.job(plain).unwrap();
+    let trace = j.trace_text();
+    assert_eq!(j.state, FakeJobState::Success, "{trace}\n{log}");
+    assert!(
+        trace.contains("OUT|plain|ran") && !trace.contains("sized"),
+        "{trace}"
+    );
+
+    // Above the maximum: GitLab's message (`executors/kubernetes/overwrites.go`), a system
+    // failure, and nothing ran.
+    let j = gl.job(too_big).unwrap();
+    let trace = j.trace_text();
+    assert_eq!(j.state, FakeJobState::Failed, "{trace}");
+    assert!(
+        trace.contains(
+            r#"couldn't prepare overwrites: invalid build requests specified: the resource "CPURequest" requested "3" is higher than limit allowed "2""#
+        ),
+        "{trace}"
+    );
+    assert_eq!(
+        j.final_update
+            .as_ref()
+            .and_then(|f| f.failure_reason.as_deref()),
+        Some("runner_system_failure")
+    );
+    assert!(!trace.contains("OUT|too-big|ran"), "{trace}");
+
+    // The sized pod served its one job and was deleted (max_use_count 1); the default pods
+    // are no sized pods.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while sized_pods(&kube)
+        .await
+        .iter()
+        .any(|p| p["metadata"]["name"] == sized_name)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sized pod {sized_name} was not deleted after its job"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        kube.requests()
+            .iter()
+            .any(|r| r == &format!("DELETE /api/v1/namespaces/ci/pods/{sized_name}")),
+        "deleted by name"
+    );
+    m.signal(libc::SIGTERM);
+    let _ = m.wait(Duration::from_secs(30)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn infra_sized_pods_a_killed_manager_left_are_deleted_by_the_next() {
+    if !require(Infra::Docker) {
+        return;
+    }
+    let kube = FakeKube::start().await.unwrap();
+    let gl = FakeGitLab::builder()
+        .runner_token(TOKEN)
+        .poll_duration(Duration::from_secs(2))
+        .trace_update_interval(1)
+        .start()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), gl.url(), &kube, SIZING);
+    let mut m = Manager::start(&config, &[]);
+    let long = gl.enqueue(
+        TOKEN,
+        JobBuilder::new("long")
+            .field("image", json!({"name": busybox_image()}))
+            .variable("KUBERNETES_MEMORY_LIMIT", "1Gi")
+            .script(["sleep 600"]),
+    );
+    let pod = first_sized_pod(&kube).await;
+    let name = pod["metadata"]["name"].as_str().unwrap().to_string();
+    // Killed while its sized pod exists: nothing could delete it.
+    m.kill9().await;
+    assert!(
+        sized_pods(&kube)
+            .await
+            .iter()
+            .any(|p| p["metadata"]["name"] == name.as_str()),
+        "the sized pod outlived the manager"
+    );
+
+    let mut next = Manager::start(&config, &[]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while !sized_pods(&kube).await.is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the next manager left the sized pods: {:?}\n{}",
+            sized_pods(&kube).await,
+            next.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        next.log()
+            .contains("deleting sized pods an earlier process left"),
+        "{}",
+        next.log_tail()
+    );
+    // The job the killed manager ran is reported by the next one, as any orphan is.
+    assert!(
+        gl.wait_finished(&[long], Duration::from_secs(60)).await,
+        "{}",
+        next.log_tail()
+    );
+    next.signal(libc::SIGTERM);
+    let _ = next.wait(Duration::from_secs(30)).await;
 }

@@ -49,7 +49,7 @@ pub use client::{
     VerifiedRunner,
 };
 pub use error::ClientError;
-pub use executor::SlotExecutor;
+pub use executor::{Route, SlotExecutor};
 pub use features::{ConfigInfo, FeaturesInfo, Info};
 pub use final_update::FinalReport;
 pub use health::{DEFAULT_UNHEALTHY_INTERVAL, DEFAULT_UNHEALTHY_REQUESTS_LIMIT};

@@ -553,6 +553,10 @@ struct Job {
     started: StartedJob,
     /// The job's claim on the scaler: its slot (once acquired) is free when this drops.
     reservation: Reservation,
+    /// Where it runs: the source's executor, or the one [`SlotExecutor::route`] chose.
+    executor: Arc<dyn SlotExecutor>,
+    /// Lines for its log from the routing.
+    notes: Vec<String>,
 }
 
 impl Job {
@@ -610,6 +614,24 @@ enum SlotWait {
     Canceled,
     /// Two-phase: GitLab refused a keep-alive (the job is no longer ours).
     Refused(u16),
+    /// The runner cannot run this job (routing said why); its slot was never waited for.
+    Unroutable(String),
+}
+
+/// Asks the executor where the job runs; when elsewhere, the job reserves there and gives
+/// back its reservation here (dropped when replaced).
+async fn route(job: &mut Job, payload: &JobPayload) -> Result<(), String> {
+    let route = job.executor.route(payload).await?;
+    job.notes = route.notes;
+    if let Some(executor) = route.executor {
+        let reservation = executor
+            .scaler()
+            .reserve_owned(slot_key(&job.inner.config.name))
+            .map_err(|e| format!("no job slot can be reserved for it: {e}"))?;
+        job.reservation = reservation;
+        job.executor = executor;
+    }
+    Ok(())
 }
 
 async fn handle_job(
@@ -641,12 +663,14 @@ async fn handle_job(
     // 201 on, so a manager killed from here on must find it at its next start.
     let started = inner.started_job(id, &name, &token, &reasons);
     inner.hooks.job_started(&started).await;
-    let job = Job {
+    let mut job = Job {
         inner: inner.clone(),
         id,
         token: token.clone(),
         started,
         reservation,
+        executor: inner.executor.clone(),
+        notes: Vec::new(),
     };
     let cancel = JobCancel::new();
     let immediately = inner.config.acceptance == Acceptance::Immediately;
@@ -694,7 +718,10 @@ async fn handle_job(
             inner.config.trace,
         )
     });
-    let waited = wait_for_slot(&job, &cancel, &mut trace, &payload).await;
+    let waited = match route(&mut job, &payload).await {
+        Ok(()) => wait_for_slot(&job, &cancel, &mut trace, &payload).await,
+        Err(message) => SlotWait::Unroutable(message),
+    };
     let (outcome, message) = match waited {
         SlotWait::Acquired(a) => {
             run_acquired(&job, &payload, *a, trace, cancel).await;
@@ -725,6 +752,16 @@ async fn handle_job(
             (
                 FailureReason::RunnerSystemFailure,
                 format!("Job failed (system failure): no job slot became available: {e}"),
+            )
+        }
+        SlotWait::Unroutable(message) => {
+            tracing::info!(runner = %inner.config.name, job = id, reason = %message, "the job cannot run on this runner");
+            // GitLab Runner fails a job whose executor cannot be prepared (an error that is
+            // no `BuildError`) as `Job failed (system failure): <error>` with
+            // `runner_system_failure` (`common/build.go`, `setTraceStatus`).
+            (
+                FailureReason::RunnerSystemFailure,
+                format!("Job failed (system failure): {message}"),
             )
         }
     };
@@ -776,6 +813,9 @@ async fn run_acquired(
             )
         }
     };
+    for note in &job.notes {
+        trace.write_message(&format!("{note}\n"));
+    }
     run_on_slot(job, payload, acquisition, trace, cancel).await;
 }
 
@@ -858,7 +898,7 @@ async fn run_on_slot(
     inner.count(|r| r.jobs_run += 1);
     let mut sink = trace.sink();
     let result = {
-        let run = inner.executor.run(acquisition, payload, &mut sink, &cancel);
+        let run = job.executor.run(acquisition, payload, &mut sink, &cancel);
         tokio::pin!(run);
         let mut interrupted = false;
         loop {

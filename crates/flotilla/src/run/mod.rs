@@ -23,6 +23,8 @@
 mod monitor;
 mod orphans;
 mod runner;
+#[cfg(feature = "kubernetes")]
+mod sizing;
 mod store_hooks;
 mod verify;
 

@@ -7,7 +7,9 @@
 use crate::config::{AutoscalerConfig, Config, RunnerConfig};
 use anyhow::{Context, Result};
 use async_trait::async_trait;
-use flotilla_gitlab::{ApiObserver, Endpoint, FinalReport, JobHooks, SlotExecutor, StartedJob};
+use flotilla_gitlab::{
+    ApiObserver, Endpoint, FinalReport, JobHooks, Route, SlotExecutor, StartedJob,
+};
 use flotilla_job::{JobCancel, JobPayload, JobResult, Outcome, TraceError, TraceSink};
 use flotilla_monitor::server::{self, Access};
 use flotilla_monitor::{InstanceBuckets, Monitor, RunnerHandle, RunnerLabels, RunnerSpec};
@@ -135,6 +137,19 @@ pub(super) struct ObservedExecutor {
 impl SlotExecutor for ObservedExecutor {
     fn scaler(&self) -> &Scaler {
         self.inner.scaler()
+    }
+
+    async fn route(&self, job: &JobPayload) -> Result<Route, String> {
+        // A job sent elsewhere is watched there too.
+        let mut route = self.inner.route(job).await?;
+        if let Some(elsewhere) = route.executor.take() {
+            route.executor = Some(Arc::new(ObservedExecutor {
+                inner: elsewhere,
+                handle: self.handle.clone(),
+                levels: self.levels.clone(),
+            }));
+        }
+        Ok(route)
     }
 
     async fn run(

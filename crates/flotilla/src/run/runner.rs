@@ -117,7 +117,7 @@ pub(super) async fn run_runner(
         .acquire_lease(scope, &shared.holder, LEASE_TTL, SystemTime::now())
         .with_context(|| format!("runner {:?} ({identity})", runner.name))?;
     let started = start_fleet(&shared, &runner, provider, &client, scope, monitor.as_ref()).await;
-    let (scaler, source) = match started {
+    let (scaler, source, extra) = match started {
         Ok(s) => s,
         Err(e) => {
             let _ = store.release_lease(scope, &shared.holder);
@@ -173,6 +173,7 @@ pub(super) async fn run_runner(
     recorder_done.cancel();
     let shutdown = scaler.shutdown(shared.config.shutdown_timeout).await;
     tracing::info!(runner = %runner.name, report = ?shutdown, "fleet shut down");
+    extra.shutdown(shared.config.shutdown_timeout).await;
     renewal_done.cancel();
     helpers.wait().await;
     if let Err(e) = store.release_lease(scope, &shared.holder) {
@@ -187,6 +188,24 @@ pub(super) async fn run_runner(
     })
 }
 
+/// Fleets a runner has besides its own (pods sized per job), shut down after it.
+#[derive(Default)]
+struct ExtraFleets {
+    #[cfg(feature = "kubernetes")]
+    sized: Option<Arc<super::sizing::SizedFleets>>,
+}
+
+impl ExtraFleets {
+    async fn shutdown(&self, drain: Duration) {
+        #[cfg(feature = "kubernetes")]
+        if let Some(sized) = &self.sized {
+            sized.shutdown(drain).await;
+        }
+        #[cfg(not(feature = "kubernetes"))]
+        let _ = drain;
+    }
+}
+
 /// Steps 3 and 4: orphans reported, fleet restored, job source built.
 async fn start_fleet(
     shared: &Shared,
@@ -195,7 +214,7 @@ async fn start_fleet(
     client: &Arc<Client>,
     scope: ScopeId,
     monitor: Option<&RunnerHandle>,
-) -> Result<(Scaler, JobSource)> {
+) -> Result<(Scaler, JobSource, ExtraFleets)> {
     let store = &shared.store;
     let state_dir = &shared.state_dir;
     report_orphans(store, scope, client, &runner.name).await;
@@ -228,6 +247,15 @@ async fn start_fleet(
             journal: store.journal(scope),
         }),
     };
+    #[cfg(feature = "kubernetes")]
+    let plugin = provider.plugin;
+    #[cfg(feature = "kubernetes")]
+    let sized_parts = super::sizing::PartsTemplate {
+        artifacts: parts.artifacts.clone(),
+        cache: parts.cache.clone(),
+        local_builds_dir: parts.local_builds_dir.clone(),
+        run_options: parts.run_options.clone(),
+    };
     let fleet = fleet::from_runner(runner, provider, parts)
         .await
         .map_err(|e| anyhow!(e))?;
@@ -245,6 +273,16 @@ async fn start_fleet(
         ..SourceConfig::default()
     };
     let mut executor: Arc<dyn SlotExecutor> = fleet.dispatcher.clone();
+    #[allow(unused_mut)]
+    let mut extra = ExtraFleets::default();
+    #[cfg(feature = "kubernetes")]
+    if let Some(sized) =
+        super::sizing::sized_fleets(runner, plugin, executor.clone(), state_dir, sized_parts)
+            .await?
+    {
+        extra.sized = Some(sized.clone());
+        executor = sized;
+    }
     let mut hooks: Arc<dyn JobHooks> = Arc::new(StoreHooks {
         store: store.clone(),
         scope,
@@ -269,7 +307,7 @@ async fn start_fleet(
     let source = JobSource::new(client.clone(), executor, source_config)
         .with_hooks(hooks)
         .with_concurrent(shared.concurrent.clone());
-    Ok((fleet.scaler, source))
+    Ok((fleet.scaler, source, extra))
 }
 
 /// Keeps the lease until `done`; a renewal that fails fires `lost`.

@@ -16,17 +16,30 @@
 //! - `connect_info` names the pod for [`connector`]: exec and port-forward through the API
 //!   server ([`KubeExecConnector`]).
 //!
+//! - Per-job sizing ([`sizing`], [`shape`]): [`KubernetesGroup::sized`] is the same provider
+//!   for pods of one [`Shape`]: they carry the label `flotilla.shape=<hash>` and the shape in
+//!   an annotation, their job container's `resources` are the shape's, its listing selects
+//!   only them, and its `ProviderInfo::id` ends in `/shape-<hash>`. The default group's pods
+//!   have no shape label (its selector says `!flotilla.shape`) and get the configured
+//!   defaults (`cpu_request`, ...), if any.
+//!
 //! Tested against the fake API server in `flotilla-testkit` (pods are Docker containers,
 //! exec is Docker exec over the WebSocket channel protocol), never against a real cluster.
 
 pub mod connector;
+pub mod quantity;
 pub mod settings;
+pub mod shape;
+pub mod sizing;
 pub mod state;
 mod target;
 pub mod template;
 
 pub use connector::KubeExecConnector;
+pub use quantity::Quantity;
 pub use settings::KubernetesSettings;
+pub use shape::{SHAPE_ANNOTATION, SHAPE_LABEL, Shape};
+pub use sizing::{JobSizing, OverwriteError, Sizing};
 pub use target::{SCHEME, connector};
 
 use async_trait::async_trait;
@@ -53,6 +66,9 @@ pub const MANAGED_LABEL: &str = "flotilla.managed";
 pub struct KubernetesGroup {
     settings: KubernetesSettings,
     template: Pod,
+    sizing: Sizing,
+    /// The shape of this group's pods; `None` for the default group.
+    shape: Option<Shape>,
     clock: fn() -> SystemTime,
     state: Mutex<GroupState>,
 }
@@ -61,6 +77,7 @@ impl std::fmt::Debug for KubernetesGroup {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KubernetesGroup")
             .field("name", &self.settings.name)
+            .field("shape", &self.shape)
             .finish_non_exhaustive()
     }
 }
@@ -76,9 +93,24 @@ struct GroupState {
     timeouts: HashMap<String, String>,
 }
 
+/// A sized pod found in the cluster: its name and the shape its annotation says (or why it
+/// says none).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SizedPod {
+    /// The pod's name.
+    pub name: String,
+    /// Its shape, or why the annotation is not one.
+    pub shape: Result<Shape, String>,
+}
+
 /// The kubernetes group for a runner, from its `plugin_config` (see [`KubernetesSettings`]);
 /// the group is named after the runner unless `plugin_config` sets `name`.
 pub fn build(config: &ProviderConfig<'_>) -> Result<Arc<dyn InstanceGroup>, FleetError> {
+    Ok(Arc::new(group(config)?))
+}
+
+/// The kubernetes group for a runner, as its own type (for [`KubernetesGroup::sized`]).
+pub fn group(config: &ProviderConfig<'_>) -> Result<KubernetesGroup, FleetError> {
     let mut settings = match config.plugin_config {
         serde_json::Value::Null => serde_json::Value::Object(serde_json::Map::new()),
         other => other.clone(),
@@ -88,9 +120,7 @@ pub fn build(config: &ProviderConfig<'_>) -> Result<Arc<dyn InstanceGroup>, Flee
     {
         map.insert("name".into(), config.runner_name.into());
     }
-    Ok(Arc::new(KubernetesGroup::new(
-        KubernetesSettings::from_plugin_config(&settings)?,
-    )?))
+    KubernetesGroup::new(KubernetesSettings::from_plugin_config(&settings)?)
 }
 
 /// A name made fit for a pod name prefix: lowercase letters, digits and `-`.
@@ -108,9 +138,12 @@ impl KubernetesGroup {
     pub fn new(settings: KubernetesSettings) -> Result<Self, FleetError> {
         settings.validate()?;
         let template = template::parse(&settings.template_text()?)?;
+        let sizing = Sizing::from_settings(&settings)?;
         Ok(KubernetesGroup {
             settings,
             template,
+            sizing,
+            shape: None,
             clock: SystemTime::now,
             state: Mutex::new(GroupState::default()),
         })
@@ -121,9 +154,89 @@ impl KubernetesGroup {
         &self.settings
     }
 
-    /// The label selector of the group's pods.
+    /// The same provider for pods of `shape` (not initialised: call
+    /// [`InstanceGroup::init`]). Its pods are apart from the default group's and from other
+    /// shapes': their own label, listing and provider id.
+    pub fn sized(&self, shape: Shape) -> KubernetesGroup {
+        KubernetesGroup {
+            settings: self.settings.clone(),
+            template: self.template.clone(),
+            sizing: self.sizing.clone(),
+            shape: Some(shape),
+            clock: self.clock,
+            state: Mutex::new(GroupState::default()),
+        }
+    }
+
+    /// The runner's sizing rules (defaults and maxima from `plugin_config`).
+    pub fn sizing(&self) -> &Sizing {
+        &self.sizing
+    }
+
+    /// The shape of this group's pods (`None`: the default group).
+    pub fn shape(&self) -> Option<&Shape> {
+        self.shape.as_ref()
+    }
+
+    /// The label selector of the group's pods: the default group's exclude every sized pod.
     pub fn label_selector(&self) -> String {
-        format!("{GROUP_LABEL}={},{MANAGED_LABEL}=true", self.settings.name)
+        let base = format!("{GROUP_LABEL}={},{MANAGED_LABEL}=true", self.settings.name);
+        match &self.shape {
+            None => format!("{base},!{SHAPE_LABEL}"),
+            Some(shape) => format!("{base},{SHAPE_LABEL}={}", shape.hash()),
+        }
+    }
+
+    /// Whether `pod` is one of this group's (the check made again on what the server
+    /// listed).
+    fn owns(&self, pod: &Pod) -> bool {
+        let labels = pod.metadata.labels.as_ref();
+        let label = |key: &str| labels.and_then(|l| l.get(key));
+        label(GROUP_LABEL).is_some_and(|g| *g == self.settings.name)
+            && match &self.shape {
+                None => label(SHAPE_LABEL).is_none(),
+                Some(shape) => label(SHAPE_LABEL).is_some_and(|h| *h == shape.hash()),
+            }
+    }
+
+    /// The sized pods of this group's name, whatever their shape (for a manager starting
+    /// after another, which must not leave them behind), with the shape each says it has.
+    pub async fn sized_pods(&self) -> Result<Vec<SizedPod>, FleetError> {
+        let target = self.target()?;
+        let selector = format!(
+            "{GROUP_LABEL}={},{MANAGED_LABEL}=true,{SHAPE_LABEL}",
+            self.settings.name
+        );
+        let pods = target
+            .pods
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| FleetError::provider("sized_pods", e))?;
+        Ok(pods
+            .items
+            .into_iter()
+            .filter(|p| {
+                let labels = p.metadata.labels.as_ref();
+                labels
+                    .and_then(|l| l.get(GROUP_LABEL))
+                    .is_some_and(|g| *g == self.settings.name)
+                    && labels.is_some_and(|l| l.contains_key(SHAPE_LABEL))
+            })
+            .filter_map(|p| {
+                let name = p.metadata.name.clone()?;
+                let text = p
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(SHAPE_ANNOTATION))
+                    .cloned()
+                    .unwrap_or_default();
+                Some(SizedPod {
+                    name,
+                    shape: Shape::from_annotation(&text).map_err(|e| e.to_string()),
+                })
+            })
+            .collect())
     }
 
     /// Why the pod `id` timed out, if it did: its conditions, container states and events.
@@ -139,13 +252,40 @@ impl KubernetesGroup {
         self.lock().target.clone().ok_or(FleetError::NotInitialized)
     }
 
-    /// A new pod from the template.
+    /// A new pod from the template, with the group's shape (or the configured defaults).
     fn new_pod(&self) -> Pod {
         let mut pod = self.template.clone();
         let labels = pod.metadata.labels.get_or_insert_with(BTreeMap::new);
         labels.extend(self.settings.labels.clone());
         labels.insert(GROUP_LABEL.into(), self.settings.name.clone());
         labels.insert(MANAGED_LABEL.into(), "true".into());
+        labels.remove(SHAPE_LABEL);
+        let shape = match &self.shape {
+            Some(shape) => {
+                labels.insert(SHAPE_LABEL.into(), shape.hash());
+                pod.metadata
+                    .annotations
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(SHAPE_ANNOTATION.into(), shape.annotation());
+                // What the shape leaves unset stays the runner's default.
+                self.sizing.defaults().overlaid(shape)
+            }
+            None => self.sizing.defaults(),
+        };
+        if !shape.is_empty()
+            && let Some(spec) = pod.spec.as_mut()
+        {
+            // The container jobs run in: the one named by `container`, else the first.
+            let at = self
+                .settings
+                .container
+                .as_ref()
+                .and_then(|name| spec.containers.iter().position(|c| c.name == *name))
+                .unwrap_or(0);
+            if let Some(container) = spec.containers.get_mut(at) {
+                shape.apply(container);
+            }
+        }
         pod.metadata.generate_name = Some(format!("flotilla-{}-", dns_label(&self.settings.name)));
         pod.metadata.namespace = None;
         pod
@@ -160,17 +300,7 @@ impl KubernetesGroup {
             .map_err(|e| FleetError::provider(op, e))?;
         // The server filtered by label already; check again so a selector typo can never make
         // one group take another's pods.
-        Ok(pods
-            .items
-            .into_iter()
-            .filter(|p| {
-                p.metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(GROUP_LABEL))
-                    .is_some_and(|g| *g == self.settings.name)
-            })
-            .collect())
+        Ok(pods.items.into_iter().filter(|p| self.owns(p)).collect())
     }
 
     /// The pod's conditions and container states, and its events, for the log.
@@ -209,7 +339,14 @@ impl InstanceGroup for KubernetesGroup {
                 format!("the API server did not answer /version: {e}"),
             )
         })?;
-        let provider_id = format!("kubernetes/{namespace}/{}", self.settings.name);
+        let provider_id = match &self.shape {
+            None => format!("kubernetes/{namespace}/{}", self.settings.name),
+            Some(shape) => format!(
+                "kubernetes/{namespace}/{}/shape-{}",
+                self.settings.name,
+                shape.hash()
+            ),
+        };
         let container = self.settings.container.clone().or_else(|| {
             self.template
                 .spec
@@ -356,6 +493,78 @@ impl InstanceGroup for KubernetesGroup {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn group(extra: serde_json::Value) -> KubernetesGroup {
+        let mut config = serde_json::json!({
+            "name": "g",
+            "container": "job",
+            "pod_template": "spec:\n  containers:\n  - name: side\n    image: a\n  - name: job\n    image: b\n    resources:\n      requests:\n        memory: 64Mi\n",
+        });
+        config
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        KubernetesGroup::new(KubernetesSettings::from_plugin_config(&config).unwrap()).unwrap()
+    }
+
+    fn resources(pod: &Pod, container: usize) -> serde_json::Value {
+        serde_json::to_value(&pod.spec.as_ref().unwrap().containers[container].resources).unwrap()
+    }
+
+    #[test]
+    fn sized_pods_carry_their_shape_in_the_job_container_a_label_and_an_annotation() {
+        let default = group(serde_json::json!({"cpu_limit": "2"}));
+        let shape = Shape::from_annotation("cpu_request=500m,memory_limit=1Gi").unwrap();
+        let sized = default.sized(shape.clone());
+
+        let pod = default.new_pod();
+        assert_eq!(
+            resources(&pod, 1),
+            serde_json::json!({"requests": {"memory": "64Mi"}, "limits": {"cpu": "2"}}),
+            "the default pod gets the configured defaults over the template"
+        );
+        assert_eq!(resources(&pod, 0), serde_json::Value::Null);
+        assert!(
+            !pod.metadata
+                .labels
+                .as_ref()
+                .unwrap()
+                .contains_key(SHAPE_LABEL)
+        );
+        assert!(default.owns(&pod));
+        assert!(!sized.owns(&pod));
+
+        let pod = sized.new_pod();
+        assert_eq!(
+            resources(&pod, 1),
+            serde_json::json!({"requests": {"cpu": "500m", "memory": "64Mi"}, "limits": {"cpu": "2", "memory": "1Gi"}})
+        );
+        assert_eq!(resources(&pod, 0), serde_json::Value::Null);
+        assert_eq!(
+            pod.metadata.labels.as_ref().unwrap()[SHAPE_LABEL],
+            shape.hash()
+        );
+        assert_eq!(
+            pod.metadata.annotations.as_ref().unwrap()[SHAPE_ANNOTATION],
+            "cpu_request=500m,memory_limit=1Gi"
+        );
+        assert!(sized.owns(&pod));
+        assert!(!default.owns(&pod));
+        let other = default.sized(Shape::from_annotation("cpu_request=1").unwrap());
+        assert!(!other.owns(&pod));
+
+        assert_eq!(
+            default.label_selector(),
+            "flotilla.group=g,flotilla.managed=true,!flotilla.shape"
+        );
+        assert_eq!(
+            sized.label_selector(),
+            format!(
+                "flotilla.group=g,flotilla.managed=true,flotilla.shape={}",
+                shape.hash()
+            )
+        );
+    }
 
     #[test]
     fn group_names_become_pod_name_prefixes() {

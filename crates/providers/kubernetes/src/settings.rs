@@ -14,6 +14,10 @@ use std::time::Duration;
 /// pod_template_file = "/etc/flotilla/pod.yaml"   # or pod_template = """...yaml..."""
 /// kubeconfig = "/etc/flotilla/kubeconfig"         # default: $KUBECONFIG, ~/.kube/config, in-cluster
 /// pending_timeout = "5m"
+/// # Per-job sizing, with GitLab's `[runners.kubernetes]` names (see `crate::sizing`):
+/// cpu_request = "500m"
+/// cpu_request_overwrite_max_allowed = "4"
+/// memory_limit_overwrite_max_allowed = "8Gi"
 /// ```
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -53,6 +57,31 @@ pub struct KubernetesSettings {
     /// Extra labels on every pod.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// The job container's CPU request (GitLab's `[runners.kubernetes] cpu_request`); the
+    /// template's when unset.
+    #[serde(default)]
+    pub cpu_request: Option<String>,
+    /// The most a job may ask with `KUBERNETES_CPU_REQUEST`; unset, the variable is ignored.
+    #[serde(default)]
+    pub cpu_request_overwrite_max_allowed: Option<String>,
+    /// The job container's CPU limit.
+    #[serde(default)]
+    pub cpu_limit: Option<String>,
+    /// The most a job may ask with `KUBERNETES_CPU_LIMIT`.
+    #[serde(default)]
+    pub cpu_limit_overwrite_max_allowed: Option<String>,
+    /// The job container's memory request.
+    #[serde(default)]
+    pub memory_request: Option<String>,
+    /// The most a job may ask with `KUBERNETES_MEMORY_REQUEST`.
+    #[serde(default)]
+    pub memory_request_overwrite_max_allowed: Option<String>,
+    /// The job container's memory limit.
+    #[serde(default)]
+    pub memory_limit: Option<String>,
+    /// The most a job may ask with `KUBERNETES_MEMORY_LIMIT`.
+    #[serde(default)]
+    pub memory_limit_overwrite_max_allowed: Option<String>,
 }
 
 fn default_pending_timeout() -> Duration {

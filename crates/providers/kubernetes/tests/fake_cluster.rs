@@ -307,3 +307,119 @@ async fn infra_dial_stdio_drives_the_pods_dockerd_and_a_lost_stream_is_an_error(
         "the cancelled command was killed"
     );
 }
+
+/// The pod `name` as the API server returns it.
+async fn get_pod(kube: &FakeKube, name: &str) -> k8s_openapi::api::core::v1::Pod {
+    let kubeconfig = kube::config::Kubeconfig::read_from(kube.kubeconfig()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    kube::Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client, "ci")
+        .get(name)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn infra_sized_pods_carry_their_resources_and_are_listed_apart() {
+    if !require(Infra::Docker) {
+        return;
+    }
+    use flotilla_provider_kubernetes::{SHAPE_ANNOTATION, SHAPE_LABEL, Shape};
+    let kube = FakeKube::start().await.unwrap();
+    let default = group(
+        &kube,
+        "Sizes",
+        json!({"memory_limit": "2Gi", "memory_limit_overwrite_max_allowed": "4Gi"}),
+    );
+    let shape = Shape::from_annotation("cpu_request=250m,cpu_limit=1,memory_limit=1Gi").unwrap();
+    let sized = default.sized(shape.clone());
+    let default_info = default.init(&Settings::default()).await.unwrap();
+    let sized_info = sized.init(&Settings::default()).await.unwrap();
+    assert_eq!(default_info.id, "kubernetes/ci/Sizes");
+    assert_eq!(
+        sized_info.id,
+        format!("kubernetes/ci/Sizes/shape-{}", shape.hash()),
+        "the store keys journals by the id: each shape has its own"
+    );
+
+    assert_eq!(default.increase(1).await.unwrap(), 1);
+    assert_eq!(sized.increase(1).await.unwrap(), 1);
+    let default_pod = wait_for(&default, State::Running, 1).await.remove(0);
+    let sized_pod = wait_for(&sized, State::Running, 1).await.remove(0);
+    assert_ne!(default_pod, sized_pod);
+    // Each listing has its own pod only.
+    let ids = |l: Vec<flotilla_fleet::InstanceStatus>| -> Vec<String> {
+        l.into_iter().map(|s| s.id).collect()
+    };
+    assert_eq!(
+        ids(default.update().await.unwrap()),
+        vec![default_pod.clone()]
+    );
+    assert_eq!(ids(sized.update().await.unwrap()), vec![sized_pod.clone()]);
+    let other = default.sized(Shape::from_annotation("cpu_request=2").unwrap());
+    other.init(&Settings::default()).await.unwrap();
+    assert!(other.update().await.unwrap().is_empty());
+
+    // The API server keeps what was sent: the shape's resources on the job container.
+    let pod = get_pod(&kube, &sized_pod).await;
+    let resources =
+        serde_json::to_value(&pod.spec.as_ref().unwrap().containers[0].resources).unwrap();
+    assert_eq!(
+        resources,
+        json!({"requests": {"cpu": "250m"}, "limits": {"cpu": "1", "memory": "1Gi"}})
+    );
+    assert_eq!(
+        pod.metadata.labels.as_ref().unwrap()[SHAPE_LABEL],
+        shape.hash()
+    );
+    assert_eq!(
+        pod.metadata.annotations.as_ref().unwrap()[SHAPE_ANNOTATION],
+        shape.annotation()
+    );
+    let pod = get_pod(&kube, &default_pod).await;
+    let resources =
+        serde_json::to_value(&pod.spec.as_ref().unwrap().containers[0].resources).unwrap();
+    assert_eq!(
+        resources,
+        json!({"limits": {"memory": "2Gi"}}),
+        "the default pod has the configured default"
+    );
+
+    // The fake makes the limits the container's: the pod really is that size.
+    let docker = bollard::Docker::connect_with_local_defaults().unwrap();
+    let container = kube.container_of("ci", &sized_pod).unwrap();
+    let host = docker
+        .inspect_container(
+            &container,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .unwrap()
+        .host_config
+        .unwrap();
+    assert_eq!(host.nano_cpus, Some(1_000_000_000));
+    assert_eq!(host.memory, Some(1 << 30));
+
+    // A manager started later finds the sized pods and their shapes from the cluster alone.
+    let found = default.sized_pods().await.unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].name, sized_pod);
+    assert_eq!(found[0].shape, Ok(shape));
+
+    assert_eq!(
+        sized
+            .decrease(std::slice::from_ref(&sized_pod))
+            .await
+            .unwrap(),
+        vec![sized_pod]
+    );
+    assert_eq!(
+        default
+            .decrease(std::slice::from_ref(&default_pod))
+            .await
+            .unwrap(),
+        vec![default_pod]
+    );
+}
