@@ -123,7 +123,11 @@ state_dir = "{state}"
     assert!(!trace.contains("s3cr3t-aws-value"), "{trace}");
     // The instance is the ASG's (an EC2 id), reached at the container.
     let in_service = moto.in_service("flotilla-ci").await.unwrap();
-    assert_eq!(in_service.len(), 1, "the scaler raised the desired capacity to 1");
+    assert_eq!(
+        in_service.len(),
+        1,
+        "the scaler raised the desired capacity to 1"
+    );
     assert!(
         trace.contains(&format!("on instance {}", in_service[0])),
         "{trace}"
