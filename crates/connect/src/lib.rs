@@ -26,7 +26,6 @@ pub mod pump;
 pub mod recorded;
 pub mod shell;
 pub mod ssh;
-mod watchdog;
 
 pub use connector::{BoxedStream, Connector, ConnectorExt, ForwardTarget, IoStream};
 pub use error::ConnectError;

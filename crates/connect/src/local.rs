@@ -5,12 +5,11 @@
 //! kills everything it started (the group), not just the shell.
 //!
 //! A command's group dies with the flotilla process that started it, even by SIGKILL: a
-//! watchdog process ([`crate::watchdog`]) lists the groups of running commands and kills them
+//! watchdog process ([`flotilla_reaper`]) lists the groups of running commands and kills them
 //! when flotilla is gone. Without a watchdog, each command gets the parent-death signal
 //! instead (set in a `fork` of flotilla before `exec`: slower, and it stops only the shell).
 
 use crate::pump::{PUMP_BUFFER, drain, feed_stdin};
-use crate::watchdog;
 use crate::{
     BoxedStream, ConnectError, Connector, ExecRequest, ExitStatus, ForwardTarget, Stdin, shell,
 };
@@ -98,7 +97,7 @@ impl LocalConnector {
     /// `clean`: start it in the clean environment if the connector has one (commands;
     /// `dial_stdio` keeps this process's environment, where `DOCKER_HOST` and the like live).
     fn command(&self, line: &str, clean: bool) -> Result<(Command, bool), ConnectError> {
-        let watched = self.use_watchdog && watchdog::available();
+        let watched = self.use_watchdog && flotilla_reaper::available();
         let mut cmd = Command::new(&self.shell);
         cmd.arg("-c").arg(line);
         if let Some(keep) = self.clean_env.as_ref().filter(|_| clean) {
@@ -143,7 +142,7 @@ struct GroupKiller {
 impl GroupKiller {
     /// Takes charge of the group `pgid`, listing it with the watchdog if `watched`.
     fn new(pgid: Option<i32>, watched: bool) -> GroupKiller {
-        let watched = pgid.filter(|&p| watched && watchdog::add(p));
+        let watched = pgid.filter(|&p| watched && flotilla_reaper::add(p));
         GroupKiller { pgid, watched }
     }
 
@@ -163,7 +162,7 @@ impl Drop for GroupKiller {
     fn drop(&mut self) {
         self.kill();
         if let Some(pgid) = self.watched.take() {
-            watchdog::remove(pgid);
+            flotilla_reaper::remove(pgid);
         }
     }
 }

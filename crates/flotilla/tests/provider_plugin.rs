@@ -181,12 +181,20 @@ async fn run_a_job_then_kill_flotilla(command: &Path, plugin_comm: &str, tag: &s
         "one plugin process under flotilla: {:?}",
         children(m.pid())
     );
+    // A plugin started through `with_grandchild` left a process of its own running.
+    let grandchild: Option<u32> =
+        std::fs::read_to_string(format!("{}.grandchild", command.display()))
+            .ok()
+            .map(|pid| pid.trim().parse().expect("a pid"));
+    if let Some(pid) = grandchild {
+        assert!(alive(pid), "the plugin's child {pid} runs before the kill");
+    }
     m.kill9().await;
     let started = Instant::now();
-    while alive(plugins[0]) {
+    while alive(plugins[0]) || grandchild.is_some_and(alive) {
         assert!(
             started.elapsed() < Duration::from_secs(3),
-            "plugin {} outlived flotilla's kill -9",
+            "plugin {} (or its child {grandchild:?}) outlived flotilla's kill -9",
             plugins[0]
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -209,5 +217,25 @@ async fn infra_run_through_the_python_plugin_and_no_plugin_outlives_a_killed_flo
     if !require(Infra::PythonGrpc) {
         return;
     }
-    run_a_job_then_kill_flotilla(&python_plugin(), "python", "python").await;
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = with_grandchild(dir.path(), &python_plugin());
+    run_a_job_then_kill_flotilla(&plugin, "python", "python").await;
+}
+
+/// A script that starts a long `sleep` of its own (its pid in `<script>.grandchild`), then
+/// becomes `plugin`: a plugin leaving a child behind. The parent-death signal reaches only
+/// the plugin; the child must die with flotilla too.
+fn with_grandchild(dir: &Path, plugin: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let script = dir.join("plugin-with-child");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nsleep 600 </dev/null >/dev/null 2>&1 &\necho $! > \"$0.grandchild\"\nexec {} \"$@\"\n",
+            plugin.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    script
 }

@@ -214,7 +214,16 @@ impl PluginCommand {
         let (exited_tx, exited) = watch::channel(None);
         let (kill, killed) = oneshot::channel();
         // Not in `tasks`: aborting it would leave the process unreaped.
-        tokio::spawn(wait_child(child, killed, exited_tx));
+        // The plugin's group (its children too) is listed with the watchdog, which kills it
+        // if flotilla dies: the parent-death signal reaches the plugin alone.
+        let watched = i32::try_from(pid)
+            .ok()
+            .filter(|&p| p > 0)
+            .and_then(flotilla_reaper::Watched::new);
+        if watched.is_none() {
+            tracing::warn!(plugin = %self.name, "no process watchdog: if flotilla dies, children the plugin started may outlive it");
+        }
+        tokio::spawn(wait_child(child, watched, killed, exited_tx));
         let process_guard = KillOnError(Some(kill));
 
         let mut stdout = BufReader::new(stdout);
@@ -423,8 +432,11 @@ async fn first_line<R: AsyncRead + Unpin>(stdout: &mut BufReader<R>) -> Option<S
     }
 }
 
+/// Waits for the plugin to exit (or kills it when told), then kills what is left of its
+/// process group: children it started and did not stop.
 async fn wait_child(
     mut child: Child,
+    watched: Option<flotilla_reaper::Watched>,
     killed: oneshot::Receiver<()>,
     exited: watch::Sender<Option<String>>,
 ) {
@@ -435,6 +447,12 @@ async fn wait_child(
             child.wait().await
         }
     };
+    if let Some(w) = watched {
+        // SAFETY: killpg takes no pointers. ESRCH (nothing left in the group) is fine.
+        unsafe {
+            libc::killpg(w.pgid(), libc::SIGKILL);
+        }
+    }
     let text = match status {
         Ok(s) => describe(s),
         Err(e) => format!("unknown ({e})"),

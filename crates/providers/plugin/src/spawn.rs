@@ -3,7 +3,9 @@
 //! The kernel kills the plugin when flotilla dies, `kill -9` included: the child asks for
 //! `PR_SET_PDEATHSIG` between fork and exec. That signal is sent when the *thread* that
 //! forked exits, not the process, so plugins are forked by one thread that lives as long
-//! as flotilla, never by a runtime's worker or blocking thread (which come and go).
+//! as flotilla, never by a runtime's worker or blocking thread (which come and go). The
+//! signal reaches the plugin only, not processes it started: for those, the plugin's whole
+//! process group is listed with `flotilla_reaper`'s watchdog ([`crate::process`]).
 //!
 //! The plugin gets a process group of its own, so that a Ctrl-C at flotilla's terminal
 //! does not stop it before flotilla has used it to delete instances at shutdown

@@ -1,5 +1,5 @@
-//! The watchdog that kills the process groups of running local commands when this process
-//! dies, however it dies (`kill -9` included).
+//! The watchdog that kills the process groups of this process's children (local commands,
+//! provider plugins) when this process dies, however it dies (`kill -9` included).
 //!
 //! One small `sh` per flotilla process reads `+ <pgid>` and `- <pgid>` lines on a pipe from
 //! this process: the groups of the commands running now. When the pipe closes, because this
@@ -108,13 +108,13 @@ fn state() -> std::sync::MutexGuard<'static, State> {
 
 /// Whether a watchdog runs (starting it if needed): if not, commands need another way to
 /// die with this process.
-pub(crate) fn available() -> bool {
+pub fn available() -> bool {
     state().live().is_some()
 }
 
 /// Lists the process group `pgid` (a command just spawned as its leader). Returns whether
 /// the watchdog has it.
-pub(crate) fn add(pgid: i32) -> bool {
+pub fn add(pgid: i32) -> bool {
     let mut s = state();
     s.listed.insert(pgid);
     let ok = s.send(&format!("+ {pgid}\n"));
@@ -125,9 +125,35 @@ pub(crate) fn add(pgid: i32) -> bool {
 }
 
 /// Unlists the process group `pgid` (its command ended or was killed).
-pub(crate) fn remove(pgid: i32) {
+pub fn remove(pgid: i32) {
     let mut s = state();
     if s.listed.remove(&pgid) {
         s.send(&format!("- {pgid}\n"));
+    }
+}
+
+/// A process group listed with the watchdog for as long as this value lives: dropping it
+/// unlists the group (it does not kill it).
+#[derive(Debug)]
+pub struct Watched {
+    pgid: i32,
+}
+
+impl Watched {
+    /// Lists the group `pgid` (a child just spawned as its leader); `None` when no watchdog
+    /// can run, so the caller needs another way to make the group die with this process.
+    pub fn new(pgid: i32) -> Option<Watched> {
+        add(pgid).then_some(Watched { pgid })
+    }
+
+    /// The group listed.
+    pub fn pgid(&self) -> i32 {
+        self.pgid
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        remove(self.pgid);
     }
 }
