@@ -254,3 +254,116 @@ async fn infra_kubectl_creates_gets_waits_execs_and_deletes_pods() {
     }
     assert!(listed().is_empty(), "the pod's container was removed");
 }
+
+/// Deletion is graceful, as the registry and the kubelet make it: a bound pod stays, marked
+/// with `deletionTimestamp` and `deletionGracePeriodSeconds` (its `terminationGracePeriodSeconds`),
+/// while its container gets SIGTERM and the period to stop; `kubectl delete` waits until it is
+/// gone. The container here is a `sleep` as PID 1, which ignores SIGTERM, so it lasts the
+/// whole period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn infra_kubectl_sees_a_graceful_deletion() {
+    if !infra::require(Infra::Docker) || !infra::require(Infra::Kubectl) {
+        return;
+    }
+    let image = images::instance_image();
+    let kube = FakeKube::start().await.expect("fake API server starts");
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("pod.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: v1
+kind: Pod
+metadata:
+  name: judge-grace
+spec:
+  terminationGracePeriodSeconds: 5
+  containers:
+  - name: main
+    image: {image}
+    command: [\"sleep\", \"3600\"]
+"
+        ),
+    )
+    .unwrap();
+    let manifest = manifest.to_string_lossy().to_string();
+    let created = kubectl(
+        &kube,
+        &["create", "--validate=false", "-f", &manifest],
+        None,
+    )
+    .await;
+    assert_eq!(created.code, Some(0), "{}", created.stderr);
+    let ready = kubectl(
+        &kube,
+        &[
+            "wait",
+            "--for=condition=Ready",
+            "pod/judge-grace",
+            "--timeout=60s",
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(ready.code, Some(0), "{}", ready.stderr);
+    let node = kubectl(
+        &kube,
+        &[
+            "get",
+            "pod",
+            "judge-grace",
+            "-o",
+            "jsonpath={.spec.nodeName}",
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(node.stdout, "fake-node", "bound by the scheduler");
+
+    let deleted = kubectl(
+        &kube,
+        &["delete", "pod", "judge-grace", "--wait=false"],
+        None,
+    )
+    .await;
+    assert_eq!(deleted.code, Some(0), "{}", deleted.stderr);
+    let terminating = kubectl(
+        &kube,
+        &[
+            "get",
+            "pod",
+            "judge-grace",
+            "-o",
+            "jsonpath={.metadata.deletionGracePeriodSeconds} {.metadata.deletionTimestamp}",
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(
+        terminating.code,
+        Some(0),
+        "still there: {}",
+        terminating.stderr
+    );
+    let (period, at) = terminating
+        .stdout
+        .split_once(' ')
+        .expect("period and timestamp");
+    assert_eq!(period, "5", "{}", terminating.stdout);
+    assert!(at.ends_with('Z') && at.len() == 20, "{at}");
+    // A second delete waits for the end of the period, when the pod is removed.
+    let waited = kubectl(
+        &kube,
+        &["delete", "pod", "judge-grace", "--timeout=60s"],
+        None,
+    )
+    .await;
+    assert_eq!(waited.code, Some(0), "{}", waited.stderr);
+    let gone = kubectl(&kube, &["get", "pod", "judge-grace"], None).await;
+    assert_eq!(gone.code, Some(1), "{}", gone.stdout);
+    assert!(
+        gone.stderr.contains("NotFound") || gone.stderr.contains("not found"),
+        "{}",
+        gone.stderr
+    );
+}

@@ -100,7 +100,21 @@ impl Shared {
             inner.ledger.key(key),
             Some(KeyState::Acquired { .. } | KeyState::Lost { .. })
         );
+        let on = match inner.ledger.key(key) {
+            Some(KeyState::Acquired { slot }) => Some(slot.instance.clone()),
+            _ => None,
+        };
         let released = inner.ledger.release(key, now);
+        // The last slot of an instance used up by max_use_count: the driver removes it now
+        // rather than at its next tick (up to a minute away when nothing else moves). Other
+        // releases wait for the tick, so momentary idleness deletes nothing (issue 12).
+        let retire = released
+            && on.as_deref().is_some_and(|id| {
+                inner
+                    .ledger
+                    .instance(id)
+                    .is_some_and(|i| inner.ledger.used_up(i) && i.acquired() == 0)
+            });
         if released {
             inner
                 .history
@@ -119,6 +133,9 @@ impl Shared {
             }
         }
         self.released.notify_waiters();
+        if retire {
+            self.wake.notify_one();
+        }
     }
 
     /// Tells acquisitions that their instance died.

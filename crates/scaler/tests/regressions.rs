@@ -381,3 +381,27 @@ async fn slow_deletions_do_not_eat_scale_down_budget() {
         g.snapshot()
     );
 }
+
+/// An instance used up by `max_use_count` goes as soon as its last job ends, not at the
+/// driver's next quiet tick (`update_interval`, a minute): found by the kubernetes sizing
+/// test, whose one-job pods lingered up to a minute after their job. Other releases still
+/// wait for the tick (`healthy_instances_not_deleted_and_recreated`).
+#[tokio::test(start_paused = true)]
+async fn a_used_up_instance_is_removed_when_its_job_ends() {
+    let g = fake(FakeConfig::default());
+    let mut cfg = config(1, 5);
+    cfg.max_use_count = 1;
+    let s = start(g.clone(), cfg, policy(0, 600)).await;
+    let a = s.acquire("only", None).await.unwrap();
+    let id = a.instance_id().to_string();
+    // Long enough for the driver to settle into its quiet interval.
+    pass(150).await;
+    assert_eq!(g.call_count("decrease"), 0);
+    s.release(a.key());
+    wait_until("the used-up instance is removed", 5, || {
+        g.call_count("decrease") == 1
+    })
+    .await;
+    let inst = g.instance(&id).unwrap();
+    assert_eq!(inst.delete_requests, 1, "{id} asked to be deleted once");
+}

@@ -97,8 +97,41 @@ pub(crate) struct Store {
     pub(crate) sever: tokio::sync::Notify,
 }
 
+/// The one node pods are bound to.
+const NODE_NAME: &str = "fake-node";
+
 fn now() -> String {
-    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+    in_seconds(0)
+}
+
+/// The time `secs` seconds from now, as the API server writes times.
+fn in_seconds(secs: i64) -> String {
+    (chrono::Utc::now() + chrono::Duration::seconds(secs))
+        .format("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+/// The grace period of deleting `pod`, as the registry decides it
+/// (`pkg/registry/core/pod/strategy.go`, `podStrategy.CheckGracefulDelete`): the request's
+/// `gracePeriodSeconds`, else the pod's `terminationGracePeriodSeconds`; zero for a pod not
+/// bound to a node or already `Succeeded`/`Failed`; a negative value becomes 1.
+fn grace_period(pod: &Value, requested: Option<i64>) -> i64 {
+    let mut period = requested
+        .or_else(|| pod["spec"]["terminationGracePeriodSeconds"].as_i64())
+        .unwrap_or(0);
+    if pod["spec"]["nodeName"].as_str().is_none_or(str::is_empty) {
+        period = 0;
+    }
+    if matches!(
+        pod["status"]["phase"].as_str(),
+        Some("Succeeded" | "Failed")
+    ) {
+        period = 0;
+    }
+    if period < 0 {
+        period = 1;
+    }
+    period
 }
 
 fn labels_of(object: &Value) -> BTreeMap<String, String> {
@@ -267,6 +300,11 @@ impl Store {
             if body["spec"]["restartPolicy"].is_null() {
                 body["spec"]["restartPolicy"] = json!("Always");
             }
+            // SetDefaults_PodSpec (pkg/apis/core/v1/defaults.go):
+            // DefaultTerminationGracePeriodSeconds, 30.
+            if body["spec"]["terminationGracePeriodSeconds"].is_null() {
+                body["spec"]["terminationGracePeriodSeconds"] = json!(30);
+            }
             body["apiVersion"] = json!("v1");
             body["kind"] = json!("Pod");
             body["status"] = json!({"phase": "Pending", "qosClass": "BestEffort"});
@@ -364,6 +402,15 @@ impl Store {
                 "conditions": [{"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now()}],
             }),
         );
+        // The scheduler's binding (pods/binding): the pod is on a node from now on.
+        if let Some(p) = self
+            .pods
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get_mut(&key)
+        {
+            p["spec"]["nodeName"] = json!(NODE_NAME);
+        }
         self.record_event(
             &pod,
             "Normal",
@@ -580,17 +627,74 @@ impl Store {
             .collect()
     }
 
-    /// Deletes the pod at once (grace period zero) and returns its last state, as the
-    /// registry does for pods (`ReturnDeletedObject`); its container goes in the background.
-    pub(crate) fn delete(&self, namespace: &str, name: &str) -> Result<Value, StatusError> {
+    /// Deletes the pod, gracefully as the registry and the kubelet do: with a grace period
+    /// ([`grace_period`]) the pod stays, marked with `deletionTimestamp` (now plus the period)
+    /// and `deletionGracePeriodSeconds` (a `MODIFIED` event), while its container is stopped
+    /// (SIGTERM, SIGKILL when the period ends, as the kubelet's `killContainer`); then it is
+    /// removed (`DELETED`). A pod being deleted already is returned as it is. With no grace
+    /// period it goes at once. Returns the pod as the registry does (`ReturnDeletedObject`).
+    pub(crate) fn delete(
+        self: &Arc<Self>,
+        namespace: &str,
+        name: &str,
+        requested_grace: Option<i64>,
+    ) -> Result<Value, StatusError> {
         let key = (namespace.to_string(), name.to_string());
+        let marked = {
+            let mut pods = self.pods.lock().unwrap_or_else(|e| e.into_inner());
+            let pod = pods
+                .get_mut(&key)
+                .ok_or_else(|| StatusError::not_found("pods", name))?;
+            if !pod["metadata"]["deletionTimestamp"].is_null() {
+                return Ok(pod.clone());
+            }
+            let period = grace_period(pod, requested_grace);
+            if period > 0 {
+                pod["metadata"]["deletionTimestamp"] = json!(in_seconds(period));
+                pod["metadata"]["deletionGracePeriodSeconds"] = json!(period);
+                pod["metadata"]["resourceVersion"] = json!(self.next_version());
+                Some((pod.clone(), period))
+            } else {
+                None
+            }
+        };
+        let Some((pod, period)) = marked else {
+            return self.remove_now(key);
+        };
+        self.publish("MODIFIED", &pod);
+        let container = self
+            .containers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .cloned();
+        let store = self.clone();
+        tokio::spawn(async move {
+            if let Some(id) = container {
+                let options = bollard::query_parameters::StopContainerOptionsBuilder::new()
+                    .t(i32::try_from(period).unwrap_or(i32::MAX))
+                    .build();
+                let _ = store.docker.stop_container(&id, Some(options)).await;
+            }
+            // The kubelet's final delete, with no grace period left.
+            let _ = store.remove_now(key);
+        });
+        Ok(pod)
+    }
+
+    /// Removes the pod now (grace period zero) and returns its last state; its container goes
+    /// in the background.
+    fn remove_now(&self, key: (String, String)) -> Result<Value, StatusError> {
+        let name = key.1.clone();
         let mut pod = self
             .pods
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&key)
-            .ok_or_else(|| StatusError::not_found("pods", name))?;
-        pod["metadata"]["deletionTimestamp"] = json!(now());
+            .ok_or_else(|| StatusError::not_found("pods", &name))?;
+        if pod["metadata"]["deletionTimestamp"].is_null() {
+            pod["metadata"]["deletionTimestamp"] = json!(now());
+        }
         pod["metadata"]["deletionGracePeriodSeconds"] = json!(0);
         pod["metadata"]["resourceVersion"] = json!(self.next_version());
         self.publish("DELETED", &pod);

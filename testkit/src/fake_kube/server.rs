@@ -195,7 +195,19 @@ async fn handle(store: Arc<Store>, req: Request<Incoming>) -> Response<Body> {
             Err(e) => error_response(&e),
         },
         (Method::DELETE, ["api", "v1", "namespaces", ns, "pods", name]) => {
-            match store.delete(ns, name) {
+            let (ns, name) = (ns.to_string(), name.to_string());
+            // DeleteOptions: `gracePeriodSeconds` in the query or in the body (kubectl sends a
+            // body; `--now` is 1, `--grace-period=0 --force` is 0).
+            let from_query = single
+                .get("gracePeriodSeconds")
+                .and_then(|v| v.parse::<i64>().ok());
+            let from_body = match req.into_body().collect().await {
+                Ok(b) => serde_json::from_slice::<Value>(&b.to_bytes())
+                    .ok()
+                    .and_then(|o| o["gracePeriodSeconds"].as_i64()),
+                Err(_) => None,
+            };
+            match store.delete(&ns, &name, from_query.or(from_body)) {
                 Ok(pod) => json_response(200, &pod),
                 Err(e) => error_response(&e),
             }

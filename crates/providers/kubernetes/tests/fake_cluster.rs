@@ -163,7 +163,21 @@ async fn infra_pods_are_made_listed_reached_and_deleted_by_name() {
         deleted,
         vec![running[0].clone(), "flotilla-never-was".to_string()]
     );
-    let listing = group.update().await.unwrap();
+    // Deletion is graceful: the pod is listed `deleting` while its container stops (SIGTERM,
+    // then its grace period), then it is gone and reported `deleted`.
+    let mut listing = group.update().await.unwrap();
+    for _ in 0..400 {
+        let st = listing.iter().find(|s| s.id == running[0]).map(|s| s.state);
+        assert!(
+            matches!(st, Some(State::Deleting | State::Deleted)),
+            "{listing:?}"
+        );
+        if st == Some(State::Deleted) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        listing = group.update().await.unwrap();
+    }
     assert!(
         listing
             .iter()
