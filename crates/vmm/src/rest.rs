@@ -7,6 +7,7 @@ use crate::VmmError;
 use flotilla_connect::{Connector, ForwardTarget};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
+use serde::Serialize;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +18,8 @@ pub(crate) struct RestClient {
     socket: String,
     vmm: &'static str,
     timeout: Duration,
+    /// Reads the VMM's message out of an error answer's body.
+    error_message: fn(&[u8]) -> String,
 }
 
 impl std::fmt::Debug for RestClient {
@@ -30,41 +33,58 @@ impl std::fmt::Debug for RestClient {
 
 /// An answer: its status and body.
 #[derive(Debug)]
-pub(crate) struct Answer {
-    pub status: u16,
-    pub body: Vec<u8>,
+struct Answer {
+    status: u16,
+    body: Vec<u8>,
 }
 
 impl RestClient {
+    /// A client of the API on `socket`; `error_message` reads the VMM's message out of the
+    /// body of an answer that is not 2xx.
     pub(crate) fn new(
         host: Arc<dyn Connector>,
         socket: String,
         vmm: &'static str,
         timeout: Duration,
+        error_message: fn(&[u8]) -> String,
     ) -> RestClient {
         RestClient {
             host,
             socket,
             vmm,
             timeout,
+            error_message,
         }
     }
 
-    /// Sends `method path` with a JSON `body` (none: an empty body) and returns the answer,
-    /// whatever its status; `what` names the call in errors.
-    pub(crate) async fn call(
+    /// Sends `method path` with `body` as JSON (none: an empty body) and returns the body of
+    /// a 2xx answer; any other status is [`VmmError::Api`] with the VMM's message.
+    pub(crate) async fn call<T: Serialize>(
         &self,
         method: &str,
         path: &str,
-        body: Option<Vec<u8>>,
-    ) -> Result<Answer, VmmError> {
+        body: Option<&T>,
+    ) -> Result<Vec<u8>, VmmError> {
         let what = format!("{method} {path}");
-        tokio::time::timeout(self.timeout, self.call_inner(method, path, body, &what))
+        let body = body
+            .map(serde_json::to_vec)
+            .transpose()
+            .map_err(|e| self.protocol(format!("encoding {what}: {e}")))?;
+        let answer = tokio::time::timeout(self.timeout, self.call_inner(method, path, body, &what))
             .await
             .map_err(|_| VmmError::Timeout {
                 what: format!("waiting for {}'s answer to {what}", self.vmm),
                 after: self.timeout,
-            })?
+            })??;
+        if (200..300).contains(&answer.status) {
+            return Ok(answer.body);
+        }
+        Err(VmmError::Api {
+            vmm: self.vmm,
+            call: what,
+            status: answer.status,
+            message: (self.error_message)(&answer.body),
+        })
     }
 
     async fn call_inner(

@@ -209,29 +209,18 @@ fn error_message(body: &[u8]) -> String {
 struct Client(RestClient);
 
 impl Client {
-    async fn call(&self, op: &str, body: Option<Vec<u8>>) -> Result<Vec<u8>, VmmError> {
+    async fn call<T: Serialize>(&self, op: &str, body: Option<&T>) -> Result<Vec<u8>, VmmError> {
         let path = format!("/api/v1/{op}");
         let method = if op == "vm.info" { "GET" } else { "PUT" };
-        let a = self.0.call(method, &path, body).await?;
-        if (200..300).contains(&a.status) {
-            return Ok(a.body);
-        }
-        Err(VmmError::Api {
-            vmm: NAME,
-            call: format!("{method} {path}"),
-            status: a.status,
-            message: error_message(&a.body),
-        })
+        self.0.call(method, &path, body).await
     }
 
     async fn put<T: Serialize>(&self, op: &str, body: &T) -> Result<(), VmmError> {
-        let bytes = serde_json::to_vec(body)
-            .map_err(|e| VmmError::Protocol(format!("encoding {op}: {e}"), NAME))?;
-        self.call(op, Some(bytes)).await.map(drop)
+        self.call(op, Some(body)).await.map(drop)
     }
 
     async fn state(&self) -> Result<String, VmmError> {
-        let body = self.call("vm.info", None).await?;
+        let body = self.call::<()>("vm.info", None).await?;
         let info: VmInfo = serde_json::from_slice(&body)
             .map_err(|e| VmmError::Protocol(format!("vm.info: {e}"), NAME))?;
         Ok(info.state)
@@ -275,6 +264,7 @@ impl CloudHypervisor {
             spec.api_socket(),
             NAME,
             self.timeout,
+            error_message,
         ));
         Ok((pid, api))
     }
@@ -301,7 +291,7 @@ impl Vmm for CloudHypervisor {
         let booted = async {
             api.put("vm.create", &vm_config(&spec, self.tap_for(&spec)))
                 .await?;
-            api.call("vm.boot", None).await.map(drop)
+            api.call::<()>("vm.boot", None).await.map(drop)
         }
         .await;
         if let Err(e) = booted {
@@ -364,7 +354,7 @@ impl Vmm for CloudHypervisor {
                 },
             )
             .await?;
-            api.call("vm.resume", None).await.map(drop)
+            api.call::<()>("vm.resume", None).await.map(drop)
         }
         .await;
         if let Err(e) = restored {
@@ -397,11 +387,11 @@ impl Vm for CloudHypervisorVm {
     }
 
     async fn pause(&self) -> Result<(), VmmError> {
-        self.api.call("vm.pause", None).await.map(drop)
+        self.api.call::<()>("vm.pause", None).await.map(drop)
     }
 
     async fn resume(&self) -> Result<(), VmmError> {
-        self.api.call("vm.resume", None).await.map(drop)
+        self.api.call::<()>("vm.resume", None).await.map(drop)
     }
 
     async fn snapshot(
@@ -420,7 +410,7 @@ impl Vm for CloudHypervisorVm {
         .await?;
         let was_paused = self.api.state().await? == "Paused";
         if !was_paused {
-            self.api.call("vm.pause", None).await?;
+            self.api.call::<()>("vm.pause", None).await?;
         }
         let mut frozen = Vec::new();
         for (i, d) in self.spec.disks.iter().enumerate() {
@@ -449,7 +439,7 @@ impl Vm for CloudHypervisorVm {
             .await?;
         let took = started.elapsed();
         if after == AfterSnapshot::Resume && !was_paused {
-            self.api.call("vm.resume", None).await?;
+            self.api.call::<()>("vm.resume", None).await?;
         }
         let state = host::run(
             host,
@@ -471,8 +461,11 @@ impl Vm for CloudHypervisorVm {
 
     async fn kill(&self) -> Result<(), VmmError> {
         // A clean stop first; the process is killed whatever it answers.
-        let _ =
-            tokio::time::timeout(Duration::from_secs(2), self.api.call("vmm.shutdown", None)).await;
+        let _ = tokio::time::timeout(
+            Duration::from_secs(2),
+            self.api.call::<()>("vmm.shutdown", None),
+        )
+        .await;
         process::kill_pid(&*self.host, self.pid, &self.spec.dir)
             .await
             .map(drop)

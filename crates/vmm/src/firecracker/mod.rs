@@ -132,21 +132,12 @@ struct Manifest {
     vsock: String,
 }
 
-/// Turns a non-2xx answer into [`VmmError::Api`] with Firecracker's `fault_message`.
-fn answer_ok(call: &str, a: crate::rest::Answer) -> Result<Vec<u8>, VmmError> {
-    if (200..300).contains(&a.status) {
-        return Ok(a.body);
-    }
-    let message = serde_json::from_slice::<ApiError>(&a.body)
+/// Firecracker's error body, `Error.fault_message`; anything else is shown as text.
+fn error_message(body: &[u8]) -> String {
+    serde_json::from_slice::<ApiError>(body)
         .ok()
         .and_then(|e| e.fault_message)
-        .unwrap_or_else(|| String::from_utf8_lossy(&a.body).trim().to_string());
-    Err(VmmError::Api {
-        vmm: NAME,
-        call: call.to_string(),
-        status: a.status,
-        message,
-    })
+        .unwrap_or_else(|| String::from_utf8_lossy(body).trim().to_string())
 }
 
 /// A client of one Firecracker process's API.
@@ -155,10 +146,7 @@ struct Client(RestClient);
 
 impl Client {
     async fn send<T: Serialize>(&self, method: &str, path: &str, body: &T) -> Result<(), VmmError> {
-        let bytes = serde_json::to_vec(body)
-            .map_err(|e| VmmError::Protocol(format!("encoding {method} {path}: {e}"), NAME))?;
-        let a = self.0.call(method, path, Some(bytes)).await?;
-        answer_ok(&format!("{method} {path}"), a).map(drop)
+        self.0.call(method, path, Some(body)).await.map(drop)
     }
 
     async fn state(&self, state: RunState) -> Result<(), VmmError> {
@@ -167,8 +155,7 @@ impl Client {
 
     /// `GET /`: `InstanceInfo.state` (`Not started`, `Running`, `Paused`).
     async fn instance_state(&self) -> Result<String, VmmError> {
-        let a = self.0.call("GET", "/", None).await?;
-        let body = answer_ok("GET /", a)?;
+        let body = self.0.call::<()>("GET", "/", None).await?;
         let info: InstanceInfo = serde_json::from_slice(&body)
             .map_err(|e| VmmError::Protocol(format!("GET /: {e}"), NAME))?;
         Ok(info.state)
@@ -210,6 +197,7 @@ impl Firecracker {
             spec.api_socket(),
             NAME,
             self.timeout,
+            error_message,
         ));
         Ok((pid, api))
     }
