@@ -135,15 +135,17 @@ impl LocalConnector {
 /// lives.
 struct GroupKiller {
     pgid: Option<i32>,
-    /// Listed with the watchdog: unlist when done.
-    watched: Option<i32>,
+    /// Listed with the watchdog while this lives (dropped after the kill in `drop`).
+    _watched: Option<flotilla_reaper::Watched>,
 }
 
 impl GroupKiller {
     /// Takes charge of the group `pgid`, listing it with the watchdog if `watched`.
     fn new(pgid: Option<i32>, watched: bool) -> GroupKiller {
-        let watched = pgid.filter(|&p| watched && flotilla_reaper::add(p));
-        GroupKiller { pgid, watched }
+        let _watched = pgid
+            .filter(|_| watched)
+            .and_then(flotilla_reaper::Watched::new);
+        GroupKiller { pgid, _watched }
     }
 
     fn kill(&mut self) {
@@ -161,9 +163,6 @@ impl GroupKiller {
 impl Drop for GroupKiller {
     fn drop(&mut self) {
         self.kill();
-        if let Some(pgid) = self.watched.take() {
-            flotilla_reaper::remove(pgid);
-        }
     }
 }
 

@@ -114,7 +114,7 @@ pub fn available() -> bool {
 
 /// Lists the process group `pgid` (a command just spawned as its leader). Returns whether
 /// the watchdog has it.
-pub fn add(pgid: i32) -> bool {
+fn add(pgid: i32) -> bool {
     let mut s = state();
     s.listed.insert(pgid);
     let ok = s.send(&format!("+ {pgid}\n"));
@@ -125,7 +125,7 @@ pub fn add(pgid: i32) -> bool {
 }
 
 /// Unlists the process group `pgid` (its command ended or was killed).
-pub fn remove(pgid: i32) {
+fn remove(pgid: i32) {
     let mut s = state();
     if s.listed.remove(&pgid) {
         s.send(&format!("- {pgid}\n"));
