@@ -150,5 +150,6 @@ async fn infra_an_interrupted_prepare_leaves_nothing_after_cleanup() {
     let (r, ()) = tokio::join!(env.prepare(&mut log, cancel.clone()), canceller);
     assert!(matches!(r, Err(EnvError::Canceled)), "{r:?}");
     env.cleanup().await.unwrap();
-    assert!(f.job_containers(&instance).await.is_empty());
+    let left = f.job_containers(&instance).await;
+    assert!(left.is_empty(), "left after cleanup: {left:?}");
 }

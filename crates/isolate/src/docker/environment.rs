@@ -29,6 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// What [`DockerEnvironment::new`] is made from.
 pub(crate) struct Parts<'a> {
@@ -64,7 +65,11 @@ pub struct DockerEnvironment {
     image: Option<Image>,
     services: Vec<Image>,
     service_env: Vec<Vec<String>>,
-    made: Mutex<Made>,
+    made: Arc<Mutex<Made>>,
+    /// Docker calls that make something (the network, the containers). They run as tasks of
+    /// their own, so that a canceled `prepare` does not abandon one half done on the daemon:
+    /// cleanup waits for them before it lists what to remove.
+    in_flight: TaskTracker,
     /// The first build stage's shell, started with the build container.
     warm: tokio::sync::Mutex<Option<tokio::task::JoinHandle<Result<WarmShell, String>>>>,
     _live: LiveGuard,
@@ -86,6 +91,14 @@ fn io_error(source: std::io::Error) -> EnvError {
         source,
     }
 }
+
+fn lock(made: &Mutex<Made>) -> std::sync::MutexGuard<'_, Made> {
+    made.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// How long cleanup waits for a canceled `prepare`'s docker calls to finish before it removes
+/// what it can see.
+const IN_FLIGHT_GRACE: Duration = Duration::from_secs(60);
 
 async fn say(log: &mut (dyn AsyncWrite + Send + Unpin), line: &str) -> Result<(), EnvError> {
     log.write_all(format!("{line}\n").as_bytes())
@@ -128,14 +141,15 @@ impl DockerEnvironment {
             image,
             services,
             service_env,
-            made: Mutex::new(Made::default()),
+            made: Arc::new(Mutex::new(Made::default())),
+            in_flight: TaskTracker::new(),
             warm: tokio::sync::Mutex::new(None),
             _live: p.live,
         }
     }
 
     fn made(&self) -> std::sync::MutexGuard<'_, Made> {
-        self.made.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.made)
     }
 
     /// The build container's id, once it runs.
@@ -171,17 +185,21 @@ impl DockerEnvironment {
             name: Some(self.labels.container_name(role)),
             ..Default::default()
         };
-        let created = self
-            .docker
-            .create_container(Some(options), body)
-            .await
-            .map_err(|e| EnvError::System(format!("creating {what}: {e}")))?;
-        self.made().containers.push(created.id.clone());
-        self.docker
-            .start_container(&created.id, None)
-            .await
-            .map_err(|e| EnvError::System(format!("starting {what}: {e}")))?;
-        Ok(created.id)
+        let (docker, made) = (self.docker.clone(), self.made.clone());
+        let task = self.in_flight.spawn(async move {
+            let created = docker
+                .create_container(Some(options), body)
+                .await
+                .map_err(|e| EnvError::System(format!("creating {what}: {e}")))?;
+            lock(&made).containers.push(created.id.clone());
+            docker
+                .start_container(&created.id, None)
+                .await
+                .map_err(|e| EnvError::System(format!("starting {what}: {e}")))?;
+            Ok(created.id)
+        });
+        task.await
+            .map_err(|e| EnvError::System(format!("creating a container: {e}")))?
     }
 
     /// Everything `prepare` does, without the cancellation.
@@ -250,17 +268,26 @@ impl DockerEnvironment {
             None
         } else {
             let name = self.labels.network_name();
-            self.docker
-                .create_network(NetworkCreateRequest {
-                    name: name.clone(),
-                    driver: Some("bridge".into()),
-                    labels: Some(self.labels.labels(None)),
-                    ..Default::default()
-                })
-                .await
-                .map_err(|e| EnvError::System(format!("creating the job's network: {e}")))?;
-            self.made().network = Some(name.clone());
-            Some(name)
+            let request = NetworkCreateRequest {
+                name: name.clone(),
+                driver: Some("bridge".into()),
+                labels: Some(self.labels.labels(None)),
+                ..Default::default()
+            };
+            let (docker, made) = (self.docker.clone(), self.made.clone());
+            let task = self.in_flight.spawn(async move {
+                docker.create_network(request).await?;
+                lock(&made).network = Some(name.clone());
+                Ok(name)
+            });
+            let created: Result<String, String> = match task.await {
+                Ok(r) => r.map_err(|e: bollard::errors::Error| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            Some(
+                created
+                    .map_err(|e| EnvError::System(format!("creating the job's network: {e}")))?,
+            )
         };
 
         for s in &self.services {
@@ -499,6 +526,17 @@ impl IsolatedEnvironment for DockerEnvironment {
         if let Some(unused) = self.warm.lock().await.take() {
             unused.abort();
         }
+        self.in_flight.close();
+        if tokio::time::timeout(IN_FLIGHT_GRACE, self.in_flight.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                instance = %self.instance,
+                "docker calls of a canceled prepare still run after {}s; removing what is there",
+                IN_FLIGHT_GRACE.as_secs()
+            );
+        }
         let (extra, network) = {
             let made = self.made();
             (made.containers.clone(), made.network.clone())
@@ -507,6 +545,20 @@ impl IsolatedEnvironment for DockerEnvironment {
         let removed =
             remove_matching(&self.docker, self.labels.env_filter(), &extra, &|_| false).await;
         errors.extend(removed.errors);
+        if errors.is_empty() {
+            // A container whose start raced its removal can be listed again afterwards; one
+            // more pass makes "cleaned up" mean that nothing of the job is listed.
+            let again =
+                remove_matching(&self.docker, self.labels.env_filter(), &[], &|_| false).await;
+            if again.count > 0 {
+                tracing::warn!(
+                    instance = %self.instance,
+                    count = again.count,
+                    "containers or networks of the job were listed again after removal; removed them again"
+                );
+            }
+            errors.extend(again.errors);
+        }
         if let Some(network) = network
             && let Err(e) = self.docker.remove_network(&network).await
             && !super::client::is_not_found(&e)
