@@ -18,6 +18,7 @@ use flotilla_connect::local::LocalConnector;
 use flotilla_connect::shell::{join, quote};
 use flotilla_connect::{Connector, ExecRequest};
 use flotilla_isolate::microvm::debug::DebugVm;
+use flotilla_job::{CacheStore, LocalCacheStore};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -36,6 +37,16 @@ pub struct DebugArgs {
     /// The runner of `--config` (default: its first).
     #[arg(long, value_name = "NAME")]
     pub runner: Option<String>,
+    /// The GitLab project whose job took the snapshot (`group/project`): its copy in the
+    /// runner's snapshot store is restored on this host, so a snapshot a fleet job took on
+    /// any instance can be debugged here.
+    #[arg(long, value_name = "PATH")]
+    pub project: Option<String>,
+    /// The snapshot store with `--project` (default: the cache store `flotilla run` keeps for
+    /// the runner, `<state_dir>/cache/<runner>`; for `flotilla exec` with a configuration,
+    /// `.flotilla/cache` of the project).
+    #[arg(long, value_name = "DIR", requires = "project")]
+    pub store: Option<PathBuf>,
     /// Run this command in the VM instead of a shell; flotilla exits with its status.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -43,9 +54,10 @@ pub struct DebugArgs {
 
 /// Runs `flotilla debug`.
 pub fn run(args: &DebugArgs, err: &mut dyn Write) -> ExitCode {
-    let Some(runner) = runner(args, err) else {
+    let Some((runner, run_store)) = runner(args, err) else {
         return ExitCode::from(2);
     };
+    let store = args.store.clone().or(run_store);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -53,7 +65,7 @@ pub fn run(args: &DebugArgs, err: &mut dyn Write) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let result = runtime.block_on(debug(args, &runner, err));
+    let result = runtime.block_on(debug(args, &runner, store, err));
     // A read of this process's input may still be blocked on a thread: do not wait for it.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     match result {
@@ -65,17 +77,22 @@ pub fn run(args: &DebugArgs, err: &mut dyn Write) -> ExitCode {
     }
 }
 
-/// The runner named by the arguments.
-fn runner(args: &DebugArgs, err: &mut dyn Write) -> Option<RunnerConfig> {
+/// The runner named by the arguments, and where `flotilla run` keeps its cache store.
+fn runner(args: &DebugArgs, err: &mut dyn Write) -> Option<(RunnerConfig, Option<PathBuf>)> {
     let Some(path) = &args.config else {
-        return Some(crate::fleet::embedded::runner(true));
+        return Some((crate::fleet::embedded::runner(true), None));
     };
     let config = crate::cli::load_config(path, err)?;
+    let state_dir = config
+        .flotilla
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(".flotilla"));
     let found = match &args.runner {
         Some(name) => config.runners.into_iter().find(|r| &r.name == name),
         None => config.runners.into_iter().next(),
     };
-    if found.is_none() {
+    let Some(found) = found else {
         let _ = writeln!(
             err,
             "error: {} has no runner {}",
@@ -84,15 +101,34 @@ fn runner(args: &DebugArgs, err: &mut dyn Write) -> Option<RunnerConfig> {
                 .as_deref()
                 .map_or("at all".to_string(), |n| format!("{n:?}"))
         );
-    }
-    found
+        return None;
+    };
+    let store = state_dir
+        .join("cache")
+        .join(crate::fleet::file_name(&found.name));
+    Some((found, Some(store)))
 }
 
-async fn debug(args: &DebugArgs, runner: &RunnerConfig, err: &mut dyn Write) -> Result<i32> {
-    let level = crate::fleet::levels::microvm_level(runner)?;
+async fn debug(
+    args: &DebugArgs,
+    runner: &RunnerConfig,
+    store: Option<PathBuf>,
+    err: &mut dyn Write,
+) -> Result<i32> {
+    let store: Option<Arc<dyn CacheStore>> = match (&args.project, store) {
+        (Some(_), Some(dir)) => Some(Arc::new(LocalCacheStore::new(dir))),
+        (Some(_), None) => {
+            bail!("--project needs the runner's store: give --config, or --store")
+        }
+        (None, _) => None,
+    };
+    let mut level = crate::fleet::levels::microvm_level(runner, None)?;
+    if let Some(store) = store {
+        level = level.with_snapshot_store(store);
+    }
     let host: Arc<dyn Connector> = Arc::new(LocalConnector::new());
     let vm = level
-        .debug(host, "this host", &args.snapshot)
+        .debug(host, "this host", &args.snapshot, args.project.as_deref())
         .await
         .with_context(|| format!("restoring snapshot {:?}", args.snapshot))?;
     let _ = writeln!(

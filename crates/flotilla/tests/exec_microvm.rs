@@ -310,6 +310,38 @@ look:
          away): {on_terminal:?}"
     );
     assert!(vms_under(&state_dir).is_empty(), "every debug VM is gone");
+
+    // The snapshot was also kept in the runner's store: with the instance's copy gone,
+    // `flotilla debug --project` brings it from there.
+    assert!(
+        p.log("broken")
+            .contains("Kept snapshot broken in the runner's store for any instance"),
+        "{}",
+        p.log("broken")
+    );
+    std::fs::remove_dir_all(state.path().join("snapshots/broken")).unwrap();
+    let project = format!("local/{}", p.path().file_name().unwrap().to_string_lossy());
+    let store = p.path().join(".flotilla/cache");
+    let from_store = p.flotilla(&[
+        "debug",
+        "--config",
+        cfg,
+        "--project",
+        &project,
+        "--store",
+        store.to_str().unwrap(),
+        "broken",
+        "--",
+        "cat",
+        "/root/clue",
+    ]);
+    assert_eq!(
+        (from_store.code, from_store.stdout.as_str()),
+        (0, "left for debugging\n"),
+        "{}",
+        from_store.stderr
+    );
+    assert!(vms_under(&state_dir).is_empty(), "every debug VM is gone");
 }
 
 /// Runs `flotilla ARGS` (or `script` when `args[0]` is) in `dir` with `input` on stdin: its

@@ -479,6 +479,11 @@ pub struct MicrovmConfig {
     /// Where the level keeps its files on the instances (default `/var/lib/flotilla/microvm`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state_dir: Option<String>,
+    /// Also keep each snapshot, self-contained, in the runner's cache store on the manager,
+    /// so a job on any instance (and `flotilla debug`) can start from it (default on; the
+    /// embedded default of `flotilla exec`, whose only instance is this host, turns it off).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub snapshot_store: Option<bool>,
 }
 
 /// `[runners.vm]` (flotilla extension): the full VMs of the `vm` level, one per slot.

@@ -58,6 +58,8 @@ pub fn runner(microvm: bool) -> RunnerConfig {
             state_dir: (!is_root()).then(user_state_dir).flatten(),
             // Off: a /dev/kvm that opens may still not run guests (nested virtualisation
             // off), and TCG works everywhere; a configuration turns KVM on.
+            // The only instance is this host: its snapshots need no carrying.
+            snapshot_store: Some(false),
             ..MicrovmConfig::default()
         });
     }

@@ -10,15 +10,27 @@ use flotilla_isolate::{
     CgroupConfig, CgroupIsolation, DockerIsolation, DockerIsolationConfig, InstanceIsolation,
     Isolation, MicrovmConfig, MicrovmIsolation, ShellIsolation,
 };
+use flotilla_job::CacheStore;
 use std::sync::Arc;
 
 /// What a level is built from.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct LevelContext<'a> {
     /// The runner.
     pub runner: &'a RunnerConfig,
     /// The builds directory on its instances (absolute).
     pub builds_dir: &'a str,
+    /// The runner's cache store on the manager (the `microvm` level keeps snapshots there).
+    pub cache: &'a Arc<dyn CacheStore>,
+}
+
+impl std::fmt::Debug for LevelContext<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LevelContext")
+            .field("runner", &self.runner.name)
+            .field("builds_dir", &self.builds_dir)
+            .finish_non_exhaustive()
+    }
 }
 
 /// `shell`: a build directory per slot. With the builds directory known, a new instance's
@@ -89,11 +101,15 @@ pub fn docker(cx: &LevelContext<'_>) -> Result<Arc<dyn Isolation>> {
 /// `microvm`: each job's build stages in a QEMU microVM of their own, booted from the job's
 /// image (`[runners.microvm]`).
 pub fn microvm(cx: &LevelContext<'_>) -> Result<Arc<dyn Isolation>> {
-    Ok(Arc::new(microvm_level(cx.runner)?))
+    Ok(Arc::new(microvm_level(cx.runner, Some(cx.cache))?))
 }
 
-/// The `microvm` level of `runner` as its own type (`flotilla debug` restores its snapshots).
-pub fn microvm_level(runner: &RunnerConfig) -> Result<MicrovmIsolation> {
+/// The `microvm` level of `runner` as its own type (`flotilla debug` restores its snapshots),
+/// keeping snapshots in `cache` too unless `[runners.microvm] snapshot_store = false`.
+pub fn microvm_level(
+    runner: &RunnerConfig,
+    cache: Option<&Arc<dyn CacheStore>>,
+) -> Result<MicrovmIsolation> {
     let m = runner.microvm.clone().unwrap_or_default();
     let defaults = MicrovmConfig::default();
     let config = MicrovmConfig {
@@ -122,8 +138,12 @@ pub fn microvm_level(runner: &RunnerConfig) -> Result<MicrovmIsolation> {
         owner: owner_name(&runner.name),
         ..defaults
     };
-    MicrovmIsolation::new(config)
-        .with_context(|| format!("runner {:?}: the microvm level", runner.name))
+    let level = MicrovmIsolation::new(config)
+        .with_context(|| format!("runner {:?}: the microvm level", runner.name))?;
+    Ok(match cache {
+        Some(store) if m.snapshot_store.unwrap_or(true) => level.with_snapshot_store(store.clone()),
+        _ => level,
+    })
 }
 
 /// `vm`: a full VM per slot (QEMU `q35`) from a prepared disk, every stage in it, as GitLab's

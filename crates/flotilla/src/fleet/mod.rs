@@ -166,8 +166,12 @@ pub fn file_name(name: &str) -> String {
 }
 
 /// Every isolation level `runner` offers, built; the default first.
-fn levels(runner: &RunnerConfig, builds_dir: &str) -> Result<Levels> {
-    let cx = LevelContext { runner, builds_dir };
+fn levels(runner: &RunnerConfig, builds_dir: &str, cache: &Arc<dyn CacheStore>) -> Result<Levels> {
+    let cx = LevelContext {
+        runner,
+        builds_dir,
+        cache,
+    };
     let mut built = Vec::new();
     for level in runner.isolation_levels().all() {
         let entry =
@@ -224,7 +228,7 @@ pub async fn from_runner(
         }
         None => REMOTE_BUILDS_DIR.to_string(),
     };
-    let isolation = levels(runner, &builds_dir)?;
+    let isolation = levels(runner, &builds_dir, &parts.cache)?;
     let hooks = Arc::new(ReadyUp {
         command: a.instance_ready_command.clone(),
         connectors: connectors.clone(),

@@ -8,6 +8,7 @@
 
 use super::cleanup::remove_dir;
 use super::restore::{SnapshotMeta, restore};
+use super::shipping::{self, Imported};
 use super::{MicrovmIsolation, snapshot};
 use crate::IsolateError;
 use flotilla_connect::shell::quote;
@@ -41,12 +42,15 @@ impl std::fmt::Debug for DebugVm {
 impl MicrovmIsolation {
     /// Restores snapshot `key` on the instance `host` reaches into a VM of its own and waits
     /// for its agent. `key` is a snapshot key or a job's name (made a key as
-    /// `FLOTILLA_SNAPSHOT` makes it).
+    /// `FLOTILLA_SNAPSHOT` makes it). With `project` and a snapshot store, the store's copy of
+    /// that project's snapshot is brought to the instance first, unless it holds that very
+    /// snapshot already (a fleet job's snapshot, debugged on the manager's host).
     pub async fn debug(
         &self,
         host: Arc<dyn Connector>,
         instance: &str,
         key: &str,
+        project: Option<&str>,
     ) -> Result<DebugVm, IsolateError> {
         let started = Instant::now();
         let key = snapshot::key_of(key);
@@ -72,7 +76,26 @@ impl MicrovmIsolation {
         )
         .await
         .map_err(|e| system("making the VM's directory", &e))?;
-        let restored = restore(host.clone(), &self.qemu, config, instance, &key, &dir).await;
+        if let (Some(project), Some(store)) = (project, &self.store) {
+            let imported = shipping::import(&*host, config, &key, &**store, project).await;
+            match imported {
+                Ok(Imported::NotInStore) => {
+                    let _ = remove_dir(&*host, instance, &dir).await;
+                    return Err(system(
+                        "finding the snapshot",
+                        &format!(
+                            "the runner's store has no snapshot {key:?} of project {project:?}"
+                        ),
+                    ));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    let _ = remove_dir(&*host, instance, &dir).await;
+                    return Err(system("bringing the snapshot from the store", &e));
+                }
+            }
+        }
+        let restored = restore(host.clone(), &self.qemu, config, instance, &key, &dir, None).await;
         let (vm, meta) = match restored {
             Ok(r) => r,
             Err(e) => {

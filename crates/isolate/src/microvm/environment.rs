@@ -5,6 +5,7 @@
 use super::boot::{BootCache, BootWanted, agent_words, boot_pieces, not_up};
 use super::cleanup::remove_dir;
 use super::restore::{self, SnapshotMeta};
+use super::shipping::{self, Imported};
 use super::sizing::{self, VmSize};
 use super::snapshot::{SnapshotPlan, When};
 use super::{MicrovmConfig, rootfs, services, sync};
@@ -19,7 +20,9 @@ use flotilla_connect::{Connector, ForwardTarget};
 use flotilla_guest::{Dialer, GuestConnector};
 use flotilla_job::model::Image;
 use flotilla_job::script::{ANSI_RESET, ANSI_YELLOW};
-use flotilla_job::{EnvError, EnvPaths, Environment, ExecSpec, ExitStatus, Place};
+use flotilla_job::{
+    CacheStore, EnvError, EnvPaths, Environment, ExecSpec, ExitStatus, JobPayload, Place,
+};
 use flotilla_vmm::qemu::Qemu;
 use flotilla_vmm::{
     Accel, AfterSnapshot, Disk, Machine, SnapshotFiles, Vm, VmSpec, Vmm, VmmError, disk,
@@ -78,6 +81,10 @@ pub(crate) struct MicrovmEnvironment {
     guest_env: OnceLock<(Vec<(String, String)>, String)>,
     /// The kernel and initramfs found on each instance (shared by the level's jobs).
     boot_cache: BootCache,
+    /// The job's GitLab project (snapshots belong to it).
+    project: String,
+    /// Where snapshots are carried between instances, if anywhere ([`shipping`]).
+    store: Option<Arc<dyn CacheStore>>,
 }
 
 impl std::fmt::Debug for MicrovmEnvironment {
@@ -87,6 +94,16 @@ impl std::fmt::Debug for MicrovmEnvironment {
             .field("slot", &self.slot)
             .field("vm", &self.running.get().map(|r| r.vm.pid()))
             .finish_non_exhaustive()
+    }
+}
+
+/// A job's project as snapshots name it: its full path, else `project-<id>`.
+fn project_of(job: &JobPayload) -> String {
+    let info = &job.job_info;
+    if info.project_full_path.is_empty() {
+        format!("project-{}", info.project_id)
+    } else {
+        info.project_full_path.clone()
     }
 }
 
@@ -102,6 +119,7 @@ impl MicrovmEnvironment {
         config: Arc<MicrovmConfig>,
         qemu: Qemu,
         boot_cache: BootCache,
+        store: Option<Arc<dyn CacheStore>>,
     ) -> MicrovmEnvironment {
         let image = req
             .job
@@ -146,6 +164,8 @@ impl MicrovmEnvironment {
             restored: AtomicBool::new(false),
             guest_env: OnceLock::new(),
             boot_cache,
+            project: project_of(req.job),
+            store,
         }
     }
 
@@ -236,6 +256,16 @@ impl MicrovmEnvironment {
 
     /// Starts the VM from snapshot `key` in `dir`.
     async fn restore(&self, key: &str, dir: &str) -> Result<Booted, EnvError> {
+        let fetched = match &self.store {
+            Some(store) => {
+                shipping::import(&*self.connector, &self.config, key, &**store, &self.project)
+                    .await
+                    .map_err(|e| {
+                        EnvError::System(format!("snapshot {key:?} from the store: {e}"))
+                    })?
+            }
+            None => Imported::NotInStore,
+        };
         let (vm, meta) = restore::restore(
             self.connector.clone(),
             &self.qemu,
@@ -243,6 +273,7 @@ impl MicrovmEnvironment {
             &self.instance,
             key,
             dir,
+            Some(&self.project),
         )
         .await?;
         let _ = self.guest_env.set((meta.env.clone(), meta.image.clone()));
@@ -250,7 +281,15 @@ impl MicrovmEnvironment {
         Ok((
             vm,
             meta.env,
-            format!("restored from snapshot {key} (image {})", meta.image),
+            match fetched {
+                Imported::Fetched(bytes) => format!(
+                    "restored from snapshot {key} (image {}; brought from the runner's store, \
+                     {:.1} MiB)",
+                    meta.image,
+                    bytes as f64 / 1048576.0
+                ),
+                _ => format!("restored from snapshot {key} (image {})", meta.image),
+            },
         ))
     }
 
@@ -441,10 +480,12 @@ impl MicrovmEnvironment {
             env,
             image,
             project_dir: Some(self.layout.paths.project_dir.clone()),
+            id: Some(uuid::Uuid::new_v4().to_string()),
+            project: Some(self.project.clone()),
         };
-        let meta = serde_json::to_vec(&meta)
+        let described = serde_json::to_vec(&meta)
             .map_err(|e| EnvError::System(format!("describing the snapshot: {e}")))?;
-        flotilla_vmm::host::write(host, &format!("{}/meta.json", tmp.dir), meta)
+        flotilla_vmm::host::write(host, &format!("{}/meta.json", tmp.dir), described)
             .await
             .map_err(|e| vmm_error("describing the snapshot", e))?;
         flotilla_vmm::host::run(
@@ -458,7 +499,7 @@ impl MicrovmEnvironment {
         )
         .await
         .map_err(|e| vmm_error("keeping the snapshot", e))?;
-        Ok(format!(
+        let mut line = format!(
             "Saved snapshot {key} of the VM on instance {}: memory and devices {:.1} MiB, disk \
              {:.1} MiB written by the job, the VM paused {:.0} ms; start a job from it with \
              FLOTILLA_RESTORE_FROM: {key}",
@@ -466,7 +507,33 @@ impl MicrovmEnvironment {
             report.state_bytes as f64 / 1048576.0,
             report.disk_bytes as f64 / 1048576.0,
             report.took.as_secs_f64() * 1e3
-        ))
+        );
+        if let Some(store) = &self.store {
+            let started = Instant::now();
+            match shipping::export(
+                host,
+                &self.config,
+                key,
+                &meta,
+                &**store,
+                &self.project,
+                self.slot,
+            )
+            .await
+            {
+                Ok(bytes) => line.push_str(&format!(
+                    "\nKept snapshot {key} in the runner's store for any instance: {:.1} MiB \
+                     (disks flattened, kernel and initramfs included, compressed) in {:.2} s",
+                    bytes as f64 / 1048576.0,
+                    started.elapsed().as_secs_f64()
+                )),
+                Err(e) => line.push_str(&format!(
+                    "\n{ANSI_YELLOW}WARNING: snapshot {key} stays on instance {} only: {e}{ANSI_RESET}",
+                    self.instance
+                )),
+            }
+        }
+        Ok(line)
     }
 
     /// Copies the job's directories to where the next stage runs.

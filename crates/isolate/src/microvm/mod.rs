@@ -21,7 +21,9 @@
 //!   the first time.
 //!
 //! - **Snapshots** ([`snapshot`]): `FLOTILLA_SNAPSHOT` saves the VM after `step_script`,
-//!   `FLOTILLA_RESTORE_FROM` starts a job's VM from a saved one instead of booting.
+//!   `FLOTILLA_RESTORE_FROM` starts a job's VM from a saved one instead of booting. With a
+//!   store ([`MicrovmIsolation::with_snapshot_store`]) a snapshot is also carried to the
+//!   manager, self-contained, and any instance restores it from there ([`shipping`]).
 //!
 //! - **Debugging** ([`debug`]): a snapshot restored into a VM of its own for a person
 //!   (`flotilla debug`), thrown away after.
@@ -35,6 +37,7 @@ mod environment;
 mod restore;
 pub mod rootfs;
 pub mod services;
+pub(crate) mod shipping;
 pub mod sizing;
 pub mod snapshot;
 pub mod sync;
@@ -45,6 +48,7 @@ use crate::{IsolateError, IsolatedEnvironment, Isolation, PrepareRequest};
 use async_trait::async_trait;
 use environment::MicrovmEnvironment;
 use flotilla_connect::Connector;
+use flotilla_job::CacheStore;
 use flotilla_vmm::qemu::Qemu;
 use std::sync::Arc;
 use std::time::Duration;
@@ -170,12 +174,13 @@ fn check_owner(owner: &str) -> Result<(), String> {
 }
 
 /// The `microvm` isolation level.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct MicrovmIsolation {
     config: Arc<MicrovmConfig>,
     qemu: Qemu,
     clean: crate::shell::CleanSlots,
     boot_cache: boot::BootCache,
+    store: Option<Arc<dyn CacheStore>>,
 }
 
 impl MicrovmIsolation {
@@ -199,12 +204,29 @@ impl MicrovmIsolation {
             qemu,
             clean: Default::default(),
             boot_cache: Default::default(),
+            store: None,
         })
+    }
+
+    /// Snapshots are also kept in `store` (the runner's cache store on the manager), so a job
+    /// on any instance, or `flotilla debug`, can start from them ([`shipping`]).
+    pub fn with_snapshot_store(mut self, store: Arc<dyn CacheStore>) -> MicrovmIsolation {
+        self.store = Some(store);
+        self
     }
 
     /// The configuration.
     pub fn config(&self) -> &MicrovmConfig {
         &self.config
+    }
+}
+
+impl std::fmt::Debug for MicrovmIsolation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MicrovmIsolation")
+            .field("config", &self.config)
+            .field("snapshot_store", &self.store.is_some())
+            .finish_non_exhaustive()
     }
 }
 
@@ -228,6 +250,7 @@ impl Isolation for MicrovmIsolation {
             self.config.clone(),
             self.qemu.clone(),
             self.boot_cache.clone(),
+            self.store.clone(),
         )))
     }
 

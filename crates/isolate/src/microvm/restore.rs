@@ -3,6 +3,7 @@
 //! snapshot's (so any number of VMs may start from one snapshot at once).
 
 use super::MicrovmConfig;
+use super::shipping::boot_file;
 use flotilla_connect::Connector;
 use flotilla_job::EnvError;
 use flotilla_vmm::qemu::Qemu;
@@ -24,10 +25,17 @@ pub(crate) struct SnapshotMeta {
     /// The job's project directory in the VM (absent in snapshots of older versions).
     #[serde(default)]
     pub(crate) project_dir: Option<String>,
+    /// The snapshot's own id, new at each save: tells copies of one key apart.
+    #[serde(default)]
+    pub(crate) id: Option<String>,
+    /// The GitLab project whose job took it; only that project's jobs restore it.
+    #[serde(default)]
+    pub(crate) project: Option<String>,
 }
 
 /// Starts a VM from snapshot `key` of `config`'s state directory on the instance `host`
-/// reaches, in `dir` (which exists and is empty).
+/// reaches, in `dir` (which exists and is empty). With `project`, a snapshot another
+/// project's job took is refused.
 pub(crate) async fn restore(
     host: Arc<dyn Connector>,
     qemu: &Qemu,
@@ -35,6 +43,7 @@ pub(crate) async fn restore(
     instance: &str,
     key: &str,
     dir: &str,
+    project: Option<&str>,
 ) -> Result<(Box<dyn Vm>, SnapshotMeta), EnvError> {
     let snap = SnapshotFiles {
         dir: format!("{}/{key}", config.snapshots_dir()),
@@ -43,12 +52,19 @@ pub(crate) async fn restore(
         .await
         .map_err(|_| {
             EnvError::System(format!(
-                "no snapshot {key:?} on instance {instance} (snapshots stay on the instance \
-                 that took them)"
+                "no snapshot {key:?} on instance {instance}, nor in the runner's store"
             ))
         })?;
     let meta: SnapshotMeta = serde_json::from_slice(&meta)
         .map_err(|e| EnvError::System(format!("the snapshot {key:?} is unreadable: {e}")))?;
+    if let (Some(wanted), Some(took)) = (project, meta.project.as_deref())
+        && wanted != took
+    {
+        return Err(EnvError::System(format!(
+            "snapshot {key:?} on instance {instance} was taken by a job of another project; \
+             a job restores only its own project's snapshots"
+        )));
+    }
     // Every disk (the job's root, then one per service) continues in a layer of its own.
     let mut disks = Vec::new();
     for i in 0..meta.spec.disks.len() {
@@ -64,7 +80,9 @@ pub(crate) async fn restore(
             read_only: false,
         });
     }
-    let spec = meta.spec.relocated(dir, disks);
+    let mut spec = meta.spec.relocated(dir, disks);
+    spec.kernel = boot_file(&snap.dir, &spec.kernel);
+    spec.initrd = boot_file(&snap.dir, &spec.initrd);
     let vm = qemu
         .restore(host, spec, &snap)
         .await

@@ -1,0 +1,142 @@
+//! Snapshots carried between instances through the runner's store, for real under TCG: a
+//! snapshot taken on one instance (here: one state directory) is kept self-contained in a
+//! cache store; that instance's files are then removed altogether (its root file systems,
+//! initramfs and the snapshot itself), and a job on another instance starts from the store's
+//! copy, then from its own copy without fetching again. A job of another project cannot
+//! restore it, and `flotilla debug`'s restore brings it from the store too.
+
+mod vm_support;
+
+use flotilla_connect::local::LocalConnector;
+use flotilla_connect::{Connector, ConnectorExt};
+use flotilla_isolate::microvm::snapshot::{RESTORE_VARIABLE, SNAPSHOT_VARIABLE};
+use flotilla_isolate::microvm::{MicrovmConfig, MicrovmIsolation};
+use flotilla_job::model::{Image, JobInfo};
+use flotilla_job::{CacheStore, JobPayload, LocalCacheStore, Place, Variable};
+use flotilla_testkit::images::busybox_image;
+use flotilla_testkit::infra::{Infra, require};
+use flotilla_testkit::vms::VmGuard;
+use std::path::Path;
+use std::sync::Arc;
+use vm_support::{prepared, stage};
+
+fn job(id: i64, name: &str, project: &str, vars: &[(&str, &str)]) -> JobPayload {
+    JobPayload {
+        id,
+        job_info: JobInfo {
+            name: name.into(),
+            project_full_path: project.into(),
+            ..Default::default()
+        },
+        image: Some(Image {
+            name: busybox_image(),
+            ..Default::default()
+        }),
+        variables: vars.iter().map(|(k, v)| Variable::new(*k, *v)).collect(),
+        ..Default::default()
+    }
+}
+
+fn level(state: &Path, store: &Arc<dyn CacheStore>) -> MicrovmIsolation {
+    MicrovmIsolation::new(MicrovmConfig {
+        state_dir: state.to_str().unwrap().to_string(),
+        owner: "test-ship".into(),
+        memory_mib: 256,
+        network: false,
+        ..MicrovmConfig::default()
+    })
+    .unwrap()
+    .with_snapshot_store(store.clone())
+}
+
+fn tmp(prefix: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in("/tmp")
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn infra_microvm_a_snapshot_from_one_instance_starts_a_job_on_another() {
+    if !require(Infra::Qemu) || !require(Infra::Docker) {
+        return;
+    }
+    let (first_state, second_state) = (tmp("fl-ship-a-"), tmp("fl-ship-b-"));
+    let _vms = (
+        VmGuard::new(first_state.path()),
+        VmGuard::new(second_state.path()),
+    );
+    let (builds, store_dir) = (tmp("fl-ship-builds-"), tmp("fl-ship-store-"));
+    let builds = builds.path().to_str().unwrap();
+    let store: Arc<dyn CacheStore> = Arc::new(LocalCacheStore::new(store_dir.path()));
+
+    // On the first instance: the setup is saved, and kept in the store.
+    let first = level(first_state.path(), &store);
+    let setup = job(1, "setup", "group/app", &[(SNAPSHOT_VARIABLE, "always")]);
+    let (env, _) = prepared(&first, builds, &setup, 0).await;
+    let (st, out) = stage(&*env, Place::Build, "echo prepared > /root/state\n").await;
+    assert!(st.success(), "{out}");
+    eprintln!("{out}");
+    assert!(
+        out.contains("Kept snapshot setup in the runner's store for any instance:"),
+        "{out}"
+    );
+    env.cleanup().await.unwrap();
+    // Nothing of the first instance remains: the store's copy must stand alone.
+    std::fs::remove_dir_all(first_state.path()).unwrap();
+
+    // On the second instance: brought from the store, then its own copy.
+    let second = level(second_state.path(), &store);
+    for (i, fetched) in [true, false].into_iter().enumerate() {
+        let branch = job(
+            2 + i as i64,
+            "test",
+            "group/app",
+            &[(RESTORE_VARIABLE, "setup")],
+        );
+        let (env, log) = prepared(&second, builds, &branch, i).await;
+        eprintln!("{log}");
+        assert!(
+            log.contains("microVM restored from snapshot setup"),
+            "{log}"
+        );
+        assert_eq!(
+            log.contains("brought from the runner's store"),
+            fetched,
+            "restore {i}: {log}"
+        );
+        let (st, out) = stage(&*env, Place::Build, "cat /root/state\n").await;
+        assert!(st.success(), "{out}");
+        assert_eq!(out, "prepared\n");
+        env.cleanup().await.unwrap();
+    }
+
+    // Another project's job finds neither the store's copy nor the instance's.
+    let intruder = job(9, "test", "other/app", &[(RESTORE_VARIABLE, "setup")]);
+    let (env, r, _) = vm_support::prepare(&second, builds, &intruder, 0).await;
+    let e = r.unwrap_err();
+    assert!(e.contains("taken by a job of another project"), "{e}");
+    env.cleanup().await.unwrap();
+
+    // `flotilla debug` on a third host: from the store, with the project named.
+    let third_state = tmp("fl-ship-c-");
+    let _third_vms = VmGuard::new(third_state.path());
+    let third = level(third_state.path(), &store);
+    let host: Arc<dyn Connector> = Arc::new(LocalConnector::new());
+    let missing = third
+        .debug(host.clone(), "this-host", "setup", Some("other/app"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        missing.contains("has no snapshot \"setup\" of project \"other/app\""),
+        "{missing}"
+    );
+    let vm = third
+        .debug(host, "this-host", "setup", Some("group/app"))
+        .await
+        .unwrap();
+    let out = vm.guest().output("cat /root/state").await.unwrap();
+    assert_eq!(out.stdout_str(), "prepared\n");
+    vm.close().await;
+}
