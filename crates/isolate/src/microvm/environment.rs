@@ -491,8 +491,10 @@ impl MicrovmEnvironment {
         flotilla_vmm::host::run(
             host,
             "keeping the snapshot",
+            // On the lock imports of the key take ([`shipping::unpack_script`]).
             &format!(
-                "rm -rf {f} && mv {t} {f}",
+                "exec 9>{l} && flock 9 && rm -rf {f} && mv {t} {f}",
+                l = quote(&format!("{base}/.{key}.lock")),
                 f = quote(&fin),
                 t = quote(&tmp.dir)
             ),

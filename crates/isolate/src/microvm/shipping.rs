@@ -63,13 +63,24 @@ tar -C "$out" -cf - . | gzip -1
     )
 }
 
-/// The script that unpacks a snapshot archive read from stdin as snapshot `key` under
-/// `snapshots_dir`, replacing what was there only once the whole archive arrived.
-pub(crate) fn unpack_script(snapshots_dir: &str, key: &str) -> String {
+/// The script that unpacks a snapshot archive read from stdin as snapshot `key` (whose id is
+/// `id`) under `snapshots_dir`, replacing what was there only once the whole archive
+/// arrived. Jobs importing one key at once (a matrix branched from one snapshot, on an
+/// instance that lacks it) take turns on a lock, and those that find the snapshot already
+/// there read their input away and print `current`.
+pub(crate) fn unpack_script(snapshots_dir: &str, key: &str, id: &str) -> String {
+    // The key is made of `[A-Za-z0-9._-]` ([`super::snapshot::key_of`]), the id is ours.
     format!(
         r#"set -e
 dir={dir}
 mkdir -p "$dir"
+exec 9>"$dir/.{key}.lock"
+flock 9
+if grep -qF {marker} "$dir/{key}/meta.json" 2>/dev/null; then
+  cat >/dev/null
+  echo current
+  exit 0
+fi
 tmp=$(mktemp -d "$dir/.import-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 gzip -dc | tar -C "$tmp" -xf -
@@ -78,8 +89,13 @@ rm -rf "$dir/{key}"
 mv "$tmp" "$dir/{key}"
 "#,
         dir = quote(snapshots_dir),
-        key = key,
+        marker = quote(&id_marker(id)),
     )
+}
+
+/// How a snapshot's id appears in its `meta.json` (serde_json's compact form).
+fn id_marker(id: &str) -> String {
+    format!("\"id\":{}", serde_json::Value::String(id.to_string()))
 }
 
 /// The description of a self-contained copy: the same machine, its kernel and initramfs
@@ -97,16 +113,14 @@ async fn run_streaming(
     what: &str,
     line: &str,
     stdin: Option<&mut (dyn tokio::io::AsyncRead + Send + Unpin)>,
-    stdout: Option<&mut (dyn tokio::io::AsyncWrite + Send + Unpin)>,
+    stdout: &mut (dyn tokio::io::AsyncWrite + Send + Unpin),
 ) -> Result<(), EnvError> {
     let mut err = Vec::new();
     let mut req = ExecRequest::new(format!("sh -c {}", quote(line))).stderr(&mut err);
     if let Some(stdin) = stdin {
         req = req.stdin_reader(stdin);
     }
-    if let Some(stdout) = stdout {
-        req.stdout = Some(stdout);
-    }
+    req.stdout = Some(stdout);
     let status = host
         .exec(req)
         .await
@@ -161,14 +175,7 @@ pub(crate) async fn export(
         &meta.spec.kernel,
         &meta.spec.initrd,
     );
-    run_streaming(
-        host,
-        "packing the snapshot",
-        &script,
-        None,
-        Some(&mut writer),
-    )
-    .await?;
+    run_streaming(host, "packing the snapshot", &script, None, &mut writer).await?;
     tokio::io::AsyncWriteExt::flush(&mut writer)
         .await
         .map_err(|e| EnvError::System(format!("writing the snapshot archive: {e}")))?;
@@ -253,14 +260,19 @@ pub(crate) async fn import(
     let mut reader = tokio::fs::File::open(file.path())
         .await
         .map_err(|e| EnvError::System(format!("reading the snapshot archive: {e}")))?;
+    let mut said = Vec::new();
     run_streaming(
         host,
         "unpacking the snapshot on the instance",
-        &unpack_script(&config.snapshots_dir(), key),
+        &unpack_script(&config.snapshots_dir(), key, &id),
         Some(&mut reader),
-        None,
+        &mut said,
     )
     .await?;
+    if String::from_utf8_lossy(&said).trim() == "current" {
+        // Another job brought it meanwhile.
+        return Ok(Imported::Current);
+    }
     Ok(Imported::Fetched(size))
 }
 
@@ -299,8 +311,12 @@ mod tests {
         assert!(s.contains("snap='/a b/k'"), "{s}");
         assert!(s.contains(r#"cp '/boot/v'\''z' "$out/vmlinuz""#), "{s}");
         assert!(s.contains("-lt 2"), "{s}");
-        let u = unpack_script("/st ate/snapshots", "setup");
+        let u = unpack_script("/st ate/snapshots", "setup", "0b9e");
         assert!(u.contains("dir='/st ate/snapshots'"), "{u}");
         assert!(u.contains(r#"mv "$tmp" "$dir/setup""#), "{u}");
+        assert!(
+            u.contains(r#"grep -qF '"id":"0b9e"' "$dir/setup/meta.json""#),
+            "{u}"
+        );
     }
 }
