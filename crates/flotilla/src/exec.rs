@@ -175,7 +175,10 @@ fn compile(
 /// Creates `.flotilla` with a `.gitignore` that ignores everything in it (itself included), so
 /// that exec's logs and cache stay out of `git status` without touching the project's files.
 fn keep_out_of_git(state: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
     std::fs::create_dir_all(state)?;
+    // Logs, caches and snapshots may hold what jobs held: for this user only.
+    std::fs::set_permissions(state, std::fs::Permissions::from_mode(0o700))?;
     let ignore = state.join(".gitignore");
     if !ignore.exists() {
         std::fs::write(

@@ -16,6 +16,7 @@ use flotilla_job::{CacheStore, JobPayload, LocalCacheStore, Place, Variable};
 use flotilla_testkit::images::busybox_image;
 use flotilla_testkit::infra::{Infra, require};
 use flotilla_testkit::vms::VmGuard;
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
 use vm_support::{prepared, stage};
@@ -82,6 +83,9 @@ async fn infra_microvm_a_snapshot_from_one_instance_starts_a_job_on_another() {
         "{out}"
     );
     env.cleanup().await.unwrap();
+    // Snapshots hold what the job held: for the level's user only.
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&first_state.path().join("snapshots")), 0o700);
     // Nothing of the first instance remains: the store's copy must stand alone.
     std::fs::remove_dir_all(first_state.path()).unwrap();
 
@@ -119,6 +123,7 @@ async fn infra_microvm_a_snapshot_from_one_instance_starts_a_job_on_another() {
         env.cleanup().await.unwrap();
     }
     assert!(brought >= 1, "one of the branches brought the snapshot");
+    assert_eq!(mode(&second_state.path().join("snapshots")), 0o700);
     let again = job(5, "again", "group/app", &[(RESTORE_VARIABLE, "setup")]);
     let (env, log) = prepared(&second, builds, &again, 0).await;
     assert!(

@@ -463,10 +463,15 @@ impl MicrovmEnvironment {
         let tmp = SnapshotFiles {
             dir: format!("{base}/.{key}.{}-slot-{}.tmp", self.config.owner, self.slot),
         };
+        // Snapshots hold what the job held (its variables too): for the level's user only.
         flotilla_vmm::host::run(
             host,
             "clearing a snapshot directory",
-            &format!("rm -rf {}", quote(&tmp.dir)),
+            &format!(
+                "mkdir -p {b} && chmod 700 {b} && rm -rf {t}",
+                b = quote(&base),
+                t = quote(&tmp.dir)
+            ),
         )
         .await
         .map_err(|e| vmm_error("clearing a snapshot directory", e))?;

@@ -74,6 +74,7 @@ pub(crate) fn unpack_script(snapshots_dir: &str, key: &str, id: &str) -> String 
         r#"set -e
 dir={dir}
 mkdir -p "$dir"
+chmod 700 "$dir"
 exec 9>"$dir/.{key}.lock"
 flock 9
 if grep -qF {marker} "$dir/{key}/meta.json" 2>/dev/null; then
