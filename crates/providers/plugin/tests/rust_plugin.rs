@@ -8,7 +8,7 @@ use flotilla_fleet::{FleetError, InstanceGroup, State};
 use flotilla_provider_plugin::logs::Source;
 use serde_json::json;
 use std::time::{Duration, Instant};
-use support::{alive, gone_within, group, init, rust_plugin, signal};
+use support::{alive, gone_within, group, init, rust_plugin, signal, stop};
 
 #[tokio::test]
 async fn the_group_is_served_through_the_plugin_and_stopped_at_shutdown() {
@@ -213,7 +213,7 @@ async fn every_call_has_a_deadline_even_when_the_plugin_hangs() {
     );
     init(&g).await;
     let pid = g.plugin_pid().await.unwrap();
-    signal(pid, libc::SIGSTOP);
+    stop(pid);
     let started = Instant::now();
     let e = g.update().await.unwrap_err();
     let took = started.elapsed();

@@ -96,6 +96,35 @@ pub fn alive(pid: u32) -> bool {
     }
 }
 
+/// Stops `pid` with SIGSTOP and waits until every one of its threads is stopped. The signal
+/// alone is not enough: one thread takes it and then stops the others, and on a loaded
+/// machine another thread can meanwhile still answer a request.
+pub fn stop(pid: u32) {
+    signal(pid, libc::SIGSTOP);
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let tasks: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .filter_map(|t| std::fs::read_to_string(t.path().join("stat")).ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let stopped = !tasks.is_empty()
+            && tasks.iter().all(|stat| {
+                stat.rsplit(')')
+                    .next()
+                    .and_then(|r| r.split_whitespace().next())
+                    == Some("T")
+            });
+        if stopped {
+            return;
+        }
+        assert!(Instant::now() < until, "{pid} did not stop: {tasks:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Waits up to `limit` for `pid` to be gone.
 pub fn gone_within(pid: u32, limit: Duration) -> bool {
     let until = Instant::now() + limit;
