@@ -13,7 +13,7 @@
 mod run_support;
 
 use flotilla_ssh_machine::GroupKey;
-use flotilla_testkit::fake_gitlab::{FakeGitLab, FakeJobState, JobBuilder};
+use flotilla_testkit::fake_gitlab::{FakeJobState, JobBuilder};
 use flotilla_testkit::infra::{Infra, require};
 use flotilla_testkit::moto::{ACCESS_KEY, GroupSpec, Moto, REGION, SECRET_KEY};
 use flotilla_testkit::ssh_hosts::SshHosts;
@@ -50,13 +50,7 @@ async fn infra_run_a_job_on_an_auto_scaling_group_served_by_moto() {
     )
     .unwrap();
 
-    let gl = FakeGitLab::builder()
-        .runner_token(TOKEN)
-        .poll_duration(Duration::from_secs(2))
-        .trace_update_interval(1)
-        .start()
-        .await
-        .unwrap();
+    let gl = run_support::fake_gitlab(&[TOKEN], Duration::from_secs(2)).await;
     let config = dir.path().join("config.toml");
     std::fs::write(
         &config,

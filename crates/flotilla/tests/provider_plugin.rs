@@ -9,7 +9,7 @@ mod exec_support;
 mod run_support;
 
 use exec_support::{Project, statuses};
-use flotilla_testkit::fake_gitlab::{FakeGitLab, FakeJobState, JobBuilder};
+use flotilla_testkit::fake_gitlab::{FakeJobState, JobBuilder};
 use flotilla_testkit::infra::{Infra, require};
 use run_support::Manager;
 use std::path::{Path, PathBuf};
@@ -123,13 +123,7 @@ fn alive(pid: u32) -> bool {
 async fn run_a_job_then_kill_flotilla(command: &Path, plugin_comm: &str, tag: &str) {
     let token = format!("glrt-plugin-{tag}-token");
     let dir = tempfile::tempdir().unwrap();
-    let gl = FakeGitLab::builder()
-        .runner_token(&token)
-        .poll_duration(Duration::from_secs(1))
-        .trace_update_interval(1)
-        .start()
-        .await
-        .unwrap();
+    let gl = run_support::fake_gitlab(&[token.as_str()], Duration::from_secs(1)).await;
     let config = dir.path().join("config.toml");
     std::fs::write(
         &config,

@@ -11,7 +11,7 @@ mod exec_support;
 mod run_support;
 
 use exec_support::{Project, statuses};
-use flotilla_testkit::fake_gitlab::{FakeGitLab, FakeJobState, JobBuilder};
+use flotilla_testkit::fake_gitlab::{FakeJobState, JobBuilder};
 use flotilla_testkit::infra::{Infra, require};
 use flotilla_testkit::vms::{VmGuard, running_vms, vm_image};
 use run_support::Manager;
@@ -102,13 +102,7 @@ async fn infra_run_on_a_qemu_vm_survives_kill_9_and_adopts_it() {
     const TOKEN: &str = "glrt-qemu-run-token";
     let dir = tempfile::tempdir().unwrap();
     let _guard = VmGuard::new(dir.path());
-    let gl = FakeGitLab::builder()
-        .runner_token(TOKEN)
-        .poll_duration(Duration::from_secs(2))
-        .trace_update_interval(1)
-        .start()
-        .await
-        .unwrap();
+    let gl = run_support::fake_gitlab(&[TOKEN], Duration::from_secs(2)).await;
     let config = dir.path().join("config.toml");
     std::fs::write(
         &config,

@@ -8,7 +8,7 @@ mod run_support;
 
 use exec_support::{Project, statuses};
 use flotilla_ssh_machine::GroupKey;
-use flotilla_testkit::fake_gitlab::{FakeGitLab, FakeJobState, JobBuilder};
+use flotilla_testkit::fake_gitlab::{FakeJobState, JobBuilder};
 use flotilla_testkit::images::busybox_image;
 use flotilla_testkit::infra::{Infra, require};
 use flotilla_testkit::ssh_hosts::SshHosts;
@@ -180,14 +180,7 @@ async fn infra_run_on_a_static_pool_at_shell_and_docker_isolation() {
     let dir = tempfile::tempdir().unwrap();
     let public = key_in(dir.path());
     let hosts = SshHosts::start("run-static", 2, &public, true);
-    let gl = FakeGitLab::builder()
-        .runner_token(SHELL_TOKEN)
-        .runner_token(DOCKER_TOKEN)
-        .poll_duration(Duration::from_secs(2))
-        .trace_update_interval(1)
-        .start()
-        .await
-        .unwrap();
+    let gl = run_support::fake_gitlab(&[SHELL_TOKEN, DOCKER_TOKEN], Duration::from_secs(2)).await;
     let busybox = busybox_image();
     let config = dir.path().join("config.toml");
     // Two runners lend the same two hosts; their builds directories keep them apart.

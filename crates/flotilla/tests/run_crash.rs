@@ -147,13 +147,7 @@ state_dir = "{state}"
 /// exactly such jobs (handed out just before a kill, never recorded, never touched) and says
 /// how many there were.
 async fn gitlab() -> FakeGitLab {
-    FakeGitLab::builder()
-        .runner_token(TOKEN)
-        .poll_duration(Duration::from_millis(500))
-        .trace_update_interval(1)
-        .start()
-        .await
-        .unwrap()
+    run_support::fake_gitlab(&[TOKEN], Duration::from_millis(500)).await
 }
 
 /// The jobs a killed manager was handed in the last moments before its kill and never

@@ -327,14 +327,7 @@ async fn infra_run_on_docker_fleets_end_to_end() {
     let shell_group = format!("run-docker-{pid}-shell");
     let docker_group = format!("run-docker-{pid}-docker");
     let _guard = group_guard(&shell_group).and(format!("{GROUP_LABEL}={docker_group}"));
-    let gl = FakeGitLab::builder()
-        .runner_token(SHELL_TOKEN)
-        .runner_token(DOCKER_TOKEN)
-        .poll_duration(Duration::from_secs(2))
-        .trace_update_interval(1)
-        .start()
-        .await
-        .unwrap();
+    let gl = run_support::fake_gitlab(&[SHELL_TOKEN, DOCKER_TOKEN], Duration::from_secs(2)).await;
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), gl.url(), &shell_group, &docker_group);
     let mut m = Manager::start(&config, &[]);

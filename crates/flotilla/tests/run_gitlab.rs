@@ -12,13 +12,7 @@ use std::time::Duration;
 const TOKEN: &str = "glrt-run-test-token";
 
 async fn gitlab() -> FakeGitLab {
-    FakeGitLab::builder()
-        .runner_token(TOKEN)
-        .poll_duration(Duration::from_millis(500))
-        .trace_update_interval(1)
-        .start()
-        .await
-        .unwrap()
+    run_support::fake_gitlab(&[TOKEN], Duration::from_millis(500)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

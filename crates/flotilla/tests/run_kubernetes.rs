@@ -12,7 +12,7 @@
 
 mod run_support;
 
-use flotilla_testkit::fake_gitlab::{FakeGitLab, FakeJobState, JobBuilder};
+use flotilla_testkit::fake_gitlab::{FakeJobState, JobBuilder};
 use flotilla_testkit::fake_kube::FakeKube;
 use flotilla_testkit::images::{busybox_image, instance_image};
 use flotilla_testkit::infra::{Infra, require};
@@ -91,13 +91,7 @@ async fn infra_run_on_kubernetes_pods_with_two_services_on_one_port() {
         return;
     }
     let kube = FakeKube::start().await.unwrap();
-    let gl = FakeGitLab::builder()
-        .runner_token(TOKEN)
-        .poll_duration(Duration::from_secs(2))
-        .trace_update_interval(1)
-        .start()
-        .await
-        .unwrap();
+    let gl = run_support::fake_gitlab(&[TOKEN], Duration::from_secs(2)).await;
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), gl.url(), &kube, "");
     let mut m = Manager::start(&config, &[]);
@@ -221,13 +215,7 @@ async fn infra_a_job_asking_for_resources_runs_on_a_pod_of_that_size() {
         return;
     }
     let kube = FakeKube::start().await.unwrap();
-    let gl = FakeGitLab::builder()
-        .runner_token(TOKEN)
-        .poll_duration(Duration::from_secs(2))
-        .trace_update_interval(1)
-        .start()
-        .await
-        .unwrap();
+    let gl = run_support::fake_gitlab(&[TOKEN], Duration::from_secs(2)).await;
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), gl.url(), &kube, SIZING);
     let mut m = Manager::start(&config, &[]);
@@ -350,13 +338,7 @@ async fn infra_sized_pods_a_killed_manager_left_are_deleted_by_the_next() {
         return;
     }
     let kube = FakeKube::start().await.unwrap();
-    let gl = FakeGitLab::builder()
-        .runner_token(TOKEN)
-        .poll_duration(Duration::from_secs(2))
-        .trace_update_interval(1)
-        .start()
-        .await
-        .unwrap();
+    let gl = run_support::fake_gitlab(&[TOKEN], Duration::from_secs(2)).await;
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), gl.url(), &kube, SIZING);
     let mut m = Manager::start(&config, &[]);

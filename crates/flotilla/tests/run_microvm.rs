@@ -5,7 +5,7 @@
 
 mod run_support;
 
-use flotilla_testkit::fake_gitlab::{FakeGitLab, FakeJobState, JobBuilder};
+use flotilla_testkit::fake_gitlab::{FakeJobState, JobBuilder};
 use flotilla_testkit::images::busybox_image;
 use flotilla_testkit::infra::{Infra, require};
 use flotilla_testkit::vms::VmGuard;
@@ -60,13 +60,7 @@ async fn infra_microvm_run_saves_a_failed_job_and_starts_another_from_it() {
         .tempdir_in("/tmp")
         .unwrap();
     let _vms = VmGuard::new(vm_state.path());
-    let gl = FakeGitLab::builder()
-        .runner_token(TOKEN)
-        .poll_duration(Duration::from_millis(500))
-        .trace_update_interval(1)
-        .start()
-        .await
-        .unwrap();
+    let gl = run_support::fake_gitlab(&[TOKEN], Duration::from_millis(500)).await;
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), gl.url(), vm_state.path());
     let mut m = Manager::start(&config, &[]);

@@ -8,7 +8,7 @@
 
 mod run_support;
 
-use flotilla_testkit::fake_gitlab::{FakeGitLab, JobBuilder};
+use flotilla_testkit::fake_gitlab::JobBuilder;
 use flotilla_testkit::infra::{self, Infra};
 use run_support::Manager;
 use std::io::Write;
@@ -163,13 +163,7 @@ for f in text_string_to_metric_families(sys.stdin.read()):
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_serves_gitlab_metrics_that_real_parsers_accept() {
-    let gl = FakeGitLab::builder()
-        .runner_token(TOKEN)
-        .poll_duration(Duration::from_millis(500))
-        .trace_update_interval(1)
-        .start()
-        .await
-        .unwrap();
+    let gl = run_support::fake_gitlab(&[TOKEN], Duration::from_millis(500)).await;
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), gl.url());
     let mut m = Manager::start(&config, &[]);
@@ -504,13 +498,7 @@ async fn infra_status_page_in_chromium() {
         return;
     }
     use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
-    let gl = FakeGitLab::builder()
-        .runner_token(TOKEN)
-        .poll_duration(Duration::from_millis(500))
-        .trace_update_interval(1)
-        .start()
-        .await
-        .unwrap();
+    let gl = run_support::fake_gitlab(&[TOKEN], Duration::from_millis(500)).await;
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), gl.url());
     let mut m = Manager::start(&config, &[]);
@@ -616,13 +604,7 @@ async fn infra_metrics_follow_a_docker_fleet_through_its_instances_lives() {
         return;
     }
     let token = "glrt-monitor-docker-fleet";
-    let gl = FakeGitLab::builder()
-        .runner_token(token)
-        .poll_duration(Duration::from_millis(500))
-        .trace_update_interval(1)
-        .start()
-        .await
-        .unwrap();
+    let gl = run_support::fake_gitlab(&[token], Duration::from_millis(500)).await;
     let dir = tempfile::tempdir().unwrap();
     let group = format!("flotilla-monitor-{}", run_support::now_nanos());
     let _guard = flotilla_testkit::containers::LabelGuard::new(format!("flotilla.group={group}"));

@@ -140,3 +140,21 @@ pub(crate) fn web_service(alias: &str, word: &str) -> serde_json::Value {
         "ports": [{"number": 6379}],
     })
 }
+
+/// The fake GitLab the `flotilla run` tests talk to: `tokens` registered, jobs handed out after
+/// at most `poll` of long polling, and every trace update kept (interval 1 s).
+pub(crate) async fn fake_gitlab(
+    tokens: &[&str],
+    poll: Duration,
+) -> flotilla_testkit::fake_gitlab::FakeGitLab {
+    let mut builder = flotilla_testkit::fake_gitlab::FakeGitLab::builder();
+    for token in tokens {
+        builder = builder.runner_token(*token);
+    }
+    builder
+        .poll_duration(poll)
+        .trace_update_interval(1)
+        .start()
+        .await
+        .expect("starting the fake GitLab")
+}
