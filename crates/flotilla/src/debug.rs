@@ -18,6 +18,7 @@ use flotilla_connect::local::LocalConnector;
 use flotilla_connect::shell::{join, quote};
 use flotilla_connect::{Connector, ExecRequest};
 use flotilla_isolate::microvm::debug::DebugVm;
+use flotilla_isolate::microvm::snapshot::Scope;
 use flotilla_job::{CacheStore, LocalCacheStore};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -42,9 +43,13 @@ pub struct DebugArgs {
     /// any instance can be debugged here.
     #[arg(long, value_name = "PATH")]
     pub project: Option<String>,
-    /// The snapshot store with `--project` (default: the cache store `flotilla run` keeps for
-    /// the runner, `<state_dir>/cache/<runner>`; for `flotilla exec` with a configuration,
-    /// `.flotilla/cache` of the project).
+    /// With `--project`: the snapshot was taken on a protected ref (protected and
+    /// unprotected refs keep their snapshots apart).
+    #[arg(long, requires = "project")]
+    pub protected: bool,
+    /// The snapshot store with `--project`. Default: the one `flotilla run` keeps for the
+    /// runner of `--config`, `<state_dir>/snapshots/<runner>`; give `.flotilla/snapshots` of
+    /// the project for snapshots `flotilla exec --config` took.
     #[arg(long, value_name = "DIR", requires = "project")]
     pub store: Option<PathBuf>,
     /// Run this command in the VM instead of a shell; flotilla exits with its status.
@@ -103,9 +108,7 @@ fn runner(args: &DebugArgs, err: &mut dyn Write) -> Option<(RunnerConfig, Option
         );
         return None;
     };
-    let store = state_dir
-        .join("cache")
-        .join(crate::fleet::file_name(&found.name));
+    let store = crate::fleet::snapshot_store_dir(&state_dir, &found.name);
     Some((found, Some(store)))
 }
 
@@ -122,13 +125,17 @@ async fn debug(
         }
         (None, _) => None,
     };
+    let scope = args.project.as_ref().map(|project| Scope {
+        project: project.clone(),
+        protected: args.protected,
+    });
     let mut level = crate::fleet::levels::microvm_level(runner, None)?;
     if let Some(store) = store {
         level = level.with_snapshot_store(store);
     }
     let host: Arc<dyn Connector> = Arc::new(LocalConnector::new());
     let vm = level
-        .debug(host, "this host", &args.snapshot, args.project.as_deref())
+        .debug(host, "this host", &args.snapshot, scope.as_ref())
         .await
         .with_context(|| format!("restoring snapshot {:?}", args.snapshot))?;
     let _ = writeln!(

@@ -402,6 +402,7 @@ async fn execute(
     let parts = FleetParts {
         artifacts: Arc::new(LocalArtifactStore::new(&artifacts_dir)),
         cache: Arc::new(LocalCacheStore::new(state.join("cache"))),
+        snapshots: Some(Arc::new(LocalCacheStore::new(state.join("snapshots")))),
         local_builds_dir: builds.to_string_lossy().into_owned(),
         run_options: RunOptions {
             scratch_dir: Some(scratch.path().join("scratch")),

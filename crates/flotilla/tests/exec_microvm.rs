@@ -321,7 +321,7 @@ look:
     );
     std::fs::remove_dir_all(state.path().join("snapshots/broken")).unwrap();
     let project = format!("local/{}", p.path().file_name().unwrap().to_string_lossy());
-    let store = p.path().join(".flotilla/cache");
+    let store = p.path().join(".flotilla/snapshots");
     let from_store = p.flotilla(&[
         "debug",
         "--config",

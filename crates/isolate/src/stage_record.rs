@@ -88,7 +88,7 @@ _flotilla_stomp() {
 }
 "#;
 
-/// A helper command line (`sh -c` syntax, to run through [`helper_command`]) that kills every
+/// A helper command line (`sh -c` syntax, to run through [`crate::command::helper_command`]) that kills every
 /// process group recorded in the slot's `record` file (see [`recorded`]), empties the record
 /// (creating its directory if needed) and prints how many groups it signalled. Run it when a
 /// job is done with the slot and before the next one uses it, unless nothing can have run

@@ -9,7 +9,7 @@ mod vm_support;
 
 use flotilla_connect::local::LocalConnector;
 use flotilla_connect::{Connector, ConnectorExt};
-use flotilla_isolate::microvm::snapshot::{RESTORE_VARIABLE, SNAPSHOT_VARIABLE};
+use flotilla_isolate::microvm::snapshot::{RESTORE_VARIABLE, SNAPSHOT_VARIABLE, Scope};
 use flotilla_isolate::microvm::{MicrovmConfig, MicrovmIsolation};
 use flotilla_job::model::{Image, JobInfo};
 use flotilla_job::{CacheStore, JobPayload, LocalCacheStore, Place, Variable};
@@ -48,6 +48,13 @@ fn level(state: &Path, store: &Arc<dyn CacheStore>) -> MicrovmIsolation {
     })
     .unwrap()
     .with_snapshot_store(store.clone())
+}
+
+fn scope(project: &str, protected: bool) -> Scope {
+    Scope {
+        project: project.into(),
+        protected,
+    }
 }
 
 fn tmp(prefix: &str) -> tempfile::TempDir {
@@ -124,21 +131,54 @@ async fn infra_microvm_a_snapshot_from_one_instance_starts_a_job_on_another() {
     }
     assert!(brought >= 1, "one of the branches brought the snapshot");
     assert_eq!(mode(&second_state.path().join("snapshots")), 0o700);
-    let again = job(5, "again", "group/app", &[(RESTORE_VARIABLE, "setup")]);
+    // That job saves the key again: its VM boots from the brought copy's kernel, which the
+    // new snapshot keeps for itself before the old directory is replaced.
+    let again = job(
+        5,
+        "setup",
+        "group/app",
+        &[(RESTORE_VARIABLE, "setup"), (SNAPSHOT_VARIABLE, "always")],
+    );
     let (env, log) = prepared(&second, builds, &again, 0).await;
     assert!(
         log.contains("microVM restored from snapshot setup"),
         "{log}"
     );
     assert!(!log.contains("brought from the runner's store"), "{log}");
+    let (st, out) = stage(&*env, Place::Build, "echo again >> /root/state\n").await;
+    assert!(st.success(), "{out}");
+    assert!(
+        out.contains("Kept snapshot setup in the runner's store for any instance:"),
+        "{out}"
+    );
+    env.cleanup().await.unwrap();
+    let last = job(6, "last", "group/app", &[(RESTORE_VARIABLE, "setup")]);
+    let (env, _) = prepared(&second, builds, &last, 0).await;
+    let (st, out) = stage(&*env, Place::Build, "cat /root/state\n").await;
+    assert!(st.success(), "{out}");
+    assert_eq!(out, "prepared\nagain\n");
     env.cleanup().await.unwrap();
 
-    // Another project's job finds neither the store's copy nor the instance's.
+    // Another project's job finds neither the store's copy nor the instance's, nor does a
+    // job of a protected ref of the same project: an unprotected job prepared that state.
     let intruder = job(9, "test", "other/app", &[(RESTORE_VARIABLE, "setup")]);
-    let (env, r, _) = vm_support::prepare(&second, builds, &intruder, 0).await;
-    let e = r.unwrap_err();
-    assert!(e.contains("taken by a job of another project"), "{e}");
-    env.cleanup().await.unwrap();
+    let mut protected = job(10, "deploy", "group/app", &[(RESTORE_VARIABLE, "setup")]);
+    protected.git_info.protected = Some(true);
+    for (j, scope) in [
+        (&intruder, "project \"other/app\" (non-protected refs)"),
+        (&protected, "project \"group/app\" (protected refs)"),
+    ] {
+        let (env, r, _) = vm_support::prepare(&second, builds, j, 0).await;
+        let e = r.unwrap_err();
+        assert!(e.contains("was taken by a job of another project"), "{e}");
+        assert!(
+            e.contains(&format!(
+                "the runner's store has none for the job's {scope}"
+            )),
+            "{e}"
+        );
+        env.cleanup().await.unwrap();
+    }
 
     // `flotilla debug` on a third host: from the store, with the project named.
     let third_state = tmp("fl-ship-c-");
@@ -146,19 +186,25 @@ async fn infra_microvm_a_snapshot_from_one_instance_starts_a_job_on_another() {
     let third = level(third_state.path(), &store);
     let host: Arc<dyn Connector> = Arc::new(LocalConnector::new());
     let missing = third
-        .debug(host.clone(), "this-host", "setup", Some("other/app"))
+        .debug(
+            host.clone(),
+            "this-host",
+            "setup",
+            Some(&scope("other/app", false)),
+        )
         .await
         .unwrap_err()
         .to_string();
     assert!(
-        missing.contains("has no snapshot \"setup\" of project \"other/app\""),
+        missing.contains("has no snapshot \"setup\" of project \"other/app\" (non-protected refs)"),
         "{missing}"
     );
     let vm = third
-        .debug(host, "this-host", "setup", Some("group/app"))
+        .debug(host, "this-host", "setup", Some(&scope("group/app", false)))
         .await
         .unwrap();
+    // The newest save of the key, made on the second instance from a restored VM.
     let out = vm.guest().output("cat /root/state").await.unwrap();
-    assert_eq!(out.stdout_str(), "prepared\n");
+    assert_eq!(out.stdout_str(), "prepared\nagain\n");
     vm.close().await;
 }

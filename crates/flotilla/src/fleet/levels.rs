@@ -20,8 +20,9 @@ pub struct LevelContext<'a> {
     pub runner: &'a RunnerConfig,
     /// The builds directory on its instances (absolute).
     pub builds_dir: &'a str,
-    /// The runner's cache store on the manager (the `microvm` level keeps snapshots there).
-    pub cache: &'a Arc<dyn CacheStore>,
+    /// The runner's snapshot store on the manager, where the `microvm` level keeps snapshots
+    /// for every instance.
+    pub snapshots: Option<&'a Arc<dyn CacheStore>>,
 }
 
 impl std::fmt::Debug for LevelContext<'_> {
@@ -101,14 +102,14 @@ pub fn docker(cx: &LevelContext<'_>) -> Result<Arc<dyn Isolation>> {
 /// `microvm`: each job's build stages in a QEMU microVM of their own, booted from the job's
 /// image (`[runners.microvm]`).
 pub fn microvm(cx: &LevelContext<'_>) -> Result<Arc<dyn Isolation>> {
-    Ok(Arc::new(microvm_level(cx.runner, Some(cx.cache))?))
+    Ok(Arc::new(microvm_level(cx.runner, cx.snapshots)?))
 }
 
 /// The `microvm` level of `runner` as its own type (`flotilla debug` restores its snapshots),
-/// keeping snapshots in `cache` too unless `[runners.microvm] snapshot_store = false`.
+/// keeping snapshots in `store` too unless `[runners.microvm] snapshot_store = false`.
 pub fn microvm_level(
     runner: &RunnerConfig,
-    cache: Option<&Arc<dyn CacheStore>>,
+    store: Option<&Arc<dyn CacheStore>>,
 ) -> Result<MicrovmIsolation> {
     let m = runner.microvm.clone().unwrap_or_default();
     let defaults = MicrovmConfig::default();
@@ -140,7 +141,7 @@ pub fn microvm_level(
     };
     let level = MicrovmIsolation::new(config)
         .with_context(|| format!("runner {:?}: the microvm level", runner.name))?;
-    Ok(match cache {
+    Ok(match store {
         Some(store) if m.snapshot_store.unwrap_or(true) => level.with_snapshot_store(store.clone()),
         _ => level,
     })

@@ -70,6 +70,9 @@ pub struct FleetParts {
     pub artifacts: Arc<dyn ArtifactStore>,
     /// Where caches go.
     pub cache: Arc<dyn CacheStore>,
+    /// Where the `microvm` level keeps snapshots for every instance (apart from caches, so
+    /// that no cache key can name a snapshot).
+    pub snapshots: Option<Arc<dyn CacheStore>>,
     /// The builds directory when the instance is this host (absolute); created when used.
     /// Instances elsewhere use the runner's `builds_dir`, or `/builds`.
     pub local_builds_dir: String,
@@ -160,17 +163,26 @@ pub async fn embedded_default(parts: FleetParts) -> Result<Fleet> {
     from_runner(&runner, provider, parts).await
 }
 
+/// Where `flotilla run` keeps the snapshots of runner `name` (`<state_dir>/snapshots/<name>`).
+pub fn snapshot_store_dir(state_dir: &Path, name: &str) -> std::path::PathBuf {
+    state_dir.join("snapshots").join(file_name(name))
+}
+
 /// A name made safe for a file name.
 pub fn file_name(name: &str) -> String {
     flotilla_fleet::safe_file_name(name)
 }
 
 /// Every isolation level `runner` offers, built; the default first.
-fn levels(runner: &RunnerConfig, builds_dir: &str, cache: &Arc<dyn CacheStore>) -> Result<Levels> {
+fn levels(
+    runner: &RunnerConfig,
+    builds_dir: &str,
+    snapshots: Option<&Arc<dyn CacheStore>>,
+) -> Result<Levels> {
     let cx = LevelContext {
         runner,
         builds_dir,
-        cache,
+        snapshots,
     };
     let mut built = Vec::new();
     for level in runner.isolation_levels().all() {
@@ -228,7 +240,7 @@ pub async fn from_runner(
         }
         None => REMOTE_BUILDS_DIR.to_string(),
     };
-    let isolation = levels(runner, &builds_dir, &parts.cache)?;
+    let isolation = levels(runner, &builds_dir, parts.snapshots.as_ref())?;
     let hooks = Arc::new(ReadyUp {
         command: a.instance_ready_command.clone(),
         connectors: connectors.clone(),

@@ -236,6 +236,10 @@ async fn start_fleet(
         cache: Arc::new(LocalCacheStore::new(
             state_dir.join("cache").join(fleet::file_name(&runner.name)),
         )),
+        snapshots: Some(Arc::new(LocalCacheStore::new(fleet::snapshot_store_dir(
+            state_dir,
+            &runner.name,
+        )))),
         local_builds_dir: state_dir
             .join("builds")
             .join(fleet::file_name(&runner.name))
@@ -253,6 +257,7 @@ async fn start_fleet(
     let sized_parts = super::sizing::PartsTemplate {
         artifacts: parts.artifacts.clone(),
         cache: parts.cache.clone(),
+        snapshots: parts.snapshots.clone(),
         local_builds_dir: parts.local_builds_dir.clone(),
         run_options: parts.run_options.clone(),
     };

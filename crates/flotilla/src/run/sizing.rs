@@ -37,6 +37,8 @@ pub(super) struct PartsTemplate {
     pub artifacts: Arc<dyn ArtifactStore>,
     /// Where caches go.
     pub cache: Arc<dyn CacheStore>,
+    /// Where snapshots go.
+    pub snapshots: Option<Arc<dyn CacheStore>>,
     /// The builds directory on this host (unused by pods, required by the fleet).
     pub local_builds_dir: String,
     /// The job runner's options.
@@ -154,6 +156,7 @@ impl SizedFleets {
         let parts = FleetParts {
             artifacts: self.parts.artifacts.clone(),
             cache: self.parts.cache.clone(),
+            snapshots: self.parts.snapshots.clone(),
             local_builds_dir: self.parts.local_builds_dir.clone(),
             run_options: self.parts.run_options.clone(),
             durable: None,

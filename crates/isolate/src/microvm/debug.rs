@@ -9,6 +9,7 @@
 use super::cleanup::remove_dir;
 use super::restore::{SnapshotMeta, restore};
 use super::shipping::{self, Imported};
+use super::snapshot::Scope;
 use super::{MicrovmIsolation, snapshot};
 use crate::IsolateError;
 use flotilla_connect::shell::quote;
@@ -42,15 +43,15 @@ impl std::fmt::Debug for DebugVm {
 impl MicrovmIsolation {
     /// Restores snapshot `key` on the instance `host` reaches into a VM of its own and waits
     /// for its agent. `key` is a snapshot key or a job's name (made a key as
-    /// `FLOTILLA_SNAPSHOT` makes it). With `project` and a snapshot store, the store's copy of
-    /// that project's snapshot is brought to the instance first, unless it holds that very
-    /// snapshot already (a fleet job's snapshot, debugged on the manager's host).
+    /// `FLOTILLA_SNAPSHOT` makes it). With `scope` and a snapshot store, the store's copy of
+    /// that scope's snapshot is brought to the instance first, unless it holds that very
+    /// snapshot or a newer one (a fleet job's snapshot, debugged on the manager's host).
     pub async fn debug(
         &self,
         host: Arc<dyn Connector>,
         instance: &str,
         key: &str,
-        project: Option<&str>,
+        scope: Option<&Scope>,
     ) -> Result<DebugVm, IsolateError> {
         let started = Instant::now();
         let key = snapshot::key_of(key);
@@ -76,16 +77,14 @@ impl MicrovmIsolation {
         )
         .await
         .map_err(|e| system("making the VM's directory", &e))?;
-        if let (Some(project), Some(store)) = (project, &self.store) {
-            let imported = shipping::import(&*host, config, &key, &**store, project).await;
+        if let (Some(scope), Some(store)) = (scope, &self.store) {
+            let imported = shipping::import(&*host, config, &key, &**store, scope).await;
             match imported {
                 Ok(Imported::NotInStore) => {
                     let _ = remove_dir(&*host, instance, &dir).await;
                     return Err(system(
                         "finding the snapshot",
-                        &format!(
-                            "the runner's store has no snapshot {key:?} of project {project:?}"
-                        ),
+                        &format!("the runner's store has no snapshot {key:?} of {scope}"),
                     ));
                 }
                 Ok(_) => {}
@@ -95,7 +94,16 @@ impl MicrovmIsolation {
                 }
             }
         }
-        let restored = restore(host.clone(), &self.qemu, config, instance, &key, &dir, None).await;
+        let restored = restore(
+            host.clone(),
+            &self.qemu,
+            config,
+            instance,
+            &key,
+            &dir,
+            scope,
+        )
+        .await;
         let (vm, meta) = match restored {
             Ok(r) => r,
             Err(e) => {

@@ -7,7 +7,7 @@ use super::cleanup::remove_dir;
 use super::restore::{self, SnapshotMeta};
 use super::shipping::{self, Imported};
 use super::sizing::{self, VmSize};
-use super::snapshot::{SnapshotPlan, When};
+use super::snapshot::{Scope, SnapshotPlan, When};
 use super::{MicrovmConfig, rootfs, services, sync};
 use crate::command::{helper_command, script_command};
 use crate::exec::run_with;
@@ -20,9 +20,7 @@ use flotilla_connect::{Connector, ForwardTarget};
 use flotilla_guest::{Dialer, GuestConnector};
 use flotilla_job::model::Image;
 use flotilla_job::script::{ANSI_RESET, ANSI_YELLOW};
-use flotilla_job::{
-    CacheStore, EnvError, EnvPaths, Environment, ExecSpec, ExitStatus, JobPayload, Place,
-};
+use flotilla_job::{CacheStore, EnvError, EnvPaths, Environment, ExecSpec, ExitStatus, Place};
 use flotilla_vmm::qemu::Qemu;
 use flotilla_vmm::{
     Accel, AfterSnapshot, Disk, Machine, SnapshotFiles, Vm, VmSpec, Vmm, VmmError, disk,
@@ -35,6 +33,32 @@ use tokio_util::sync::CancellationToken;
 
 /// Free space in a service's root file system beyond its image's files, in MiB.
 const SERVICE_DISK_FREE_MIB: u64 = 256;
+
+/// The script that flattens each of the `disks` frozen layers in `dir` whose backing file is
+/// under `snapshots` (another snapshot's disk) into a qcow2 file of its own. Layers over a
+/// cached root file system keep their backing: that file is never changed or replaced.
+fn detach_script(dir: &str, disks: usize, snapshots: &str) -> String {
+    format!(
+        r#"set -e
+dir={dir}
+base={base}
+i=0
+while [ "$i" -lt {disks} ]; do
+  d="$dir/disk-$i.qcow2"
+  b=$(qemu-img info -U "$d" | sed -n 's/^backing file: \([^ ]*\).*/\1/p')
+  case "$b" in
+    "$base"/*)
+      qemu-img convert -U -O qcow2 "$d" "$d.flat"
+      mv -f "$d.flat" "$d"
+      ;;
+  esac
+  i=$((i + 1))
+done
+"#,
+        dir = quote(dir),
+        base = quote(snapshots),
+    )
+}
 
 /// Where the job's directories were last written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,8 +105,8 @@ pub(crate) struct MicrovmEnvironment {
     guest_env: OnceLock<(Vec<(String, String)>, String)>,
     /// The kernel and initramfs found on each instance (shared by the level's jobs).
     boot_cache: BootCache,
-    /// The job's GitLab project (snapshots belong to it).
-    project: String,
+    /// Whose snapshots the job saves and restores: its project's, on refs protected alike.
+    scope: Scope,
     /// Where snapshots are carried between instances, if anywhere ([`shipping`]).
     store: Option<Arc<dyn CacheStore>>,
 }
@@ -94,16 +118,6 @@ impl std::fmt::Debug for MicrovmEnvironment {
             .field("slot", &self.slot)
             .field("vm", &self.running.get().map(|r| r.vm.pid()))
             .finish_non_exhaustive()
-    }
-}
-
-/// A job's project as snapshots name it: its full path, else `project-<id>`.
-fn project_of(job: &JobPayload) -> String {
-    let info = &job.job_info;
-    if info.project_full_path.is_empty() {
-        format!("project-{}", info.project_id)
-    } else {
-        info.project_full_path.clone()
     }
 }
 
@@ -164,7 +178,7 @@ impl MicrovmEnvironment {
             restored: AtomicBool::new(false),
             guest_env: OnceLock::new(),
             boot_cache,
-            project: project_of(req.job),
+            scope: Scope::of(req.job),
             store,
         }
     }
@@ -258,37 +272,60 @@ impl MicrovmEnvironment {
     async fn restore(&self, key: &str, dir: &str) -> Result<Booted, EnvError> {
         let fetched = match &self.store {
             Some(store) => {
-                shipping::import(&*self.connector, &self.config, key, &**store, &self.project)
-                    .await
-                    .map_err(|e| {
-                        EnvError::System(format!("snapshot {key:?} from the store: {e}"))
-                    })?
+                shipping::import(&*self.connector, &self.config, key, &**store, &self.scope).await
             }
-            None => Imported::NotInStore,
+            None => Ok(Imported::NotInStore),
         };
-        let (vm, meta) = restore::restore(
+        let restored = restore::restore(
             self.connector.clone(),
             &self.qemu,
             &self.config,
             &self.instance,
             key,
             dir,
-            Some(&self.project),
+            Some(&self.scope),
         )
-        .await?;
+        .await;
+        // A store that failed is the reason when the instance has no copy either; otherwise
+        // the instance's copy serves, and the failure is a warning.
+        let (vm, meta) = match (restored, &fetched) {
+            (Ok(r), _) => r,
+            (Err(e), Err(store)) => {
+                return Err(EnvError::System(format!(
+                    "{e}; bringing it from the runner's store failed: {store}"
+                )));
+            }
+            (Err(e), Ok(Imported::NotInStore)) if self.store.is_some() => {
+                return Err(EnvError::System(format!(
+                    "{e}, and the runner's store has none for the job's {}",
+                    self.scope
+                )));
+            }
+            (Err(e), Ok(_)) => return Err(e),
+        };
         let _ = self.guest_env.set((meta.env.clone(), meta.image.clone()));
         self.restored.store(true, Ordering::SeqCst);
         Ok((
             vm,
             meta.env,
             match fetched {
-                Imported::Fetched(bytes) => format!(
+                Ok(Imported::Fetched(bytes)) => format!(
                     "restored from snapshot {key} (image {}; brought from the runner's store, \
                      {:.1} MiB)",
                     meta.image,
                     bytes as f64 / 1048576.0
                 ),
-                _ => format!("restored from snapshot {key} (image {})", meta.image),
+                Ok(Imported::LocalNewer) => format!(
+                    "restored from snapshot {key} (image {}; the instance's copy, newer than \
+                     the runner's store's)",
+                    meta.image
+                ),
+                Err(e) => format!(
+                    "restored from snapshot {key} (image {}; the instance's copy: the \
+                     runner's store failed: {e})",
+                    meta.image
+                ),
+                Ok(_) => format!("restored from snapshot {key} (image {})", meta.image),
             },
         ))
     }
@@ -480,13 +517,48 @@ impl MicrovmEnvironment {
             .snapshot(&tmp, AfterSnapshot::Resume)
             .await
             .map_err(|e| vmm_error("saving the VM", e))?;
+        // A VM restored from a snapshot writes over that snapshot's disks: the layers saved
+        // now back onto them by path. Flattened, this snapshot stands without that one, which
+        // may be replaced (by a save of the same key, or an import) while this one is kept.
+        flotilla_vmm::host::run(
+            host,
+            "making the snapshot's disks stand alone",
+            &detach_script(&tmp.dir, running.vm.spec().disks.len(), &base),
+        )
+        .await
+        .map_err(|e| vmm_error("making the snapshot's disks stand alone", e))?;
+        // Its kernel and initramfs may be such a snapshot's too (brought from the store):
+        // copied for the same reason.
+        let mut spec = running.vm.spec().clone();
+        for (file, name) in [(&mut spec.kernel, "vmlinuz"), (&mut spec.initrd, "initrd")] {
+            if file.starts_with(&format!("{base}/")) {
+                flotilla_vmm::host::run(
+                    host,
+                    "keeping the kernel with the snapshot",
+                    &format!(
+                        "cp {} {}",
+                        quote(file),
+                        quote(&format!("{}/{name}", tmp.dir))
+                    ),
+                )
+                .await
+                .map_err(|e| vmm_error("keeping the kernel with the snapshot", e))?;
+                *file = name.to_string();
+            }
+        }
         let meta = SnapshotMeta {
-            spec: running.vm.spec().clone(),
+            spec,
             env,
             image,
             project_dir: Some(self.layout.paths.project_dir.clone()),
             id: Some(uuid::Uuid::new_v4().to_string()),
-            project: Some(self.project.clone()),
+            project: Some(self.scope.project.clone()),
+            protected: Some(self.scope.protected),
+            saved_at_ms: Some(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            ),
         };
         let described = serde_json::to_vec(&meta)
             .map_err(|e| EnvError::System(format!("describing the snapshot: {e}")))?;
@@ -523,7 +595,7 @@ impl MicrovmEnvironment {
                 key,
                 &meta,
                 &**store,
-                &self.project,
+                &self.scope,
                 self.slot,
             )
             .await

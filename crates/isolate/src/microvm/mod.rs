@@ -23,7 +23,7 @@
 //! - **Snapshots** ([`snapshot`]): `FLOTILLA_SNAPSHOT` saves the VM after `step_script`,
 //!   `FLOTILLA_RESTORE_FROM` starts a job's VM from a saved one instead of booting. With a
 //!   store ([`MicrovmIsolation::with_snapshot_store`]) a snapshot is also carried to the
-//!   manager, self-contained, and any instance restores it from there ([`shipping`]).
+//!   manager, self-contained, and any instance restores it from there (`shipping`).
 //!
 //! - **Debugging** ([`debug`]): a snapshot restored into a VM of its own for a person
 //!   (`flotilla debug`), thrown away after.
@@ -208,8 +208,9 @@ impl MicrovmIsolation {
         })
     }
 
-    /// Snapshots are also kept in `store` (the runner's cache store on the manager), so a job
-    /// on any instance, or `flotilla debug`, can start from them ([`shipping`]).
+    /// Snapshots are also kept in `store` (the runner's snapshot store on the manager, a
+    /// `CacheStore` of its own), so a job on any instance, or `flotilla debug`, can start from
+    /// them (`shipping`).
     pub fn with_snapshot_store(mut self, store: Arc<dyn CacheStore>) -> MicrovmIsolation {
         self.store = Some(store);
         self

@@ -4,6 +4,7 @@
 
 use super::MicrovmConfig;
 use super::shipping::boot_file;
+use super::snapshot::Scope;
 use flotilla_connect::Connector;
 use flotilla_job::EnvError;
 use flotilla_vmm::qemu::Qemu;
@@ -31,11 +32,17 @@ pub(crate) struct SnapshotMeta {
     /// The GitLab project whose job took it; only that project's jobs restore it.
     #[serde(default)]
     pub(crate) project: Option<String>,
+    /// Whether that job's ref was protected; only jobs of refs alike restore it.
+    #[serde(default)]
+    pub(crate) protected: Option<bool>,
+    /// When it was saved (the manager's clock, milliseconds since the epoch).
+    #[serde(default)]
+    pub(crate) saved_at_ms: Option<u64>,
 }
 
 /// Starts a VM from snapshot `key` of `config`'s state directory on the instance `host`
-/// reaches, in `dir` (which exists and is empty). With `project`, a snapshot another
-/// project's job took is refused.
+/// reaches, in `dir` (which exists and is empty). With `scope`, a snapshot taken out of it
+/// (another project's, or on a ref protected otherwise) is refused.
 pub(crate) async fn restore(
     host: Arc<dyn Connector>,
     qemu: &Qemu,
@@ -43,26 +50,24 @@ pub(crate) async fn restore(
     instance: &str,
     key: &str,
     dir: &str,
-    project: Option<&str>,
+    scope: Option<&Scope>,
 ) -> Result<(Box<dyn Vm>, SnapshotMeta), EnvError> {
     let snap = SnapshotFiles {
         dir: format!("{}/{key}", config.snapshots_dir()),
     };
     let meta = flotilla_vmm::host::read(&*host, &format!("{}/meta.json", snap.dir))
         .await
-        .map_err(|_| {
-            EnvError::System(format!(
-                "no snapshot {key:?} on instance {instance}, nor in the runner's store"
-            ))
-        })?;
+        .map_err(|_| EnvError::System(format!("no snapshot {key:?} on instance {instance}")))?;
     let meta: SnapshotMeta = serde_json::from_slice(&meta)
         .map_err(|e| EnvError::System(format!("the snapshot {key:?} is unreadable: {e}")))?;
-    if let (Some(wanted), Some(took)) = (project, meta.project.as_deref())
-        && wanted != took
+    if let Some(scope) = scope
+        && (meta.project.as_deref() != Some(scope.project.as_str())
+            || meta.protected != Some(scope.protected))
     {
         return Err(EnvError::System(format!(
-            "snapshot {key:?} on instance {instance} was taken by a job of another project; \
-             a job restores only its own project's snapshots"
+            "snapshot {key:?} on instance {instance} was taken by a job of another project, \
+             on a ref protected otherwise, or by an older flotilla that did not record it; a \
+             job restores only snapshots of its {scope}"
         )));
     }
     // Every disk (the job's root, then one per service) continues in a layer of its own.

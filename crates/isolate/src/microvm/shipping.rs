@@ -1,6 +1,6 @@
-//! Snapshots carried between instances through the manager's cache store, so a job on any
-//! instance can start from a snapshot taken on another one, and `flotilla debug` can open a
-//! fleet job's snapshot on the manager's host.
+//! Snapshots carried between instances through a store on the manager (a `CacheStore` of
+//! its own, apart from caches), so a job on any instance can start from a snapshot taken on
+//! another one, and `flotilla debug` can open a fleet job's snapshot on the manager's host.
 //!
 //! A snapshot on its instance is not portable as it is: each disk is a qcow2 layer over a
 //! root file system that instance exported from the job's image (another instance's export
@@ -9,27 +9,71 @@
 //! into a qcow2 file of its own (`qemu-img convert`), the kernel and initramfs copied beside
 //! the state, and the description ([`SnapshotMeta`]) rewritten to name those copies by
 //! relative paths. The whole is one gzip-compressed tar stream, read from the instance into a
-//! temporary file on the manager and kept in the store under the job's project: a snapshot
-//! is never restored into another project's job.
+//! temporary file on the manager and kept in the store under the job's [`Scope`] (its
+//! project, protected refs apart from the others).
 //!
-//! Each snapshot has an id. Beside the archive the store keeps the id alone, so that an
-//! instance holding a snapshot of that key learns cheaply whether its copy is the newest
-//! ([`import`]); only an instance without it, or with an older one, fetches the archive.
+//! Each snapshot has an id and a save time ([`Stamp`]). Beside the archive the store keeps
+//! the stamp alone, so that an instance holding a snapshot of that key learns cheaply whether
+//! its copy is the newest ([`import`]); only an instance without it, or with an older one,
+//! fetches the archive, and the unpacking checks that the archive is the one the stamp names.
 
 use super::MicrovmConfig;
 use super::restore::SnapshotMeta;
+use super::snapshot::Scope;
 use flotilla_connect::shell::quote;
 use flotilla_connect::{Connector, ExecRequest};
 use flotilla_job::{CacheKey, CacheStore, EnvError};
 use std::path::Path;
 
-/// The store entries of snapshot `key` of `project`: the archive, and its id alone.
-pub(crate) fn store_keys(project: &str, key: &str) -> (CacheKey, CacheKey) {
-    let entry = |suffix: &str| CacheKey {
-        project: project.to_string(),
-        key: format!("flotilla-snapshot-{key}{suffix}"),
+/// The store entries of snapshot `key` of `scope`: the archive, and its stamp alone. Refs
+/// that are protected and those that are not have entries of their own, as GitLab keeps
+/// their caches apart.
+pub(crate) fn store_keys(scope: &Scope, key: &str) -> (CacheKey, CacheKey) {
+    let entry = |ext: &str| CacheKey {
+        project: scope.project.clone(),
+        key: format!("{key}-{}{ext}", scope.suffix()),
     };
-    (entry(""), entry(".id"))
+    (entry(""), entry(".stamp"))
+}
+
+/// When a snapshot was saved (the manager's clock, milliseconds since the epoch) and its id:
+/// what the store keeps beside an archive, and what tells two copies of a key apart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Stamp {
+    pub(crate) saved_at_ms: u64,
+    pub(crate) id: String,
+}
+
+impl Stamp {
+    /// The stamp of a snapshot's description (none for snapshots of older versions).
+    pub(crate) fn of(meta: &SnapshotMeta) -> Option<Stamp> {
+        Some(Stamp {
+            saved_at_ms: meta.saved_at_ms?,
+            id: meta.id.clone()?,
+        })
+    }
+
+    fn parse(text: &str) -> Option<Stamp> {
+        let (at, id) = text.trim().split_once(' ')?;
+        Some(Stamp {
+            saved_at_ms: at.parse().ok()?,
+            id: id.to_string(),
+        })
+    }
+
+    fn render(&self) -> String {
+        format!("{} {}", self.saved_at_ms, self.id)
+    }
+}
+
+/// Whether the store's copy (`stored`) is to replace the instance's (`local`): when the
+/// instance has none, or an older one. A newer local copy (its export failed, or is under
+/// way) stays.
+pub(crate) fn fetch_wanted(stored: &Stamp, local: Option<&Stamp>) -> bool {
+    match local {
+        None => true,
+        Some(l) => l.id != stored.id && l.saved_at_ms < stored.saved_at_ms,
+    }
 }
 
 /// The script that turns snapshot directory `snap` (with `disks` disks) into a
@@ -48,15 +92,19 @@ pub(crate) fn pack_script(
 snap={snap}
 out={out}
 trap 'rm -rf "$out"' EXIT
+# Shared with restores, apart from a save or an import replacing the snapshot.
+exec 9>"$(dirname "$snap")/.$(basename "$snap").lock"
+flock -s 9
 i=0
 while [ "$i" -lt {disks} ]; do
-  qemu-img convert -O qcow2 "$snap/disk-$i.qcow2" "$out/disk-$i.qcow2"
+  qemu-img convert -U -O qcow2 "$snap/disk-$i.qcow2" "$out/disk-$i.qcow2"
   i=$((i + 1))
 done
 ln "$snap/state.bin" "$out/state.bin" 2>/dev/null || cp "$snap/state.bin" "$out/state.bin"
 cp {kernel} "$out/vmlinuz"
 cp {initrd} "$out/initrd"
-tar -C "$out" -cf - . | gzip -1
+# tar runs gzip itself and fails when it fails: a pipe would hide a failing tar.
+tar -C "$out" -I 'gzip -1' -cf - .
 "#,
         kernel = quote(kernel),
         initrd = quote(initrd),
@@ -84,8 +132,11 @@ if grep -qF {marker} "$dir/{key}/meta.json" 2>/dev/null; then
 fi
 tmp=$(mktemp -d "$dir/.import-XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-gzip -dc | tar -C "$tmp" -xf -
-[ -f "$tmp/meta.json" ] && [ -f "$tmp/state.bin" ] || {{ echo "the archive holds no snapshot" >&2; exit 1; }}
+tar -C "$tmp" -xzf -
+for f in meta.json state.bin vmlinuz initrd disk-0.qcow2; do
+  [ -f "$tmp/$f" ] || {{ echo "the archive lacks $f" >&2; exit 1; }}
+done
+grep -qF {marker} "$tmp/meta.json" || {{ echo "the archive holds another snapshot than the store says" >&2; exit 1; }}
 rm -rf "$dir/{key}"
 mv "$tmp" "$dir/{key}"
 "#,
@@ -143,9 +194,11 @@ pub(crate) async fn export(
     key: &str,
     meta: &SnapshotMeta,
     store: &dyn CacheStore,
-    project: &str,
+    scope: &Scope,
     slot: usize,
 ) -> Result<u64, EnvError> {
+    let stamp = Stamp::of(meta)
+        .ok_or_else(|| EnvError::System("the snapshot has no id or save time".into()))?;
     let snap = format!("{}/{key}", config.snapshots_dir());
     let out = format!(
         "{}/.export-{}-slot-{slot}",
@@ -173,8 +226,8 @@ pub(crate) async fn export(
         &snap,
         &out,
         meta.spec.disks.len(),
-        &meta.spec.kernel,
-        &meta.spec.initrd,
+        &boot_file(&snap, &meta.spec.kernel),
+        &boot_file(&snap, &meta.spec.initrd),
     );
     run_streaming(host, "packing the snapshot", &script, None, &mut writer).await?;
     tokio::io::AsyncWriteExt::flush(&mut writer)
@@ -184,17 +237,21 @@ pub(crate) async fn export(
     let size = std::fs::metadata(file.path())
         .map(|m| m.len())
         .map_err(|e| EnvError::System(format!("the snapshot archive: {e}")))?;
-    let (archive, id_key) = store_keys(project, key);
+    let (archive, stamp_key) = store_keys(scope, key);
     let keep = |e: flotilla_job::StoreError| {
         EnvError::System(format!("keeping the snapshot in the store: {e}"))
     };
     store.store(&archive, file.path()).await.map_err(keep)?;
-    // The id goes last: a reader that sees it finds the archive it names.
-    let id = tempfile::NamedTempFile::new()
+    // The stamp goes last: a reader that sees it finds the archive it names (or a newer
+    // one, which the unpacking refuses: its id is not the stamp's).
+    let stamp_file = tempfile::NamedTempFile::new()
         .map_err(|e| EnvError::System(format!("a temporary file for the snapshot: {e}")))?;
-    std::fs::write(id.path(), meta.id.as_deref().unwrap_or_default())
-        .map_err(|e| EnvError::System(format!("writing the snapshot's id: {e}")))?;
-    store.store(&id_key, id.path()).await.map_err(keep)?;
+    std::fs::write(stamp_file.path(), stamp.render())
+        .map_err(|e| EnvError::System(format!("writing the snapshot's stamp: {e}")))?;
+    store
+        .store(&stamp_key, stamp_file.path())
+        .await
+        .map_err(keep)?;
     Ok(size)
 }
 
@@ -205,15 +262,17 @@ pub(crate) enum Imported {
     NotInStore,
     /// The instance's copy is the store's.
     Current,
+    /// The instance's copy is newer than the store's (its export failed or is under way).
+    LocalNewer,
     /// The store's copy was brought to the instance (this many bytes of archive).
     Fetched(u64),
 }
 
-/// The id of the snapshot the instance holds under `key`, if any.
-async fn local_id(host: &dyn Connector, config: &MicrovmConfig, key: &str) -> Option<String> {
+/// The stamp of the snapshot the instance holds under `key`, if any.
+async fn local_stamp(host: &dyn Connector, config: &MicrovmConfig, key: &str) -> Option<Stamp> {
     let path = format!("{}/{key}/meta.json", config.snapshots_dir());
     let bytes = flotilla_vmm::host::read(host, &path).await.ok()?;
-    serde_json::from_slice::<SnapshotMeta>(&bytes).ok()?.id
+    Stamp::of(&serde_json::from_slice::<SnapshotMeta>(&bytes).ok()?)
 }
 
 /// Reads a small store entry.
@@ -232,22 +291,29 @@ async fn fetch_small(store: &dyn CacheStore, key: &CacheKey) -> Result<Option<St
         .map_err(|e| EnvError::System(format!("reading the store: {e}")))
 }
 
-/// Brings snapshot `key` of `project` from `store` to the instance `host` reaches, unless the
-/// instance already holds that very snapshot.
+/// Brings snapshot `key` of `scope` from `store` to the instance `host` reaches, unless the
+/// instance holds that very snapshot or a newer one.
 pub(crate) async fn import(
     host: &dyn Connector,
     config: &MicrovmConfig,
     key: &str,
     store: &dyn CacheStore,
-    project: &str,
+    scope: &Scope,
 ) -> Result<Imported, EnvError> {
-    let (archive, id_key) = store_keys(project, key);
-    let Some(id) = fetch_small(store, &id_key).await? else {
+    let (archive, stamp_key) = store_keys(scope, key);
+    let Some(stored) = fetch_small(store, &stamp_key).await? else {
         return Ok(Imported::NotInStore);
     };
-    if !id.is_empty() && local_id(host, config, key).await.as_deref() == Some(id.as_str()) {
-        return Ok(Imported::Current);
+    let stored = Stamp::parse(&stored)
+        .ok_or_else(|| EnvError::System(format!("the store's stamp {stored:?} is unreadable")))?;
+    let local = local_stamp(host, config, key).await;
+    if !fetch_wanted(&stored, local.as_ref()) {
+        return Ok(match local {
+            Some(l) if l.id != stored.id => Imported::LocalNewer,
+            _ => Imported::Current,
+        });
     }
+    let id = stored.id;
     let file = tempfile::NamedTempFile::new()
         .map_err(|e| EnvError::System(format!("a temporary file for the snapshot: {e}")))?;
     let found = store
@@ -291,13 +357,40 @@ pub(crate) fn boot_file(snapshot_dir: &str, named: &str) -> String {
 mod tests {
     use super::*;
 
+    fn scope(project: &str, protected: bool) -> Scope {
+        Scope {
+            project: project.into(),
+            protected,
+        }
+    }
+
     #[test]
-    fn entries_are_per_project_and_the_id_is_apart() {
-        let (a, id) = store_keys("group/app", "setup");
+    fn entries_are_per_project_and_protection_and_the_stamp_is_apart() {
+        let (a, stamp) = store_keys(&scope("group/app", false), "setup");
         assert_eq!(a.project, "group/app");
-        assert_eq!(a.key, "flotilla-snapshot-setup");
-        assert_eq!(id.key, "flotilla-snapshot-setup.id");
-        assert_ne!(store_keys("group/other", "setup").0, a);
+        assert_eq!(a.key, "setup-non_protected");
+        assert_eq!(stamp.key, "setup-non_protected.stamp");
+        assert_ne!(store_keys(&scope("group/other", false), "setup").0, a);
+        assert_eq!(
+            store_keys(&scope("group/app", true), "setup").0.key,
+            "setup-protected"
+        );
+    }
+
+    #[test]
+    fn only_a_newer_copy_is_fetched() {
+        let stamp = |at, id: &str| Stamp {
+            saved_at_ms: at,
+            id: id.into(),
+        };
+        let stored = stamp(200, "b");
+        assert!(fetch_wanted(&stored, None));
+        assert!(fetch_wanted(&stored, Some(&stamp(100, "a"))));
+        assert!(!fetch_wanted(&stored, Some(&stamp(200, "b"))));
+        // A local save whose export failed is newer: it stays.
+        assert!(!fetch_wanted(&stored, Some(&stamp(300, "c"))));
+        assert_eq!(Stamp::parse(&stored.render()), Some(stored));
+        assert_eq!(Stamp::parse("garbage"), None);
     }
 
     #[test]
@@ -312,6 +405,10 @@ mod tests {
         assert!(s.contains("snap='/a b/k'"), "{s}");
         assert!(s.contains(r#"cp '/boot/v'\''z' "$out/vmlinuz""#), "{s}");
         assert!(s.contains("-lt 2"), "{s}");
+        assert!(
+            !s.contains("| gzip"),
+            "a pipe would hide a failing tar: {s}"
+        );
         let u = unpack_script("/st ate/snapshots", "setup", "0b9e");
         assert!(u.contains("dir='/st ate/snapshots'"), "{u}");
         assert!(u.contains(r#"mv "$tmp" "$dir/setup""#), "{u}");
@@ -319,5 +416,10 @@ mod tests {
             u.contains(r#"grep -qF '"id":"0b9e"' "$dir/setup/meta.json""#),
             "{u}"
         );
+        assert!(
+            u.contains(r#"grep -qF '"id":"0b9e"' "$tmp/meta.json""#),
+            "{u}"
+        );
+        assert!(s.contains("flock -s 9"), "{s}");
     }
 }

@@ -10,7 +10,9 @@
 //! - `FLOTILLA_SNAPSHOT_KEY`: the name a snapshot is saved under; by default the job's name
 //!   (characters other than letters, digits and `._-` replaced by `_`).
 //!
-//! Snapshots are kept on the instance that took them, under the level's state directory.
+//! Snapshots are kept on the instance that took them, under the level's state directory, and
+//! with a snapshot store in the manager's store too (`shipping`). A job restores
+//! only snapshots of its [`Scope`].
 
 use flotilla_job::JobPayload;
 
@@ -20,6 +22,52 @@ pub const SNAPSHOT_VARIABLE: &str = "FLOTILLA_SNAPSHOT";
 pub const RESTORE_VARIABLE: &str = "FLOTILLA_RESTORE_FROM";
 /// Names the job's snapshot.
 pub const KEY_VARIABLE: &str = "FLOTILLA_SNAPSHOT_KEY";
+
+/// Whose snapshots a job may restore: its own project's, taken on refs as protected as its
+/// own. GitLab keeps the caches of protected and unprotected refs apart for the same reason:
+/// a job anyone can push must not prepare the state a protected job starts from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scope {
+    /// The project's full path (`group/project`), else `project-<id>`.
+    pub project: String,
+    /// Whether the job's ref is protected.
+    pub protected: bool,
+}
+
+impl Scope {
+    /// The scope of `job`.
+    pub fn of(job: &JobPayload) -> Scope {
+        let info = &job.job_info;
+        Scope {
+            project: if info.project_full_path.is_empty() {
+                format!("project-{}", info.project_id)
+            } else {
+                info.project_full_path.clone()
+            },
+            protected: job.git_info.protected.unwrap_or(false),
+        }
+    }
+
+    /// `protected` or `non_protected`, as GitLab suffixes cache keys.
+    pub fn suffix(&self) -> &'static str {
+        if self.protected {
+            "protected"
+        } else {
+            "non_protected"
+        }
+    }
+}
+
+impl std::fmt::Display for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "project {:?} ({} refs)",
+            self.project,
+            self.suffix().replace('_', "-")
+        )
+    }
+}
 
 /// When the job's VM is saved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
