@@ -64,3 +64,34 @@ pub async fn write(host: &dyn Connector, path: &str, bytes: Vec<u8>) -> Result<(
     }
     Ok(())
 }
+
+/// Runs `line` (POSIX `sh` syntax) on the instance with its stdin read from `stdin` (none:
+/// empty) and its stdout written to `stdout`, for streams too large to hold in memory (disk
+/// images, archives); a non-zero exit is [`VmmError::Command`] with its stderr.
+pub async fn stream(
+    host: &dyn Connector,
+    what: &str,
+    line: &str,
+    stdin: Option<&mut (dyn tokio::io::AsyncRead + Send + Unpin)>,
+    stdout: &mut (dyn tokio::io::AsyncWrite + Send + Unpin),
+) -> Result<(), VmmError> {
+    let mut err = Vec::new();
+    let mut req =
+        ExecRequest::new(format!("sh -c {}", flotilla_shell::quote(line))).stderr(&mut err);
+    if let Some(stdin) = stdin {
+        req = req.stdin_reader(stdin);
+    }
+    req.stdout = Some(stdout);
+    let status = host
+        .exec(req)
+        .await
+        .map_err(|e| VmmError::connect(what, e))?;
+    if !status.success() {
+        return Err(VmmError::Command {
+            what: what.to_string(),
+            status,
+            stderr: String::from_utf8_lossy(&err).trim().to_string(),
+        });
+    }
+    Ok(())
+}

@@ -20,8 +20,8 @@
 use super::MicrovmConfig;
 use super::restore::SnapshotMeta;
 use super::snapshot::Scope;
+use flotilla_connect::Connector;
 use flotilla_connect::shell::quote;
-use flotilla_connect::{Connector, ExecRequest};
 use flotilla_job::{CacheKey, CacheStore, EnvError};
 use std::path::Path;
 
@@ -159,31 +159,15 @@ pub(crate) fn portable(meta: &SnapshotMeta) -> SnapshotMeta {
     m
 }
 
-/// Runs `line` on the instance with `stdin` and `stdout` as given, failing with its stderr.
-async fn run_streaming(
-    host: &dyn Connector,
-    what: &str,
-    line: &str,
-    stdin: Option<&mut (dyn tokio::io::AsyncRead + Send + Unpin)>,
-    stdout: &mut (dyn tokio::io::AsyncWrite + Send + Unpin),
-) -> Result<(), EnvError> {
-    let mut err = Vec::new();
-    let mut req = ExecRequest::new(format!("sh -c {}", quote(line))).stderr(&mut err);
-    if let Some(stdin) = stdin {
-        req = req.stdin_reader(stdin);
-    }
-    req.stdout = Some(stdout);
-    let status = host
-        .exec(req)
-        .await
-        .map_err(|e| EnvError::System(format!("{what}: {e}")))?;
-    if !status.success() {
-        return Err(EnvError::System(format!(
-            "{what} failed with {status}: {}",
-            String::from_utf8_lossy(&err).trim()
-        )));
-    }
-    Ok(())
+/// A temporary file on the manager for an archive or a stamp.
+fn temp_file() -> Result<tempfile::NamedTempFile, EnvError> {
+    tempfile::NamedTempFile::new()
+        .map_err(|e| EnvError::System(format!("a temporary file for the snapshot: {e}")))
+}
+
+/// A failure on the instance as the job's error.
+fn on_instance(e: flotilla_vmm::VmmError) -> EnvError {
+    EnvError::System(e.to_string())
 }
 
 /// Copies snapshot `key` (just saved on the instance `host` reaches, described by `meta`)
@@ -213,12 +197,11 @@ pub(crate) async fn export(
         &format!("rm -rf {}", quote(&out)),
     )
     .await
-    .map_err(|e| EnvError::System(e.to_string()))?;
+    .map_err(on_instance)?;
     flotilla_vmm::host::write(host, &format!("{out}/meta.json"), described)
         .await
-        .map_err(|e| EnvError::System(e.to_string()))?;
-    let file = tempfile::NamedTempFile::new()
-        .map_err(|e| EnvError::System(format!("a temporary file for the snapshot: {e}")))?;
+        .map_err(on_instance)?;
+    let file = temp_file()?;
     let mut writer = tokio::fs::File::create(file.path())
         .await
         .map_err(|e| EnvError::System(format!("a temporary file for the snapshot: {e}")))?;
@@ -229,7 +212,9 @@ pub(crate) async fn export(
         &boot_file(&snap, &meta.spec.kernel),
         &boot_file(&snap, &meta.spec.initrd),
     );
-    run_streaming(host, "packing the snapshot", &script, None, &mut writer).await?;
+    flotilla_vmm::host::stream(host, "packing the snapshot", &script, None, &mut writer)
+        .await
+        .map_err(on_instance)?;
     tokio::io::AsyncWriteExt::flush(&mut writer)
         .await
         .map_err(|e| EnvError::System(format!("writing the snapshot archive: {e}")))?;
@@ -244,8 +229,7 @@ pub(crate) async fn export(
     store.store(&archive, file.path()).await.map_err(keep)?;
     // The stamp goes last: a reader that sees it finds the archive it names (or a newer
     // one, which the unpacking refuses: its id is not the stamp's).
-    let stamp_file = tempfile::NamedTempFile::new()
-        .map_err(|e| EnvError::System(format!("a temporary file for the snapshot: {e}")))?;
+    let stamp_file = temp_file()?;
     std::fs::write(stamp_file.path(), stamp.render())
         .map_err(|e| EnvError::System(format!("writing the snapshot's stamp: {e}")))?;
     store
@@ -277,8 +261,7 @@ async fn local_stamp(host: &dyn Connector, config: &MicrovmConfig, key: &str) ->
 
 /// Reads a small store entry.
 async fn fetch_small(store: &dyn CacheStore, key: &CacheKey) -> Result<Option<String>, EnvError> {
-    let file = tempfile::NamedTempFile::new()
-        .map_err(|e| EnvError::System(format!("a temporary file for the snapshot: {e}")))?;
+    let file = temp_file()?;
     let found = store
         .fetch(key, file.path())
         .await
@@ -314,8 +297,7 @@ pub(crate) async fn import(
         });
     }
     let id = stored.id;
-    let file = tempfile::NamedTempFile::new()
-        .map_err(|e| EnvError::System(format!("a temporary file for the snapshot: {e}")))?;
+    let file = temp_file()?;
     let found = store
         .fetch(&archive, file.path())
         .await
@@ -328,14 +310,15 @@ pub(crate) async fn import(
         .await
         .map_err(|e| EnvError::System(format!("reading the snapshot archive: {e}")))?;
     let mut said = Vec::new();
-    run_streaming(
+    flotilla_vmm::host::stream(
         host,
         "unpacking the snapshot on the instance",
         &unpack_script(&config.snapshots_dir(), key, &id),
         Some(&mut reader),
         &mut said,
     )
-    .await?;
+    .await
+    .map_err(on_instance)?;
     if String::from_utf8_lossy(&said).trim() == "current" {
         // Another job brought it meanwhile.
         return Ok(Imported::Current);
