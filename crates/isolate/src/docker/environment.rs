@@ -186,7 +186,7 @@ impl DockerEnvironment {
             ..Default::default()
         };
         let (docker, made) = (self.docker.clone(), self.made.clone());
-        let task = self.in_flight.spawn(async move {
+        self.tracked(&what.clone(), async move {
             let created = docker
                 .create_container(Some(options), body)
                 .await
@@ -197,9 +197,21 @@ impl DockerEnvironment {
                 .await
                 .map_err(|e| EnvError::System(format!("starting {what}: {e}")))?;
             Ok(created.id)
-        });
-        task.await
-            .map_err(|e| EnvError::System(format!("creating a container: {e}")))?
+        })
+        .await
+    }
+
+    /// Runs `call` (Docker calls that make `what`) as a task of [`Self::in_flight`]: a
+    /// canceled `prepare` stops waiting for it, but it finishes, and cleanup waits for it.
+    async fn tracked<T: Send + 'static>(
+        &self,
+        what: &str,
+        call: impl std::future::Future<Output = Result<T, EnvError>> + Send + 'static,
+    ) -> Result<T, EnvError> {
+        self.in_flight
+            .spawn(call)
+            .await
+            .map_err(|e| EnvError::System(format!("making {what}: {e}")))?
     }
 
     /// Everything `prepare` does, without the cancellation.
@@ -275,19 +287,16 @@ impl DockerEnvironment {
                 ..Default::default()
             };
             let (docker, made) = (self.docker.clone(), self.made.clone());
-            let task = self.in_flight.spawn(async move {
-                docker.create_network(request).await?;
-                lock(&made).network = Some(name.clone());
-                Ok(name)
-            });
-            let created: Result<String, String> = match task.await {
-                Ok(r) => r.map_err(|e: bollard::errors::Error| e.to_string()),
-                Err(e) => Err(e.to_string()),
-            };
-            Some(
-                created
-                    .map_err(|e| EnvError::System(format!("creating the job's network: {e}")))?,
-            )
+            let created = self
+                .tracked("the job's network", async move {
+                    docker.create_network(request).await.map_err(|e| {
+                        EnvError::System(format!("creating the job's network: {e}"))
+                    })?;
+                    lock(&made).network = Some(name.clone());
+                    Ok(name)
+                })
+                .await?;
+            Some(created)
         };
 
         for s in &self.services {
