@@ -20,7 +20,6 @@ use flotilla_testkit::fake_gitlab::{FakeGitLab, FakeJob, FakeJobState, JobBuilde
 use flotilla_testkit::images::{busybox_image, instance_image};
 use flotilla_testkit::infra::{Infra, require};
 use run_support::Manager;
-use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -349,19 +348,7 @@ async fn infra_run_on_docker_fleets_end_to_end() {
     // Two services on the same port, each in its own network namespace.
     let services = gl.enqueue(
         DOCKER_TOKEN,
-        JobBuilder::new("services")
-            .field("image", json!({"name": busybox_image()}))
-            .field(
-                "services",
-                json!([
-                    run_support::web_service("svc-a", "alpha"),
-                    run_support::web_service("svc-b", "beta")
-                ]),
-            )
-            .script([
-                "wget -qO- http://svc-a:6379/",
-                "wget -qO- http://svc-b:6379/",
-            ]),
+        run_support::services_pair_job("services", &[]),
     );
 
     // Artifacts: the producer uploads, its dependant (queued once it ended) downloads.

@@ -96,22 +96,7 @@ async fn infra_run_on_kubernetes_pods_with_two_services_on_one_port() {
     let config = write_config(dir.path(), gl.url(), &kube, "");
     let mut m = Manager::start(&config, &[]);
 
-    let services = gl.enqueue(
-        TOKEN,
-        JobBuilder::new("services")
-            .field("image", json!({"name": busybox_image()}))
-            .field(
-                "services",
-                json!([
-                    run_support::web_service("svc-a", "alpha"),
-                    run_support::web_service("svc-b", "beta")
-                ]),
-            )
-            .script([
-                "wget -qO- http://svc-a:6379/",
-                "wget -qO- http://svc-b:6379/",
-            ]),
-    );
+    let services = gl.enqueue(TOKEN, run_support::services_pair_job("services", &[]));
     let failing = gl.enqueue(
         TOKEN,
         JobBuilder::new("failing")

@@ -67,22 +67,8 @@ async fn infra_microvm_run_saves_a_failed_job_and_starts_another_from_it() {
 
     let setup = gl.enqueue(
         TOKEN,
-        JobBuilder::new("setup")
-            .variable("FLOTILLA_SNAPSHOT", "on_failure")
-            .field("image", json!({"name": busybox_image()}))
-            .field(
-                "services",
-                json!([
-                    run_support::web_service("svc-a", "alpha"),
-                    run_support::web_service("svc-b", "beta")
-                ]),
-            )
-            .script([
-                "wget -qO- http://svc-a:6379/",
-                "wget -qO- http://svc-b:6379/",
-                "echo 'made by setup' > /root/state",
-                "exit 3",
-            ]),
+        run_support::services_pair_job("setup", &["echo 'made by setup' > /root/state", "exit 3"])
+            .variable("FLOTILLA_SNAPSHOT", "on_failure"),
     );
     assert!(
         gl.wait_finished(&[setup], Duration::from_secs(300)).await,

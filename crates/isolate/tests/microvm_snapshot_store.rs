@@ -11,9 +11,7 @@ use flotilla_connect::local::LocalConnector;
 use flotilla_connect::{Connector, ConnectorExt};
 use flotilla_isolate::microvm::snapshot::{RESTORE_VARIABLE, SNAPSHOT_VARIABLE, Scope};
 use flotilla_isolate::microvm::{MicrovmConfig, MicrovmIsolation};
-use flotilla_job::model::{Image, JobInfo};
-use flotilla_job::{CacheStore, JobPayload, LocalCacheStore, Place, Variable};
-use flotilla_testkit::images::busybox_image;
+use flotilla_job::{CacheStore, JobPayload, LocalCacheStore, Place};
 use flotilla_testkit::infra::{Infra, require};
 use flotilla_testkit::vms::VmGuard;
 use std::os::unix::fs::PermissionsExt;
@@ -22,20 +20,7 @@ use std::sync::Arc;
 use vm_support::{prepared, stage};
 
 fn job(id: i64, name: &str, project: &str, vars: &[(&str, &str)]) -> JobPayload {
-    JobPayload {
-        id,
-        job_info: JobInfo {
-            name: name.into(),
-            project_full_path: project.into(),
-            ..Default::default()
-        },
-        image: Some(Image {
-            name: busybox_image(),
-            ..Default::default()
-        }),
-        variables: vars.iter().map(|(k, v)| Variable::new(*k, *v)).collect(),
-        ..Default::default()
-    }
+    vm_support::busybox_job(id, name, project, vars)
 }
 
 fn level(state: &Path, store: &Arc<dyn CacheStore>) -> MicrovmIsolation {

@@ -8,29 +8,14 @@ mod vm_support;
 
 use flotilla_isolate::microvm::snapshot::{RESTORE_VARIABLE, SNAPSHOT_VARIABLE};
 use flotilla_isolate::microvm::{MicrovmConfig, MicrovmIsolation};
-use flotilla_job::model::{Image, JobInfo};
-use flotilla_job::{ExitStatus, JobPayload, Place, Variable};
-use flotilla_testkit::images::busybox_image;
+use flotilla_job::{ExitStatus, JobPayload, Place};
 use flotilla_testkit::infra::{Infra, require};
 use flotilla_testkit::vms::VmGuard;
 use std::time::Instant;
 use vm_support::stage;
 
 fn job(id: i64, name: &str, vars: &[(&str, &str)]) -> JobPayload {
-    JobPayload {
-        id,
-        job_info: JobInfo {
-            name: name.into(),
-            project_full_path: "group/project".into(),
-            ..Default::default()
-        },
-        image: Some(Image {
-            name: busybox_image(),
-            ..Default::default()
-        }),
-        variables: vars.iter().map(|(k, v)| Variable::new(*k, *v)).collect(),
-        ..Default::default()
-    }
+    vm_support::busybox_job(id, name, "group/project", vars)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -158,3 +158,27 @@ pub(crate) async fn fake_gitlab(
         .await
         .expect("starting the fake GitLab")
 }
+
+/// A job with the two [`web_service`]s on one port (`svc-a` answering `alpha`, `svc-b`
+/// answering `beta`) in the busybox image, whose script reads both, then runs `more`. It
+/// passes only where each service has a network namespace of its own.
+pub(crate) fn services_pair_job(
+    name: &str,
+    more: &[&str],
+) -> flotilla_testkit::fake_gitlab::JobBuilder {
+    let mut script = vec![
+        "wget -qO- http://svc-a:6379/",
+        "wget -qO- http://svc-b:6379/",
+    ];
+    script.extend_from_slice(more);
+    flotilla_testkit::fake_gitlab::JobBuilder::new(name)
+        .field(
+            "image",
+            serde_json::json!({"name": flotilla_testkit::images::busybox_image()}),
+        )
+        .field(
+            "services",
+            serde_json::json!([web_service("svc-a", "alpha"), web_service("svc-b", "beta")]),
+        )
+        .script(script)
+}

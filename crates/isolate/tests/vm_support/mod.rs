@@ -89,3 +89,24 @@ pub(crate) fn vmm_pid(dir: &str) -> Option<u32> {
         .parse()
         .ok()
 }
+
+/// A job of `project` named `name` in the busybox image, with `vars`.
+pub(crate) fn busybox_job(id: i64, name: &str, project: &str, vars: &[(&str, &str)]) -> JobPayload {
+    JobPayload {
+        id,
+        job_info: flotilla_job::model::JobInfo {
+            name: name.into(),
+            project_full_path: project.into(),
+            ..Default::default()
+        },
+        image: Some(flotilla_job::model::Image {
+            name: flotilla_testkit::images::busybox_image(),
+            ..Default::default()
+        }),
+        variables: vars
+            .iter()
+            .map(|(k, v)| flotilla_job::Variable::new(*k, *v))
+            .collect(),
+        ..Default::default()
+    }
+}
