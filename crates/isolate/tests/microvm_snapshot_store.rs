@@ -114,7 +114,10 @@ async fn infra_microvm_a_snapshot_from_one_instance_starts_a_job_on_another() {
         assert_eq!(out, "prepared\n");
         env.cleanup().await.unwrap();
     }
-    assert!(brought >= 1, "one of the branches brought the snapshot");
+    assert_eq!(
+        brought, 1,
+        "one branch brings the snapshot, the others wait for it and find it"
+    );
     assert_eq!(mode(&second_state.path().join("snapshots")), 0o700);
     // That job saves the key again: its VM boots from the brought copy's kernel, which the
     // new snapshot keeps for itself before the old directory is replaced.

@@ -98,7 +98,9 @@ pub fn alive(pid: u32) -> bool {
 
 /// Stops `pid` with SIGSTOP and waits until every one of its threads is stopped. The signal
 /// alone is not enough: one thread takes it and then stops the others, and on a loaded
-/// machine another thread can meanwhile still answer a request.
+/// machine another thread can meanwhile still answer a request. A thread's state is the
+/// field after its command name in `/proc/<pid>/task/<tid>/stat`, `T` when stopped by a
+/// signal (proc(5)).
 pub fn stop(pid: u32) {
     signal(pid, libc::SIGSTOP);
     let until = Instant::now() + Duration::from_secs(10);
