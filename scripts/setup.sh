@@ -19,11 +19,14 @@ PACKAGES=(
   openssh-server       # real sshd for connector tests and inside instance images
   openssh-client       # ssh(1) for the ControlMaster comparison benchmark
   qemu-system-x86      # microVM / VM isolation under TCG
+  qemu-utils           # qemu-img: the microvm and vm levels' disk layers
   linux-image-cloud-amd64
   busybox-static       # tiny offline job image and initramfs
   debootstrap          # offline Debian instance image and test VM image
   cpio kmod            # the test VM's initramfs and modules (scripts/build-vm-image.sh)
   git ca-certificates curl iproute2 procps zip unzip
+  openssl              # judges the aws provider's Windows password decryption
+  e2fsprogs            # mke2fs: the microvm level's root file systems
   prometheus           # promtool: judges the /metrics exposition
   python3-prometheus-client  # a second, independent parser of it
   chromium nodejs npm  # the status page in a real browser (playwright-core from npm)

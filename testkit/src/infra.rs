@@ -18,7 +18,7 @@ pub enum Infra {
     Docker,
     /// The OpenSSH server binary (`/usr/sbin/sshd`).
     Sshd,
-    /// `qemu-system-x86_64` and a bootable kernel in `/boot`.
+    /// `qemu-system-x86_64`, `qemu-img` and a bootable kernel in `/boot`.
     Qemu,
     /// Cgroups this process can create and move processes into: the `cpu`, `memory` and
     /// `pids` hierarchies of cgroup v1 (as on this project's CI machine), or cgroup v2 with
@@ -54,7 +54,9 @@ impl Infra {
         match self {
             Infra::Docker => "a Docker engine",
             Infra::Sshd => "OpenSSH's sshd",
-            Infra::Qemu => "QEMU and a kernel",
+            Infra::Qemu => {
+                "QEMU, qemu-img and a kernel (Debian packages qemu-system-x86, qemu-utils)"
+            }
             Infra::Cgroups => "writable cgroups (root, cgroup v1 cpu/memory/pids or v2)",
             Infra::Promtool => "Prometheus's promtool (Debian package prometheus)",
             Infra::PythonPrometheusClient => {
@@ -109,7 +111,7 @@ pub fn available(infra: Infra) -> bool {
         Infra::Kubectl => kubectl_path().is_some(),
         Infra::Promtool => *PROMTOOL.get_or_init(|| runs("promtool", &["--version"])),
         Infra::PythonPrometheusClient => *PY_PROMETHEUS
-            .get_or_init(|| runs("python3", &["-c", "import prometheus_client.parser"])),
+            .get_or_init(|| runs(DEBIAN_PYTHON, &["-c", "import prometheus_client.parser"])),
         Infra::Browser => *BROWSER.get_or_init(|| {
             std::path::Path::new(CHROMIUM).exists()
                 && runs("node", &["--version"])
@@ -134,10 +136,17 @@ pub fn available(infra: Infra) -> bool {
                 .status()
                 .map(|s| s.success())
                 .unwrap_or(false);
-            qemu && kernel_path().is_some()
+            // The microvm and vm levels make their disks with qemu-img (Debian's qemu-utils,
+            // which qemu-system-x86 does not pull in without recommends).
+            qemu && kernel_path().is_some() && runs("qemu-img", &["--version"])
         }),
     }
 }
+
+/// Debian's own Python, the one interpreter that sees Debian's `python3-*` packages (a
+/// `python3` first on `PATH` may be another one, pyenv's on this project's machines, which
+/// does not).
+pub const DEBIAN_PYTHON: &str = "/usr/bin/python3";
 
 /// Where `scripts/setup.d/aws.sh` installs moto's venv.
 pub const MOTO_VENV: &str = "/opt/flotilla/moto-venv";

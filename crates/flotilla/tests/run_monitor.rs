@@ -446,7 +446,7 @@ async fn run_serves_gitlab_metrics_that_real_parsers_accept() {
         assert!(ok && said.trim().is_empty(), "promtool: {said}\n{text}");
     }
     if infra::require(Infra::PythonPrometheusClient) {
-        let (ok, said) = judge("python3", &["-c", PY_PARSE], &text);
+        let (ok, said) = judge(infra::DEBIAN_PYTHON, &["-c", PY_PARSE], &text);
         assert!(ok, "prometheus_client: {said}\n{text}");
         for family in [
             "fleeting_provisioner_instances gauge",
@@ -468,7 +468,7 @@ async fn run_serves_gitlab_metrics_that_real_parsers_accept() {
             "gitlab_runner_concurrent x",
             1,
         );
-        assert!(!judge("python3", &["-c", PY_PARSE], &broken).0);
+        assert!(!judge(infra::DEBIAN_PYTHON, &["-c", PY_PARSE], &broken).0);
     }
 
     m.signal(libc::SIGTERM);
