@@ -269,6 +269,10 @@ impl Dispatcher {
             self.forget_connector(&instance, &connector);
         } else if connector.failures() > failures_before {
             self.instance_failed(&instance, &connector);
+        } else {
+            // Reached and ran: the instance's failure streak ends (failure_threshold counts
+            // consecutive failures).
+            self.scaler.report_success(&instance);
         }
         tally.complete().await;
         JobResult {

@@ -63,9 +63,17 @@ impl Capabilities {
     }
 
     /// Whether `max_use_count` (retire an instance after that many jobs) can be honoured:
-    /// only where a retired instance is really gone and replaced.
+    /// only where a retired instance is really gone and replaced (not this host, not a
+    /// machine lent from a fixed pool).
     pub fn can_retire_instances(&self) -> bool {
-        !self.fixed_pool
+        !self.fixed_pool && !self.single_host
+    }
+
+    /// Whether `decrease` can take an instance away at all: not where the one instance is
+    /// the host flotilla runs on. (A fixed pool's machines are given back, which is a
+    /// removal from the group.)
+    pub fn can_delete_instances(&self) -> bool {
+        !self.single_host
     }
 
     /// The slots each instance runs when the fleet asks for `capacity_per_instance`: never

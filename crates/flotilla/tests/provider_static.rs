@@ -64,8 +64,8 @@ fn max_use_count_is_refused_for_a_static_pool() {
     assert_ne!(run.code, 0, "{run}");
     assert!(
         run.stderr.contains(
-            "max_use_count = 1 cannot be used with plugin \"static\": its instances are \
-             machines of a fixed pool"
+            "max_use_count = 1 cannot be used with plugin \"static\": its instances \
+             (machines of a fixed pool) cannot be thrown away"
         ),
         "{run}"
     );

@@ -6,7 +6,8 @@
 //! The rules, in terms of job slots (`capacity_per_instance` per instance):
 //!
 //! - *Usable* instances are live (creating or running), not being removed, healthy, not used
-//!   up and not failed at ready-up. Their slots that do not run a job are *free* (a
+//!   up and not failed at ready-up. Their slots that do not run a job are *free*, as many as
+//!   `max_use_count` still lets the instance take (a
 //!   reservation does not make a slot busy: reservations are long polls that mostly return
 //!   empty, and counting them as demand keeps idle instances alive forever). Instances
 //!   requested but not yet listed count as usable with all slots free.
@@ -18,7 +19,8 @@
 //!   requested.
 //! - The idle target's in-use capacity is every running job, on any instance.
 //! - Otherwise scale down: idle instances (no job, no reservation) past `idle_time`, oldest
-//!   idle first, as long as the free slots left still cover demand. Instances already being
+//!   idle first, as long as the free slots left still cover demand; never an instance the
+//!   provider cannot delete (this host: [`Ledger::permanent_instances`]). Instances already being
 //!   removed are neither capacity nor candidates, so slow deletions never eat the
 //!   scale-down budget.
 //! - Independently, remove instances that cannot serve: timed out, failed ready-up, past the
@@ -224,8 +226,9 @@ pub fn desired(input: Inputs<'_>) -> Decision {
             continue;
         }
         if ledger.unhealthy(i) {
-            // No new work (taskscaler !109); removed once its jobs end.
-            if i.acquired() == 0 {
+            // No new work (taskscaler !109); removed once its jobs end, unless it cannot be
+            // removed: then it waits for a passing check.
+            if i.acquired() == 0 && !ledger.permanent_instances() {
                 remove.push((i.id.clone(), RemovalReason::Unhealthy));
             }
             continue;
@@ -240,10 +243,11 @@ pub fn desired(input: Inputs<'_>) -> Decision {
             continue;
         }
         usable_instances += 1;
-        free_slots += i.not_acquired();
+        free_slots += ledger.takeable_slots(i);
         // A reserved slot keeps its instance: the job behind the reservation must not wait
         // for a cold instance. Reservations are not demand either (below).
         if unheld(i)
+            && !ledger.permanent_instances()
             && i.state == State::Running
             && i.readiness == Readiness::Ready
             && now.saturating_duration_since(i.idle_since) >= policy.idle_time
@@ -441,6 +445,74 @@ mod tests {
         w.ledger.try_acquire("job", w.now).unwrap();
         w.advance(3600);
         assert!(w.decide().remove.is_empty());
+    }
+
+    /// Issue 27 (1): this host as the only instance is never marked for removal (the
+    /// provider cannot delete it, so the mark would never end); past the health-failure
+    /// threshold it only stops taking jobs until a check passes. With `permanent` false (the
+    /// bug put back), the same ledger removes it for idleness and then for health.
+    fn this_host_world(permanent: bool) -> World {
+        let mut w = World::new(2, 0);
+        w.ledger = Ledger::new(2, 0, 3).with_permanent_instances(permanent);
+        w.running(&["local"]);
+        w
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn never_removes_an_instance_the_provider_cannot_delete() {
+        let mut w = this_host_world(true);
+        w.advance(3600);
+        let d = w.decide();
+        assert!(d.remove.is_empty(), "idle: {}", d.explanation);
+        for _ in 0..3 {
+            w.ledger.health_failure("local");
+        }
+        let d = w.decide();
+        assert!(d.remove.is_empty(), "unhealthy: {}", d.explanation);
+        let usable = |w: &World| w.ledger.usable(w.ledger.instance("local").unwrap());
+        assert!(!usable(&w), "no new jobs while its checks fail");
+        w.ledger.health_ok("local");
+        assert!(usable(&w), "back in service after a passing check");
+        assert!(matches!(
+            w.ledger.try_acquire("job", w.now),
+            Ok(crate::ledger::TryAcquire::Assigned(_))
+        ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn deletable_instances_are_still_removed() {
+        let mut w = this_host_world(false);
+        w.advance(3600);
+        assert_eq!(
+            w.decide().remove,
+            vec![("local".to_string(), RemovalReason::IdleTime)]
+        );
+        let mut w = this_host_world(false);
+        for _ in 0..3 {
+            w.ledger.health_failure("local");
+        }
+        assert_eq!(
+            w.decide().remove,
+            vec![("local".to_string(), RemovalReason::Unhealthy)]
+        );
+    }
+
+    /// Issue 27 (8): `idle_count` counts slots a job can still have. An instance of 4 slots
+    /// with one use left under `max_use_count` offers one idle slot, not four; counting four
+    /// (the bug) held no instance for an idle target of 2.
+    #[tokio::test(start_paused = true)]
+    async fn idle_slots_are_those_max_use_count_still_allows() {
+        let mut w = World::new(4, 2);
+        w.ledger = Ledger::new(4, 3, 3);
+        w.config.max_use_count = 3;
+        w.running(&["a"]);
+        for k in ["j1", "j2"] {
+            w.ledger.try_acquire(k, w.now).unwrap();
+            w.ledger.release(k, w.now);
+        }
+        let d = w.decide();
+        assert_eq!(d.explanation.free_slots, 1, "{}", d.explanation);
+        assert_eq!(d.increase, 1, "{}", d.explanation);
     }
 
     #[tokio::test(start_paused = true)]

@@ -31,19 +31,34 @@ use tokio::time::Instant;
 pub(crate) async fn run(shared: Arc<Shared>) {
     let mut next_update = shared.clock.now();
     let mut last_update: Option<Instant> = None;
+    // Failed listings are tried again later and later (from the fast interval, doubling, up
+    // to the slow one): a provider that throttles or lacks the list permission is not asked
+    // every two seconds for hours.
+    let mut listing_backoff = crate::throttle::Backoff::new(
+        shared.config.update_interval_when_expecting,
+        shared
+            .config
+            .update_interval
+            .max(shared.config.update_interval_when_expecting),
+    );
     loop {
         let now = shared.clock.now();
+        let mut listing_delay = None;
         if now >= next_update {
-            update(&shared).await;
+            if update(&shared).await {
+                listing_backoff.success();
+            } else {
+                listing_delay = Some(listing_backoff.failure(now));
+            }
             last_update = Some(now);
         }
         let outcome = tick(&shared).await;
         let base = last_update.unwrap_or(now);
         next_update = base
-            + if outcome.expecting {
-                shared.config.update_interval_when_expecting
-            } else {
-                shared.config.update_interval
+            + match listing_delay {
+                Some(delay) => delay,
+                None if outcome.expecting => shared.config.update_interval_when_expecting,
+                None => shared.config.update_interval,
             };
         let mut wake_at = next_update;
         if let Some(w) = outcome.retry_at {
@@ -166,13 +181,13 @@ fn reconcile(
     (events, starts)
 }
 
-/// Lists the group and reconciles the ledger with it.
-pub(crate) async fn update(shared: &Arc<Shared>) {
+/// Lists the group and reconciles the ledger with it; returns whether the listing came.
+pub(crate) async fn update(shared: &Arc<Shared>) -> bool {
     let listing = match shared.group.update().await {
         Ok(l) => l,
         Err(e) => {
             tracing::warn!(error = %e, "instance group update failed; keeping the last listing");
-            return;
+            return false;
         }
     };
     let (events, starts) = reconcile(shared, &listing);
@@ -182,6 +197,7 @@ pub(crate) async fn update(shared: &Arc<Shared>) {
     for instance in starts {
         shared.tasks.spawn(ready_up(shared.clone(), instance));
     }
+    true
 }
 
 /// Runs one instance's ready-up hook and records the result.

@@ -127,9 +127,13 @@ impl ScalerBuilder {
             self.config.failure_threshold,
         )
         .with_preexisting(self.config.preexisting)
+        .with_permanent_instances(!info.capabilities.can_delete_instances())
         .with_forget_missing_at_once(self.config.legacy.forget_missing_at_once);
         for i in self.restore.instances {
-            ledger.restore(i.id, i.state, i.cause, i.use_count, i.removal, now);
+            // A permanent instance is never being removed: a mark an older flotilla recorded
+            // for it would keep it out of service for ever.
+            let removal = i.removal.filter(|_| !ledger.permanent_instances());
+            ledger.restore(i.id, i.state, i.cause, i.use_count, removal, now);
         }
         // Recorded before the provider was asked, so the provider may never have heard of
         // them: they count as capacity for a short grace only.
@@ -301,7 +305,16 @@ impl Scaler {
                     .shared
                     .hooks
                     .heartbeat(&*self.shared.group, &slot.instance);
-                if let Err(e) = check.await {
+                // The acquire timeout bounds the heartbeat too: one that hangs must not hold
+                // the job (and the slot) past it.
+                let check = match tokio::time::timeout_at(deadline, check).await {
+                    Ok(result) => result,
+                    Err(_) => Err(flotilla_fleet::FleetError::provider(
+                        "heartbeat",
+                        format!("no answer within the acquire timeout ({timeout:?})"),
+                    )),
+                };
+                if let Err(e) = check {
                     tracing::warn!(instance = %slot.instance, error = %e, "heartbeat before acquisition failed");
                     // Counts towards the instance's failure threshold; the jobs already
                     // running there go on (taskscaler !109).
@@ -434,6 +447,13 @@ impl Scaler {
         self.shared.wake.notify_one();
     }
 
+    /// Reports that a job reached its instance and ran there without a connection failure:
+    /// the instance's streak of failures ends (`failure_threshold` counts consecutive ones,
+    /// as GitLab documents it). An instance already past the threshold stays excluded.
+    pub fn report_success(&self, instance: &str) {
+        self.shared.lock().ledger.health_ok(instance);
+    }
+
     /// Replaces the policies (hot reload).
     pub fn configure_schedule(&self, schedule: Schedule) {
         self.shared.lock().schedule = schedule;
@@ -533,7 +553,7 @@ impl Scaler {
     /// benchmark of a whole tick; the driver keeps its own schedule).
     #[doc(hidden)]
     pub async fn drive_once(&self) {
-        driver::update(&self.shared).await;
+        let _listed = driver::update(&self.shared).await;
         driver::tick(&self.shared).await;
     }
 

@@ -227,6 +227,8 @@ impl Shared {
     pub(crate) fn policy_needs_idle(&self) -> bool {
         let utc = self.clock.utc();
         let inner = self.lock();
-        inner.schedule.active(utc).1.idle_target(0) > 0
+        // With `scale_factor`, the target grows with the slots in use: one more job is
+        // what raises it, even where `idle_count` is 0.
+        inner.schedule.active(utc).1.idle_target(1) > 0
     }
 }

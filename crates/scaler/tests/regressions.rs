@@ -405,3 +405,204 @@ async fn a_used_up_instance_is_removed_when_its_job_ends() {
     let inst = g.instance(&id).unwrap();
     assert_eq!(inst.delete_requests, 1, "{id} asked to be deleted once");
 }
+
+/// Issue 27 (1): a shell runner (this host as the only instance) stopped taking jobs five idle
+/// minutes after its first one: `idle_time` marked the instance for removal, the local
+/// provider refused to delete it, and the mark stayed, so the next job waited for a slot that
+/// never came. The real local provider says it cannot delete its instance, and the scaler
+/// never marks it: a job an hour later gets its slot at once.
+#[tokio::test(start_paused = true)]
+async fn this_host_takes_jobs_after_any_idle_time() {
+    let group = Arc::new(flotilla_provider_local::LocalGroup::new());
+    let s = ScalerBuilder::new(group, config(2, 0))
+        .schedule(Schedule::single(policy(0, 300)))
+        .clock(Clock::anchored(monday_noon()))
+        .start()
+        .await
+        .unwrap();
+    let first = s.acquire("first", None).await.unwrap();
+    s.release(first.key());
+    pass(3600).await;
+    let second = tokio::time::timeout(Duration::from_secs(30), s.acquire("second", None))
+        .await
+        .expect("a slot within 30 s after an idle hour")
+        .unwrap();
+    assert_eq!(second.instance_id(), "local");
+    s.release(second.key());
+    let explanation = s.last_decision().map(|e| e.to_string()).unwrap_or_default();
+    assert!(!explanation.contains("scale down"), "{explanation}");
+}
+
+/// Issue 27 (7): `failure_threshold` counts consecutive failures (GitLab's docs, and
+/// `ScalerConfig::failure_threshold`): jobs that reach the instance in between end the streak.
+/// Before, two failures a week apart with good jobs between them added up, and the third took
+/// a healthy instance out of service.
+#[tokio::test(start_paused = true)]
+async fn failure_threshold_counts_consecutive_failures() {
+    let g = fake(FakeConfig::default());
+    let s = start(
+        g.clone(),
+        flotilla_scaler::ScalerConfig {
+            failure_threshold: 3,
+            ..config(1, 1)
+        },
+        policy(1, 3600),
+    )
+    .await;
+    let first = s.acquire("first", None).await.unwrap();
+    let id = first.instance_id().to_string();
+    s.release(first.key());
+    for round in 0..3 {
+        s.report_failure(&id);
+        s.report_failure(&id);
+        s.report_success(&id);
+        pass(5).await;
+        let a = tokio::time::timeout(
+            Duration::from_secs(30),
+            s.acquire(&format!("job{round}"), None),
+        )
+        .await
+        .expect("a slot")
+        .unwrap();
+        assert_eq!(
+            a.instance_id(),
+            id,
+            "round {round}: the instance is still in service"
+        );
+        s.release(a.key());
+    }
+    // Three in a row do take it out.
+    for _ in 0..3 {
+        s.report_failure(&id);
+    }
+    pass(5).await;
+    let a = s.acquire("after", None).await.unwrap();
+    assert_ne!(
+        a.instance_id(),
+        id,
+        "an instance past the threshold takes no new job"
+    );
+}
+
+/// Issue 27 (6): `instance_acquire_timeout` bounds the heartbeat made before a job gets its
+/// slot. A heartbeat that never answered held `acquire` (and the slot) for as long as it hung.
+#[tokio::test(start_paused = true)]
+async fn a_hanging_heartbeat_ends_with_the_acquire_timeout() {
+    struct Hangs;
+    #[async_trait::async_trait]
+    impl Hooks for Hangs {
+        async fn heartbeat(
+            &self,
+            _group: &dyn InstanceGroup,
+            _instance: &str,
+        ) -> Result<(), flotilla_fleet::FleetError> {
+            std::future::pending().await
+        }
+    }
+    let g = fake(FakeConfig::default());
+    let mut cfg = config(1, 1);
+    cfg.acquire_heartbeat = true;
+    let s = ScalerBuilder::new(g, cfg)
+        .schedule(Schedule::single(policy(1, 3600)))
+        .clock(Clock::anchored(monday_noon()))
+        .hooks(Arc::new(Hangs))
+        .start()
+        .await
+        .unwrap();
+    let result = tokio::time::timeout(
+        Duration::from_secs(600),
+        s.acquire("job", Some(Duration::from_secs(120))),
+    )
+    .await
+    .expect("acquire ends with its 120 s timeout, not after a hung heartbeat");
+    assert!(result.is_err(), "no slot without a heartbeat answer");
+}
+
+/// Issue 27 (3): `max_instances` holds through a listing outage. Requests used to be given up
+/// after `request_timeout` (20 minutes) whatever the listings said, and made again: after two
+/// hours of failing listings a group with `max_instances = 2` held six instances. Requests now
+/// age only with listings, so the outage costs nothing, and once listings come back the
+/// instances are found and used.
+#[tokio::test(start_paused = true)]
+async fn max_instances_holds_through_a_listing_outage() {
+    use std::sync::atomic::Ordering;
+    let g = common::Glitchy::new(fake(FakeConfig::default()));
+    g.listing_fails.store(true, Ordering::SeqCst);
+    let s = start_on(g.clone(), config(1, 2), policy(0, 3600)).await;
+    let mut waiting = Vec::new();
+    for i in 0..4 {
+        let s = s.clone();
+        waiting.push(tokio::spawn(async move {
+            s.acquire(&format!("job{i}"), Some(Duration::from_secs(3 * 3600)))
+                .await
+        }));
+    }
+    for _ in 0..(2 * 60) {
+        pass(60).await;
+        let alive = g.fake.created_alive();
+        assert!(alive <= 2, "{alive} instances alive, max_instances = 2");
+    }
+    // Settled with it: failed listings back off (fast interval doubling up to the slow one)
+    // instead of being retried every two seconds, 3,600 times in these two hours.
+    let tries = g.failed_listings.load(Ordering::SeqCst);
+    assert!(
+        tries < 200,
+        "{tries} listings tried in two hours of failures"
+    );
+    g.listing_fails.store(false, Ordering::SeqCst);
+    let first = waiting
+        .remove(0)
+        .await
+        .unwrap()
+        .expect("served once listings work");
+    let second = waiting
+        .remove(0)
+        .await
+        .unwrap()
+        .expect("served once listings work");
+    assert_ne!(first.instance_id(), second.instance_id());
+    assert!(g.fake.created_alive() <= 2);
+    s.release(first.key());
+    s.release(second.key());
+    for w in waiting {
+        let a = w.await.unwrap().expect("served");
+        s.release(a.key());
+    }
+}
+
+/// Issue 27 (settled): with `idle_count = 0` and `scale_factor` set, a job that takes an idle
+/// slot at once raises the idle target (`scale_factor × in use`), so it wakes the driver as an
+/// acquisition under `idle_count` does. Before, the decision waited for the next slow tick
+/// (`update_interval`, a minute by default).
+#[tokio::test(start_paused = true)]
+async fn an_acquisition_wakes_the_driver_under_scale_factor() {
+    let g = fake(FakeConfig::default());
+    let s = start(
+        g.clone(),
+        config(1, 10),
+        Policy {
+            idle_count: 0,
+            scale_factor: 1.0,
+            ..policy(0, 3600)
+        },
+    )
+    .await;
+    // The first job, while it runs, raises the idle target to 1: a second instance comes.
+    let first = s.acquire("first", None).await.unwrap();
+    pass(120).await;
+    s.release(first.key());
+    pass(300).await;
+    assert_eq!(live(&g), 2, "the setup: two idle instances");
+    let before = g.call_count("increase");
+    // The first job's idle target (1) left one more instance: the two jobs take both idle
+    // slots at once, and the target (2) then asks for two more.
+    let second = s.acquire("second", None).await.unwrap();
+    let third = s.acquire("third", None).await.unwrap();
+    pass(5).await;
+    assert!(
+        g.call_count("increase") > before,
+        "no instance asked for within 5 s of the acquisitions"
+    );
+    s.release(second.key());
+    s.release(third.key());
+}

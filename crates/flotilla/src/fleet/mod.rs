@@ -211,10 +211,15 @@ pub async fn from_runner(
     if a.max_use_count > 0 && !capabilities.can_retire_instances() {
         bail!(
             "runner {:?}: max_use_count = {} cannot be used with plugin {plugin:?}: its \
-             instances are machines of a fixed pool, which cannot be thrown away and replaced \
-             after their jobs; remove max_use_count",
+             instances ({}) cannot be thrown away and replaced after their jobs; remove \
+             max_use_count",
             runner.name,
-            a.max_use_count
+            a.max_use_count,
+            if capabilities.single_host {
+                "this host"
+            } else {
+                "machines of a fixed pool"
+            }
         );
     }
     let mut config = scaling::scaler_config(a, &info);

@@ -68,6 +68,9 @@ pub struct Ledger {
     /// Restores the behaviour of bug 3 for the simulation's mutation test: a missing
     /// instance is forgotten at once and comes back as a new one.
     pub(crate) forget_missing_at_once: bool,
+    /// When the provider last listed the group (`None`: never in this process): requests
+    /// age only with listings that could have shown their instances.
+    pub(crate) listed_at: Option<Instant>,
 }
 
 impl Ledger {
@@ -79,6 +82,7 @@ impl Ledger {
                 max_use_count,
                 failure_threshold: failure_threshold.max(1),
                 preexisting: Preexisting::Adopt,
+                permanent: false,
             },
             instances: HashMap::default(),
             free: FreeIndex::default(),
@@ -95,6 +99,7 @@ impl Ledger {
             lost_keys: 0,
             lost_on: HashMap::new(),
             forget_missing_at_once: false,
+            listed_at: None,
         }
     }
 
@@ -102,6 +107,22 @@ impl Ledger {
     pub fn with_preexisting(mut self, policy: Preexisting) -> Self {
         self.rules.preexisting = policy;
         self
+    }
+
+    /// Says the provider cannot delete its instances: its one instance is the host flotilla
+    /// runs on (`Capabilities::can_delete_instances`).
+    pub fn with_permanent_instances(mut self, on: bool) -> Self {
+        self.rules.permanent = on;
+        self
+    }
+
+    /// Whether the provider cannot delete its instances. No instance is then ever marked for
+    /// removal for idleness or failed health checks, since the mark would never end and the
+    /// instance would take no job again; one past `failure_threshold` takes no new job until
+    /// a check passes. (`max_use_count` is refused for such providers where the config is
+    /// read.)
+    pub fn permanent_instances(&self) -> bool {
+        self.rules.permanent
     }
 
     #[doc(hidden)]
@@ -185,6 +206,16 @@ impl Ledger {
     /// Whether an instance is used up by `max_use_count`.
     pub fn used_up(&self, i: &Instance) -> bool {
         self.rules.used_up(i)
+    }
+
+    /// The slots of `i` a job can still have: its slots that run no job, but no more than the
+    /// jobs `max_use_count` still lets it take (a free slot beyond those is not capacity).
+    pub fn takeable_slots(&self, i: &Instance) -> usize {
+        let free = i.not_acquired();
+        match self.rules.max_use_count {
+            0 => free,
+            max => free.min(max.saturating_sub(i.use_count) as usize),
+        }
     }
 
     /// Whether an instance is past the health-failure threshold.

@@ -92,6 +92,7 @@ impl Ledger {
 
     /// Reconciles the ledger with a provider listing (the truth).
     pub fn observe(&mut self, listing: &[InstanceStatus], now: Instant) -> Observed {
+        self.listed_at = Some(now);
         let mut out = Observed::default();
         self.epoch = self.epoch.wrapping_add(1);
         let epoch = self.epoch;
@@ -135,6 +136,16 @@ impl Ledger {
     /// A new entry in the listing: one that departed and came back, one we requested, or
     /// someone else's.
     fn arrival(&mut self, entry: &InstanceStatus, now: Instant) -> Instance {
+        // An instance we removed on purpose that comes back live while we are waiting for
+        // requested ones is one of those: a provider that reuses ids (a static pool lending
+        // the same host again, Proxmox VM ids, StatefulSet pods) made it anew. Taking it for
+        // the old one would bring back its removal mark, and it would never serve.
+        let reused = self.departed.get(&entry.id).is_some_and(|d| {
+            d.removal.is_some() && entry.state.is_live() && self.requested.total() > 0
+        });
+        if reused {
+            self.departed.remove(&entry.id);
+        }
         if let Some(d) = self.departed.remove(&entry.id) {
             let mut i = Instance::new(entry.id.clone(), entry.state, d.cause, self.capacity, now);
             i.use_count = d.use_count;
@@ -272,6 +283,11 @@ fn note(
         out.changed.push(entry.id.clone());
     }
     i.state = entry.state;
+    if was == State::Running && entry.state == State::Creating {
+        // Back to creating (a VM rebooted or re-provisioned under the same id): what its
+        // ready-up made ready may be gone, so it runs again once the instance is running.
+        i.readiness = Readiness::Waiting;
+    }
     let foreign = rules.foreign(i);
     if entry.state == State::Running
         && i.readiness == Readiness::Waiting

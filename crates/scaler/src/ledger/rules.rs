@@ -11,6 +11,9 @@ pub(crate) struct Rules {
     pub(crate) max_use_count: u32,
     pub(crate) failure_threshold: u32,
     pub(crate) preexisting: Preexisting,
+    /// The instances cannot be deleted (this host): a failed health streak ends with the next
+    /// passing check, since the instance can never be replaced.
+    pub(crate) permanent: bool,
 }
 
 impl Rules {

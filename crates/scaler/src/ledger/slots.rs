@@ -431,12 +431,19 @@ impl Ledger {
         crossed
     }
 
-    /// Records a passed health check of `id`: the failure streak ends.
+    /// Records a passed health check of `id`: the failure streak ends, unless the instance
+    /// already crossed the threshold and is being replaced; one that cannot be replaced
+    /// (permanent) is back in service.
     pub fn health_ok(&mut self, id: &str) {
+        let (threshold, permanent) = (self.rules.failure_threshold, self.rules.permanent);
         if let Some(i) = self.instances.get_mut(id)
-            && i.health_failures < self.rules.failure_threshold
+            && (i.health_failures < threshold || permanent)
         {
+            let was_unhealthy = i.health_failures >= threshold;
             i.health_failures = 0;
+            if was_unhealthy {
+                self.reindex(id);
+            }
         }
     }
 
@@ -503,9 +510,16 @@ impl Ledger {
     }
 
     /// Forgets requests older than `timeout` (and doubted ones past their grace) that never
-    /// appeared; returns how many instances that forgot.
+    /// appeared; returns how many instances that forgot. Age is measured up to the last
+    /// listing, not to `now`: while the provider cannot list (an outage, throttling, a missing
+    /// permission) nothing says the instances did not come, so the requests keep counting
+    /// against `max_instances` and no new ones are made in their place (issue 27: a group
+    /// with `max_instances = 2` held six after a two-hour listing outage).
     pub fn expire_requested(&mut self, timeout: Duration, now: Instant) -> usize {
-        self.requested.expire(timeout, now)
+        let Some(listed) = self.listed_at else {
+            return 0;
+        };
+        self.requested.expire(timeout, listed.min(now))
     }
 
     /// Notes that a job held `key` on `instance` when the previous process stopped.

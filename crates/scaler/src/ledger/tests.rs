@@ -209,10 +209,14 @@ async fn requested_instances_are_matched_and_expire() {
     let obs = l.observe(&[InstanceStatus::new("x", State::Creating)], now);
     assert_eq!(obs.appeared, vec![("x".to_string(), Cause::Requested)]);
     assert_eq!(l.requested_in_flight(), 1);
+    let later = now + Duration::from_secs(61);
     assert_eq!(
-        l.expire_requested(Duration::from_secs(60), now + Duration::from_secs(61)),
-        1
+        l.expire_requested(Duration::from_secs(60), later),
+        0,
+        "no listing since: nothing says the instance did not come"
     );
+    l.observe(&[InstanceStatus::new("x", State::Creating)], later);
+    assert_eq!(l.expire_requested(Duration::from_secs(60), later), 1);
     let obs = l.observe(
         &[
             InstanceStatus::new("x", State::Running),
@@ -270,6 +274,70 @@ async fn a_request_never_served_ages_out() {
         assert_eq!(l.expire_requested(timeout, t), 0);
         assert_eq!(l.requested_in_flight(), 1, "the phantom");
     }
+    l.observe(&listed, now + timeout);
     assert_eq!(l.expire_requested(timeout, now + timeout), 1);
     assert_eq!(l.requested_in_flight(), 0);
+}
+
+/// Issue 27 (2): a static pool lends the same host again under the same id. Given back
+/// (removed for idleness, the deletion accepted) and lent again for a new request, it is a new
+/// instance: no removal mark, counted as the request's. Before, it came back still marked as
+/// being removed, its request was never matched and a job waited for the acquire timeout.
+#[tokio::test(start_paused = true)]
+async fn a_removed_instance_lent_again_under_its_id_is_new() {
+    let now = Instant::now();
+    let mut l = ready_ledger(1, &["host-1"], now);
+    assert!(l.mark_removal("host-1", crate::cause::RemovalReason::IdleTime, now));
+    l.removal_attempted("host-1", true, now);
+    for _ in 0..MISSING_LISTINGS {
+        l.observe(&running(&[]), now);
+    }
+    let gone = l.observe(&running(&[]), now + MISSING_FOR);
+    assert_eq!(gone.gone.len(), 1, "given back to the pool");
+    // A job needs an instance: the pool lends host-1 again.
+    let later = now + MISSING_FOR + Duration::from_secs(60);
+    l.add_requested(1, later);
+    l.observe(&running(&["host-1"]), later);
+    let i = l.instance("host-1").expect("listed");
+    assert!(i.removal.is_none(), "lent again, it is not being removed");
+    assert_eq!(i.cause, crate::cause::Cause::Requested);
+    assert_eq!(l.requested_in_flight(), 0, "the request is matched");
+    l.ready_up_done("host-1", Ok(()), later);
+    assert!(matches!(
+        l.try_acquire("job", later),
+        Ok(TryAcquire::Assigned(_))
+    ));
+    l.check_invariants().unwrap();
+}
+
+/// The memory of departed instances still serves its purpose: one that dropped out of the
+/// listings while removed, with no request waiting, keeps its mark when it shows up again.
+#[tokio::test(start_paused = true)]
+async fn a_removed_instance_seen_again_unasked_keeps_its_mark() {
+    let now = Instant::now();
+    let mut l = ready_ledger(1, &["vm-1"], now);
+    assert!(l.mark_removal("vm-1", crate::cause::RemovalReason::IdleTime, now));
+    l.removal_attempted("vm-1", true, now);
+    for _ in 0..MISSING_LISTINGS {
+        l.observe(&running(&[]), now);
+    }
+    l.observe(&running(&[]), now + MISSING_FOR);
+    l.observe(&running(&["vm-1"]), now + MISSING_FOR);
+    assert!(l.instance("vm-1").expect("listed").removal.is_some());
+}
+
+/// Issue 27 (settled): an instance that leaves `running` for `creating` and comes back runs
+/// its ready-up again, and offers no slot meanwhile. Before, it kept `Ready` and its slots
+/// were handed out as soon as it was back, before `instance_ready_command` had run on it.
+#[tokio::test(start_paused = true)]
+async fn an_instance_back_to_creating_is_readied_again() {
+    let now = Instant::now();
+    let mut l = ready_ledger(1, &["vm"], now);
+    l.observe(&[InstanceStatus::new("vm", State::Creating)], now);
+    assert_eq!(l.try_acquire("job", now).unwrap(), TryAcquire::Queued);
+    let back = l.observe(&running(&["vm"]), now);
+    assert_eq!(back.became_running, vec!["vm".to_string()]);
+    l.ready_up_done("vm", Ok(()), now);
+    assert_eq!(l.fulfil_pending(now).len(), 1);
+    l.check_invariants().unwrap();
 }

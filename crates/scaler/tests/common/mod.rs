@@ -77,6 +77,10 @@ pub(crate) struct Glitchy {
     pub hidden: std::sync::Mutex<(Vec<String>, usize)>,
     /// `increase` creates what it was asked for and then reports an error.
     pub increase_fails_after_creating: std::sync::atomic::AtomicBool,
+    /// `update` fails (a listing outage: throttling, a missing list permission).
+    pub listing_fails: std::sync::atomic::AtomicBool,
+    /// How many listings failed so.
+    pub failed_listings: std::sync::atomic::AtomicUsize,
 }
 
 impl Glitchy {
@@ -87,6 +91,8 @@ impl Glitchy {
             empty_listings: Default::default(),
             hidden: std::sync::Mutex::new((Vec::new(), 0)),
             increase_fails_after_creating: Default::default(),
+            listing_fails: Default::default(),
+            failed_listings: Default::default(),
         })
     }
 
@@ -108,6 +114,13 @@ impl flotilla_fleet::InstanceGroup for Glitchy {
         &self,
     ) -> Result<Vec<flotilla_fleet::InstanceStatus>, flotilla_fleet::FleetError> {
         use std::sync::atomic::Ordering;
+        if self.listing_fails.load(Ordering::SeqCst) {
+            self.failed_listings.fetch_add(1, Ordering::SeqCst);
+            return Err(flotilla_fleet::FleetError::provider(
+                "update",
+                "throttled: rate exceeded",
+            ));
+        }
         let mut listing = self.fake.update().await?;
         if self
             .empty_listings
