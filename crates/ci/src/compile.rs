@@ -184,7 +184,12 @@ struct Compiler<'a> {
 enum Outcome {
     In(Box<Candidate>),
     Out(String),
-    Manual,
+    /// A manual job left out; `blocking` when it may not fail (`allow_failure: false`, the
+    /// default for `when: manual` in `rules`): GitLab then holds the later stages until it
+    /// runs.
+    Manual {
+        blocking: bool,
+    },
     /// Not run by local runs: a trigger job, or a job of a skipped include.
     Skipped(&'static str),
 }
@@ -256,6 +261,7 @@ impl Compiler<'_> {
         let mut candidates: Vec<Candidate> = Vec::new();
         let mut excluded: Vec<ExcludedJob> = Vec::new();
         let mut manual_out: HashSet<String> = HashSet::new();
+        let mut blocking_manual: Vec<(usize, String)> = Vec::new();
         let mut left_out: HashSet<String> = HashSet::new();
         let mut trigger_out: HashSet<String> = HashSet::new();
         let mut defined: HashSet<String> = HashSet::new();
@@ -272,11 +278,14 @@ impl Compiler<'_> {
                 match self.decide(index, spec, &name, instance, &global_variables) {
                     Outcome::In(c) => candidates.push(*c),
                     Outcome::Out(reason) => excluded.push(ExcludedJob { name, reason }),
-                    Outcome::Manual => {
+                    Outcome::Manual { blocking } => {
                         excluded.push(ExcludedJob {
                             name: name.clone(),
                             reason: "manual job (include manual jobs to run it)".into(),
                         });
+                        if blocking {
+                            blocking_manual.push((spec.stage_index, name.clone()));
+                        }
                         manual_out.insert(name);
                     }
                     Outcome::Skipped(reason) => {
@@ -288,6 +297,36 @@ impl Compiler<'_> {
                     }
                 }
             }
+        }
+
+        // A blocking manual job that is not run holds every job of a later stage that waits
+        // for stages (no `needs`): GitLab's pipeline is `blocked` there
+        // (docs.gitlab.com/ci/jobs/job_control/#types-of-manual-jobs). Jobs with `needs`
+        // go on unless they need a held job (below).
+        if let Some((stage, manual)) = blocking_manual.iter().min().cloned() {
+            let mut kept = Vec::with_capacity(candidates.len());
+            for candidate in candidates {
+                let spec = &specs[candidate.spec];
+                if spec.stage_index > stage && candidate.needs.is_none() {
+                    let reason = format!(
+                        "blocked: the manual job `{manual}` of an earlier stage may not fail and \
+                         has not run (`flotilla exec --manual` runs manual jobs)"
+                    );
+                    self.diag.warn(
+                        &spec.at,
+                        format!("jobs:{} is left out: {reason}", candidate.name),
+                    );
+                    manual_out.insert(candidate.name.clone());
+                    left_out.insert(candidate.name.clone());
+                    excluded.push(ExcludedJob {
+                        name: candidate.name,
+                        reason,
+                    });
+                } else {
+                    kept.push(candidate);
+                }
+            }
+            candidates = kept;
         }
 
         // Resolve needs against the instances that are in; drop jobs that need a manual job that
@@ -541,11 +580,19 @@ impl Compiler<'_> {
             if rule.interruptible.is_some() {
                 interruptible = rule.interruptible;
             }
+            // The job's own value (`Entry::Job#ignored?`: as written, else whether the job
+            // keyword `when` is `manual`), which the matching rule's overrides
+            // (`Gitlab::Ci::Build::Rules::Result#build_attributes`). So a manual job of
+            // `rules: - when: manual` may not fail, and blocks, unless it says otherwise.
             let allow_failure = rule
                 .allow_failure
                 .clone()
                 .or_else(|| spec.allow_failure.clone())
-                .unwrap_or(AllowFailure::No);
+                .unwrap_or(if spec.when == Some(When::Manual) {
+                    AllowFailure::Yes
+                } else {
+                    AllowFailure::No
+                });
             (when, allow_failure)
         } else {
             // The default `only: [branches, tags]` does not apply when the pipeline has
@@ -575,7 +622,9 @@ impl Compiler<'_> {
         };
         if when == When::Manual {
             if !self.options.include_manual {
-                return Outcome::Manual;
+                return Outcome::Manual {
+                    blocking: allow_failure == AllowFailure::No,
+                };
             }
             set(
                 &mut variables,

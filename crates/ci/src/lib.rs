@@ -61,4 +61,4 @@ pub use image::{Image, Service};
 pub use job::{AllowFailure, CompiledJob, Environment, Need, ParallelInstance, Retry, When};
 pub use pipeline::{ExcludedJob, Pipeline};
 pub use predefined::{predefined_variables, slugify};
-pub use variables::{Variable, VariableSource};
+pub use variables::{Variable, VariableSource, runner_variables};

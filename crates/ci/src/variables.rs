@@ -1,12 +1,14 @@
 //! CI/CD variables: the ordered list a job gets, and GitLab's server-side expansion.
 //!
-//! GitLab sends a job's variables to the runner as written; the runner expands them when the job
-//! runs. The server expands them itself only to decide things at pipeline creation: `rules:if`,
+//! GitLab's server expands variables at pipeline creation to decide things: `rules:if`,
 //! `workflow:rules:if` and `only/except:variables` read variables whose values have been expanded
 //! ([`expand_all`]), and `environment:name`/`url`, `resource_group` and local `include` paths are
-//! expanded once. Expansion replaces `$VAR`, `${VAR}` and `%VAR%`; it leaves `$$` and `%%` alone,
-//! removes references to unknown variables (or keeps them, for include paths), does not expand
-//! variables marked `expand: false`, and when the references form a cycle expands nothing.
+//! expanded once. It expands them again, to any depth in dependency order, when it sends a job to
+//! the runner ([`runner_variables`], `build_runner_presenter.rb`), keeping references it does not
+//! know for the runner, which expands once more when the job runs. Expansion replaces `$VAR`,
+//! `${VAR}` and `%VAR%`; it leaves `$$` and `%%` alone, removes references to unknown variables
+//! (or keeps them, for include paths and the runner), does not expand variables marked `expand:
+//! false`, and when the references form a cycle expands nothing.
 
 use std::collections::{HashMap, HashSet};
 
@@ -280,22 +282,50 @@ pub(crate) fn expand(
 /// expanded, as GitLab does before evaluating `rules`. Returns the cycle, if the references form
 /// one; then nothing is expanded.
 pub(crate) fn expand_all(list: &[Variable]) -> (HashMap<String, String>, Option<Vec<String>>) {
-    let mut by_key: HashMap<&str, &Variable> = HashMap::new();
+    let entries: Vec<(&str, &str, bool)> = list
+        .iter()
+        .map(|v| (v.key.as_str(), v.value.as_str(), v.raw))
+        .collect();
+    sort_and_expand(&entries, false)
+}
+
+/// The values GitLab's server sends the runner for a job whose variables are `list` (key, value,
+/// `expand: false`), as `Ci::BuildRunnerPresenter#runner_variables` computes them
+/// (`sort_and_expand_all(keep_undefined: true, expand_file_refs: false, expand_raw_refs:
+/// false)` of `lib/gitlab/ci/variables/collection.rb`): by key, the last definition winning,
+/// each expanded to any depth in dependency order (`B: "$A x"`, `C: "$B y"` gives C the value
+/// of A); references to unknown variables and to `expand: false` variables kept as written, for
+/// the runner to expand; `expand: false` values as written. `None` when the references form a
+/// cycle: GitLab then sends the values as written.
+pub fn runner_variables(list: &[(&str, &str, bool)]) -> Option<HashMap<String, String>> {
+    match sort_and_expand(list, true) {
+        (map, None) => Some(map),
+        (_, Some(_cycle)) => None,
+    }
+}
+
+/// The common part of [`expand_all`] and [`runner_variables`]: `for_runner` keeps unknown
+/// references and references to raw variables as written.
+fn sort_and_expand(
+    list: &[(&str, &str, bool)],
+    for_runner: bool,
+) -> (HashMap<String, String>, Option<Vec<String>>) {
+    let mut by_key: HashMap<&str, (&str, bool)> = HashMap::new();
     let mut order: Vec<&str> = Vec::new();
-    for variable in list {
-        if by_key.insert(&variable.key, variable).is_none() {
-            order.push(&variable.key);
+    for &(key, value, raw) in list {
+        if by_key.insert(key, (value, raw)).is_none() {
+            order.push(key);
         }
     }
     let plain = || -> HashMap<String, String> {
         by_key
             .iter()
-            .map(|(k, v)| (k.to_string(), v.value.clone()))
+            .map(|(k, (v, _))| (k.to_string(), v.to_string()))
             .collect()
     };
     let depends = |key: &str| -> Vec<String> {
         match by_key.get(key) {
-            Some(v) if !v.raw => references(&v.value)
+            Some(&(value, false)) => references(value)
                 .into_iter()
                 .filter(|name| by_key.contains_key(name))
                 .map(str::to_string)
@@ -317,13 +347,17 @@ pub(crate) fn expand_all(list: &[Variable]) -> (HashMap<String, String>, Option<
     }
     let mut expanded: HashMap<String, String> = HashMap::new();
     for key in sorted {
-        let Some(variable) = by_key.get(key.as_str()) else {
+        let Some(&(value, raw)) = by_key.get(key.as_str()) else {
             continue;
         };
-        let value = if variable.raw {
-            variable.value.clone()
+        let value = if raw {
+            value.to_owned()
         } else {
-            expand(&variable.value, &|name| expanded.get(name).cloned(), false)
+            let lookup = |name: &str| match by_key.get(name) {
+                Some((_, true)) if for_runner => None,
+                _ => expanded.get(name).cloned(),
+            };
+            expand(value, &lookup, for_runner)
         };
         expanded.insert(key, value);
     }

@@ -307,6 +307,97 @@ deploy:
     assert!(run.stderr.contains("it is not in this pipeline"), "{run}");
 }
 
+/// A manual job in `rules` may not fail unless it says so, so it blocks: the later stages
+/// wait for it, while jobs with `needs` go on (docs.gitlab.com/ci/jobs/job_control/#types-of-manual-jobs;
+/// `allow_failure` defaults to false for `rules: when: manual`). A `when: manual` job keyword
+/// allows failure by default and blocks nothing.
+#[test]
+fn a_blocking_manual_job_holds_the_later_stages() {
+    let p = Project::with_pipeline(
+        r"
+stages: [build, approve, release]
+early:
+  stage: build
+  script: [echo early]
+approval:
+  stage: approve
+  rules:
+    - when: manual
+  script: [echo approved]
+optional:
+  stage: approve
+  when: manual
+  script: [echo optional]
+ship:
+  stage: release
+  script: [echo shipped]
+notes:
+  stage: release
+  needs: [early]
+  script: [echo notes]
+",
+    );
+    let run = p.exec(&[]);
+    run.expect_code(0);
+    assert_eq!(
+        run.statuses(),
+        statuses(&[("early", "passed"), ("notes", "passed")])
+    );
+    assert!(
+        run.stderr.contains(
+            "jobs:ship is left out: blocked: the manual job `approval` of an earlier stage may \
+             not fail and has not run"
+        ),
+        "{run}"
+    );
+    let run = p.exec(&["--manual"]);
+    run.expect_code(0);
+    assert_eq!(run.statuses().len(), 5, "{run}");
+
+    // Without the blocking one, the keyword's manual job holds nothing.
+    let p = Project::with_pipeline(
+        r"
+stages: [approve, release]
+optional:
+  stage: approve
+  when: manual
+  script: [echo optional]
+ship:
+  stage: release
+  script: [echo shipped]
+",
+    );
+    let run = p.exec(&[]);
+    run.expect_code(0);
+    assert_eq!(run.statuses(), statuses(&[("ship", "passed")]));
+}
+
+/// `retry:when` and `retry:exit_codes` are either-or (GitLab `lib/gitlab/ci/build/auto_retry.rb`:
+/// `retry_on_reason_or_always? || retry_on_exit_code?`): a script failure with a listed exit
+/// code is retried though `when` names another reason.
+#[test]
+fn retry_on_a_listed_exit_code_whatever_when_says() {
+    let p = Project::with_pipeline(
+        r#"
+flaky:
+  retry:
+    max: 1
+    when: [runner_system_failure]
+    exit_codes: [3]
+  script:
+    - |
+      if [ -e "$MARKER" ]; then echo "second attempt passes"; else touch "$MARKER"; exit 3; fi
+"#,
+    );
+    let marker = p.outside().join("attempted");
+    let run = p.exec(&["--variable", &format!("MARKER={}", marker.display())]);
+    run.expect_code(0);
+    assert_eq!(
+        run.statuses(),
+        statuses(&[("flaky", "passed (2 attempts)")])
+    );
+}
+
 #[test]
 fn follow_streams_one_jobs_log_to_the_terminal() {
     let p = Project::with_pipeline(
@@ -901,7 +992,10 @@ hog:
 }
 
 #[test]
-fn exec_instance_level_gives_each_job_the_whole_instance() {
+fn infra_exec_instance_level_gives_each_job_the_whole_instance() {
+    if !flotilla_testkit::infra::require(flotilla_testkit::infra::Infra::Docker) {
+        return;
+    }
     let p = Project::with_pipeline(
         r#"
 whole:
@@ -910,18 +1004,30 @@ whole:
   script: [echo "on the instance"]
 "#,
     );
+    let group = format!("exec-instance-{}", std::process::id());
+    let _guard = flotilla_testkit::containers::LabelGuard::new(format!("flotilla.group={group}"));
     p.write(
         "fleet.toml",
-        r#"
+        &format!(
+            r#"
 [[runners]]
   name = "whole"
   executor = "flotilla"
   [runners.autoscaler]
-    plugin = "local"
+    plugin = "docker"
     capacity_per_instance = 1
     max_use_count = 1
     isolation = "instance"
+    delete_instances_on_shutdown = true
+    shutdown_deletion_interval = "1s"
+    [runners.autoscaler.plugin_config]
+      name = "{group}"
+      image = "{image}"
+    [runners.autoscaler.connector_config]
+      username = "root"
 "#,
+            image = flotilla_testkit::images::instance_image()
+        ),
     );
     p.commit("config");
     let config = p.path().join("fleet.toml");
@@ -931,7 +1037,11 @@ whole:
     assert!(log.contains("Using instance isolation"), "{log}");
     assert!(log.contains("the whole instance is the job's"), "{log}");
     assert!(log.contains("on the instance"), "{log}");
+}
 
+#[test]
+fn exec_instance_level_is_refused_where_it_cannot_be_kept() {
+    let p = Project::with_pipeline("whole:\n  script: [echo hi]\n");
     // Two jobs to an instance would share it: configuration refuses that, saying where.
     p.write(
         "shared.toml",
@@ -949,4 +1059,30 @@ whole:
     let run = p.exec(&["--config", config.to_str().unwrap()]);
     assert_ne!(run.code, 0, "{run}");
     assert!(run.stderr.contains("capacity_per_instance"), "{run}");
+
+    // This host cannot be thrown away after a job (issue 27: a used-up local instance stayed
+    // marked for removal for ever, and the next job waited for a slot that never came).
+    p.write(
+        "local.toml",
+        r#"
+[[runners]]
+  name = "whole"
+  executor = "flotilla"
+  [runners.autoscaler]
+    plugin = "local"
+    capacity_per_instance = 1
+    max_use_count = 1
+    isolation = "instance"
+"#,
+    );
+    let config = p.path().join("local.toml");
+    let run = p.exec(&["--config", config.to_str().unwrap()]);
+    assert_ne!(run.code, 0, "{run}");
+    assert!(
+        run.stderr.contains(
+            "max_use_count = 1 cannot be used with plugin \"local\": its instances (this \
+             host) cannot be thrown away"
+        ),
+        "{run}"
+    );
 }

@@ -53,17 +53,17 @@ fn job_variables(job: &CompiledJob, ctx: &PayloadContext<'_>) -> Vec<Variable> {
     out.push(public("CI_JOB_ID", &ctx.job_id.to_string()));
     out.push(public("CI_PIPELINE_ID", &ctx.pipeline_id.to_string()));
     out.push(public("CI_PIPELINE_IID", &ctx.pipeline_id.to_string()));
-    out.push(public(
-        "CI_JOB_MANUAL",
-        if job.when == ci::When::Manual {
-            "true"
-        } else {
-            ""
-        },
-    ));
-    if let Some(p) = &job.parallel {
-        out.push(public("CI_NODE_INDEX", &p.index.to_string()));
-        out.push(public("CI_NODE_TOTAL", &p.total.to_string()));
+    // Only a manual job has CI_JOB_MANUAL; CI_NODE_TOTAL is 1 without `parallel`, which alone
+    // sets CI_NODE_INDEX (docs.gitlab.com/ci/variables/predefined_variables/).
+    if job.when == ci::When::Manual {
+        out.push(public("CI_JOB_MANUAL", "true"));
+    }
+    match &job.parallel {
+        Some(p) => {
+            out.push(public("CI_NODE_INDEX", &p.index.to_string()));
+            out.push(public("CI_NODE_TOTAL", &p.total.to_string()));
+        }
+        None => out.push(public("CI_NODE_TOTAL", "1")),
     }
     // The working tree is copied in, not checked out: an empty directory to start from.
     out.push(public("GIT_STRATEGY", "empty"));
@@ -85,6 +85,25 @@ fn job_variables(job: &CompiledJob, ctx: &PayloadContext<'_>) -> Vec<Variable> {
         }
     }
     out
+}
+
+/// Expands `variables` as GitLab's server does before it sends a job to the runner
+/// ([`ci::runner_variables`]): to any depth in dependency order, references it cannot resolve
+/// kept for the runner. File variables keep their values (GitLab does not expand references to
+/// them either). With a cycle, nothing changes, as on GitLab.
+pub(crate) fn expand_as_gitlab_sends(variables: &mut [Variable]) {
+    let list: Vec<(&str, &str, bool)> = variables
+        .iter()
+        .map(|v| (v.key.as_str(), v.value.as_str(), v.raw || v.file))
+        .collect();
+    let Some(expanded) = ci::runner_variables(&list) else {
+        return;
+    };
+    for v in variables.iter_mut().filter(|v| !v.raw && !v.file) {
+        if let Some(value) = expanded.get(&v.key) {
+            v.value.clone_from(value);
+        }
+    }
 }
 
 fn public(key: &str, value: &str) -> Variable {

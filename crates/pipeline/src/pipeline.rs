@@ -225,19 +225,24 @@ fn retry_reason(reason: FailureReason) -> &'static str {
     }
 }
 
+/// Whether a failed attempt is retried, as GitLab's `Gitlab::Ci::Build::AutoRetry` decides:
+/// within `retry:max`, when `retry:when` names the failure reason (or `always`) **or**
+/// `retry:exit_codes` holds the exit code. `when` defaults to `always` only when `exit_codes`
+/// is not given. A canceled job is never retried (`retryable?`).
 fn should_retry(job: &CompiledJob, attempt: u32, reason: FailureReason, code: Option<i32>) -> bool {
     if attempt > u32::from(job.retry.max) || reason == FailureReason::JobCanceled {
         return false;
     }
-    let when_ok = job.retry.when.is_empty()
-        || job
-            .retry
-            .when
+    let r = &job.retry;
+    let on_reason = if r.when.is_empty() {
+        r.exit_codes.is_empty()
+    } else {
+        r.when
             .iter()
-            .any(|w| w == "always" || w == retry_reason(reason));
-    let code_ok =
-        job.retry.exit_codes.is_empty() || code.is_some_and(|c| job.retry.exit_codes.contains(&c));
-    when_ok && code_ok
+            .any(|w| w == "always" || w == retry_reason(reason))
+    };
+    let on_code = code.is_some_and(|c| r.exit_codes.contains(&c));
+    on_reason || on_code
 }
 
 /// Whether a job should run given how the jobs it waits for ended.
@@ -612,6 +617,7 @@ async fn run_job(
         .artifacts
         .extend(crate::dotenv::report_artifacts(&ctx.job));
     payload.variables.extend(ctx.dotenv.iter().cloned());
+    crate::payload::expand_as_gitlab_sends(&mut payload.variables);
     let mut sink = match open_sinks(&ctx.log, ctx.follow.then_some(ctx.job.name.as_str())).await {
         Ok(sinks) => JobTrace {
             sinks,
@@ -752,6 +758,26 @@ mod tests {
             1,
             FailureReason::JobCanceled,
             Some(137)
+        ));
+        // `when` and `exit_codes` together: either one is enough (auto_retry.rb).
+        job.retry.when = vec!["runner_system_failure".into()];
+        assert!(should_retry(
+            &job,
+            1,
+            FailureReason::ScriptFailure,
+            Some(137)
+        ));
+        assert!(should_retry(
+            &job,
+            1,
+            FailureReason::RunnerSystemFailure,
+            None
+        ));
+        assert!(!should_retry(
+            &job,
+            1,
+            FailureReason::ScriptFailure,
+            Some(1)
         ));
     }
 }

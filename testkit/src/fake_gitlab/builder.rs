@@ -230,6 +230,9 @@ impl JobBuilder {
             json!({"key": "CI_JOB_ID", "value": id.to_string(), "public": true, "masked": false}),
             json!({"key": "CI_JOB_NAME", "value": self.name, "public": true, "masked": false}),
             json!({"key": "CI_JOB_STAGE", "value": self.stage, "public": true, "masked": false}),
+            // `lib/gitlab/ci/variables/builder.rb` (`predefined_variables`): always sent, the
+            // `parallel` total or 1.
+            json!({"key": "CI_NODE_TOTAL", "value": "1", "public": true, "masked": false}),
             json!({"key": "CI_JOB_TOKEN", "value": token, "public": false, "masked": true}),
             json!({"key": "CI_PIPELINE_ID", "value": "1000", "public": true, "masked": false}),
             json!({"key": "CI_PROJECT_ID", "value": "7", "public": true, "masked": false}),

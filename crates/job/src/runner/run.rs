@@ -580,12 +580,16 @@ impl Run<'_, '_> {
         if step.script.is_empty() {
             return;
         }
+        // `runtimeStateAndError` (gitlab-runner `common/build.go`): a script stopped by
+        // `RUNNER_SCRIPT_TIMEOUT` or the step's timeout is `timedout`.
         let status = if self.cancel.is_canceled() {
             "canceled"
-        } else if self.failure.is_some() {
-            "failed"
         } else {
-            "success"
+            match &self.failure {
+                Some(f) if f.reason == FailureReason::JobExecutionTimeout => "timedout",
+                Some(_) => "failed",
+                None => "success",
+            }
         };
         let mut vars = self.vars.clone();
         vars.set(Variable::new("CI_JOB_STATUS", status));
@@ -595,7 +599,7 @@ impl Run<'_, '_> {
             .and_then(|v| parse_go_duration(v.trim()).ok())
             .filter(|d| !d.is_zero())
             .unwrap_or(self.runner.options.after_script_timeout);
-        let script = self.script_context(&vars).user_script(&step.script);
+        let script = self.script_context(&vars).after_script(&step.script);
         let ok = match self
             .script(Place::Build, script, self.post_limits(Some(timeout)))
             .await

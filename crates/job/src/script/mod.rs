@@ -1,9 +1,10 @@
 //! Stage scripts: the POSIX shell programs flotilla generates for each stage and pipes to the
 //! environment's shell (no script file is left behind).
 //!
-//! Every script starts the same way: `set -e`, `pipefail` where the shell has it,
-//! `trap 'exit 1' TERM`, then every job variable exported with single-quote quoting, and file
-//! variables written to private files under the per-job temporary directory.
+//! Every script is shaped as GitLab Runner's bash scripts are (see [`ScriptWriter`]); its body
+//! starts the same way: every job variable exported with single-quote quoting, file variables
+//! written to private files under the per-job temporary directory, then `GITLAB_ENV` exported
+//! and the lines earlier commands appended to it exported too.
 
 mod sources;
 mod writer;
@@ -30,6 +31,12 @@ pub enum ScriptError {
     BadGitDepth(String),
 }
 
+/// The variable that names the job's dotenv file (GitLab Runner 16.4 and later).
+pub const GITLAB_ENV: &str = "GITLAB_ENV";
+/// The file's name in the job's temporary directory, as GitLab Runner names it
+/// (`gitlabEnvFileName`, gitlab-runner `shells/abstract.go`).
+const GITLAB_ENV_FILE: &str = "gitlab_runner_env";
+
 /// Where a script runs and with which variables.
 #[derive(Debug, Clone, Copy)]
 pub struct ScriptContext<'a> {
@@ -43,13 +50,12 @@ pub struct ScriptContext<'a> {
 
 impl ScriptContext<'_> {
     /// A writer with the variables exported and file variables written; invalid variable
-    /// names (which no shell can export) are skipped.
-    fn writer(&self) -> ScriptWriter {
+    /// names (which no shell can export) are skipped. Then `GITLAB_ENV`, emptied when `first`
+    /// (the job's first stage).
+    fn writer(&self, first: bool) -> ScriptWriter {
         let mut w = ScriptWriter::new();
         let vars = self.vars;
-        if vars.iter().any(|v| v.file && v.has_valid_name()) {
-            w.private_dir(vars.tmp_dir());
-        }
+        w.private_dir(vars.tmp_dir());
         for v in vars.iter().filter(|v| v.has_valid_name()) {
             if v.file {
                 w.file_variable(&v.key, &vars.file_path(&v.key), &v.value);
@@ -57,14 +63,28 @@ impl ScriptContext<'_> {
                 w.export(&v.key, &v.value);
             }
         }
+        w.dotenv_file(GITLAB_ENV, &vars.file_path(GITLAB_ENV_FILE), first);
         w
     }
 
     /// The script for user commands (`step_script`, `after_script`, other steps): `cd` into
     /// the project directory, then each command echoed as `$ command` and run.
     pub fn user_script(&self, commands: &[String]) -> String {
-        let mut w = self.writer();
+        self.user_script_after(None, commands)
+    }
+
+    /// The `after_script` script: [`ScriptContext::user_script`] with GitLab's
+    /// `Running after script...` notice before the commands (`writeAfterScript`).
+    pub fn after_script(&self, commands: &[String]) -> String {
+        self.user_script_after(Some("Running after script..."), commands)
+    }
+
+    fn user_script_after(&self, notice: Option<&str>, commands: &[String]) -> String {
+        let mut w = self.writer(false);
         w.cd(self.project_dir);
+        if let Some(n) = notice {
+            w.notice(n);
+        }
         if self.vars.bool("CI_DEBUG_TRACE") {
             w.line("set -x");
         }
@@ -77,7 +97,7 @@ impl ScriptContext<'_> {
     /// The `get_sources` script for this job (see [`SourcesPlan`]).
     pub fn get_sources_script(&self, job: &JobPayload) -> Result<String, ScriptError> {
         let plan = SourcesPlan::new(job, self.vars)?;
-        let mut w = self.writer();
+        let mut w = self.writer(true);
         plan.write(&mut w, job, self.builds_dir, self.project_dir);
         Ok(w.finish())
     }

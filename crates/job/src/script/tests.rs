@@ -75,6 +75,11 @@ const NASTY: &[&str] = &[
 ];
 
 fn script_for(values: &[String], file: bool) -> (String, tempfile::TempDir) {
+    script_with(values, file, &[])
+}
+
+/// [`script_for`] with `more` commands after the ones that print the values.
+fn script_with(values: &[String], file: bool, more: &[&str]) -> (String, tempfile::TempDir) {
     let tmp = tempfile::tempdir().unwrap();
     let tmp_dir = tmp.path().join("job.tmp");
     let vars = JobVariables::new(
@@ -101,6 +106,7 @@ fn script_for(values: &[String], file: bool) -> (String, tempfile::TempDir) {
     // Command echoes go to stdout too; print a marker and only compare what follows it.
     let mut all = vec!["printf 'BEGIN>'".to_string()];
     all.extend(commands);
+    all.extend(more.iter().map(|c| (*c).to_owned()));
     (ctx.user_script(&all), tmp)
 }
 
@@ -172,8 +178,11 @@ fn nasty_file_variables_survive_and_are_private() {
     let values: Vec<String> = NASTY.iter().map(|s| s.to_string()).collect();
     check_round_trip(&values, true);
     // And the files are mode 0600 in a 0700 directory.
-    let (mut script, tmp) = script_for(&values[..1], true);
-    script.push_str("stat -c '%a' \"$V_0\" \"$(dirname \"$V_0\")\"\n");
+    let (script, tmp) = script_with(
+        &values[..1],
+        true,
+        &["stat -c '%a' \"$V_0\" \"$(dirname \"$V_0\")\""],
+    );
     let (code, out) = run_in(&["bash"], &script);
     assert_eq!(code, 0);
     let text = String::from_utf8_lossy(&out);

@@ -12,20 +12,31 @@ pub const ANSI_BOLD_RED: &str = "\x1b[31;1m";
 /// ANSI reset as GitLab writes it.
 pub const ANSI_RESET: &str = "\x1b[0;m";
 
-/// Accumulates the body of a stage script and wraps it in the standard preamble:
+/// Accumulates the body of a stage script and wraps it as GitLab Runner's `BashWriter.Finish`
+/// does (gitlab-runner `shells/bash.go`, 19.1 and later):
 ///
 /// ```sh
-/// set -e
-/// if (set -o pipefail) 2>/dev/null; then set -o pipefail; fi
-/// set +o noclobber
 /// trap 'exit 1' TERM
-/// {
-///   ...body...
-/// } < /dev/null
+/// if (set -o pipefail) 2>/dev/null; then set -o pipefail; fi
+/// set -o errexit
+/// set +o noclobber
+/// (trap 'exit 1' TERM; eval '...body...') < /dev/null
+/// exit 0
 /// ```
 ///
-/// The body is one compound command, so the shell reads all of it before running any of it and
-/// commands that read stdin see `/dev/null` rather than the rest of the script.
+/// What a job sees follows from that shape, and GitLab's users rely on each part:
+/// - the stage's status is the body's: the status of the command that stopped it (errexit), or
+///   of its last command. A last line `[ -f x ] && cat x`, `! true` or `set +e; false` fails
+///   the job, as on GitLab; nothing after the body resets the status;
+/// - `eval` parses the body one command at a time as it runs it, so `shopt -s extglob` or an
+///   `alias` on one line takes effect on the next, and a syntax error in a later line does not
+///   keep the earlier lines from running (the error then ends the stage with status 2);
+/// - the body reads `/dev/null` on stdin, so a command that reads stdin never eats the rest of
+///   the script, and runs in a subshell of the stage's shell, which a TERM ends with status 1.
+///
+/// Runners before 19.1 ran the body as `: | eval '...'`, where bash reports a command stopped by
+/// errexit with status 1 whatever its own status was (`exit N` excepted); flotilla keeps the
+/// status, as current runners do.
 #[derive(Default)]
 pub struct ScriptWriter {
     body: String,
@@ -66,10 +77,28 @@ impl ScriptWriter {
         self.export(key, path);
     }
 
-    /// `mkdir -p` a private directory.
+    /// Makes a private directory (0700) unless it exists: no process when it does.
     pub fn private_dir(&mut self, dir: &str) {
         let d = quote(dir);
-        self.line(&format!("mkdir -p {d} && chmod 700 {d}"));
+        self.line(&format!(
+            "[ -d {d} ] || {{ mkdir -p {d} && chmod 700 {d}; }}"
+        ));
+    }
+
+    /// Exports `KEY` as the path of a dotenv file that later commands and stages may append
+    /// `NAME=value` lines to, and exports each line already in it, as GitLab Runner's
+    /// `exportVariables` and `BashWriter.SourceEnv` do for `GITLAB_ENV` (gitlab-runner
+    /// `shells/abstract.go`, `shells/bash.go`). With `fresh`, the file is emptied first: the
+    /// job's first stage, so nothing of an earlier job on the slot survives a failed cleanup.
+    pub fn dotenv_file(&mut self, key: &str, path: &str, fresh: bool) {
+        self.export(key, path);
+        let p = quote(path);
+        let open = if fresh { ">" } else { ">>" };
+        self.line(&format!(": {open} {p}"));
+        self.line(&format!(
+            "while read -r _flotilla_line; do export \"$_flotilla_line\"; done < {p}; \
+             unset _flotilla_line"
+        ));
     }
 
     /// `cd` into `dir`.
@@ -109,16 +138,17 @@ impl ScriptWriter {
         self.line(trimmed);
     }
 
-    /// The full script.
+    /// The full script (see [`ScriptWriter`] for its shape and why).
     pub fn finish(self) -> String {
-        let mut s = String::with_capacity(self.body.len() + 160);
-        s.push_str("set -e\n");
-        s.push_str("if (set -o pipefail) 2>/dev/null; then set -o pipefail; fi\n");
-        s.push_str("set +o noclobber\n");
+        let body = quote(&self.body);
+        let mut s = String::with_capacity(body.len() + 160);
         s.push_str("trap 'exit 1' TERM\n");
-        s.push_str("{\n");
-        s.push_str(&self.body);
-        s.push_str(":\n} < /dev/null\n");
+        s.push_str("if (set -o pipefail) 2>/dev/null; then set -o pipefail; fi\n");
+        s.push_str("set -o errexit\n");
+        s.push_str("set +o noclobber\n");
+        s.push_str("(trap 'exit 1' TERM; eval ");
+        s.push_str(&body);
+        s.push_str(") < /dev/null\nexit 0\n");
         s
     }
 }

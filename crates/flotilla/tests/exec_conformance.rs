@@ -1,0 +1,151 @@
+//! GitLab's job contract through `flotilla exec`, on the shell, cgroup and docker levels: every
+//! case of `flotilla_conformance` as one job of one pipeline, each job's status, exit code and
+//! log checked against what GitLab gives it. The job crate's `conformance` test judges the
+//! stage scripts against GitLab Runner's own script form; this one judges the whole path (the
+//! `.gitlab-ci.yml` compiler, the job runner, the level) the way a user meets it.
+
+mod exec_support;
+
+use exec_support::{Project, Run};
+use flotilla_conformance::{CASES, Case, Expect, header, pipeline_yaml};
+use flotilla_testkit::infra::{Infra, require};
+
+/// The exit code of the log's `Job failed: exit code N` line.
+fn failed_code(log: &str) -> Option<i32> {
+    const LINE: &str = "Job failed: exit code ";
+    let at = log.rfind(LINE)? + LINE.len();
+    let digits: String = log[at..].chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// What is wrong with one job of the run, if anything.
+fn verdict(case: &Case, status: Option<&String>, log: &str) -> Vec<String> {
+    let mut wrong = Vec::new();
+    let want = match case.expect {
+        Expect::Passed => "passed",
+        Expect::Failed(_) | Expect::TimedOut => "failed",
+        Expect::Allowed(_) => "failed (allowed)",
+    };
+    if status.map(String::as_str) != Some(want) {
+        wrong.push(format!("status {status:?}, expected {want:?}"));
+    }
+    match case.expect {
+        Expect::Passed => {
+            if !log.contains("Job succeeded") {
+                wrong.push("no `Job succeeded`".into());
+            }
+        }
+        Expect::Failed(code) | Expect::Allowed(code) => {
+            let got = failed_code(log);
+            if got != Some(code) {
+                wrong.push(format!("`Job failed: exit code` {got:?}, expected {code}"));
+            }
+        }
+        Expect::TimedOut => {
+            if !log.contains("Job failed:") || log.contains("Job failed: exit code") {
+                wrong.push("not failed by a timeout".into());
+            }
+        }
+    }
+    for s in case.log_has {
+        if !log.contains(s) {
+            wrong.push(format!("log lacks {s:?}"));
+        }
+    }
+    for s in case.log_lacks {
+        if log.contains(s) {
+            wrong.push(format!("log has {s:?}"));
+        }
+    }
+    wrong
+}
+
+/// Runs every case that holds in the level's shell (`bash`: the level runs bash) and checks
+/// each job; `config` is the runner's `config.toml`, if any.
+fn conform(level: &str, bash: bool, config: Option<String>) {
+    let cases: Vec<&Case> = CASES.iter().filter(|c| c.holds_in(bash)).collect();
+    let p = Project::with_pipeline(&pipeline_yaml(&header(), cases.iter().copied()));
+    // The config stays out of the project, whose working tree the jobs get.
+    let config_path = p.outside().join("conformance.toml");
+    let config_arg = config_path.to_string_lossy().into_owned();
+    let mut args = vec![];
+    if let Some(config) = &config {
+        std::fs::write(&config_path, config).expect("config written");
+        args.extend(["--config", config_arg.as_str()]);
+    }
+    let run: Run = p.exec(&args);
+    let statuses = run.statuses();
+    let mut failures = Vec::new();
+    for case in &cases {
+        let log = p.log(case.name);
+        let wrong = verdict(case, statuses.get(case.name), &log);
+        if !wrong.is_empty() {
+            failures.push(format!(
+                "{} ({}): {}\n--- log ---\n{log}",
+                case.name,
+                case.source,
+                wrong.join("; ")
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{level}: {} of {} jobs differ from GitLab:\n\n{}\n\n{run}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n\n")
+    );
+    // Some jobs fail, so the pipeline does.
+    run.expect_code(1);
+    eprintln!("{level}: {} cases hold", cases.len());
+}
+
+#[test]
+fn every_case_holds_at_the_shell_level() {
+    conform("shell (embedded default)", true, None);
+}
+
+#[test]
+fn infra_every_case_holds_at_the_cgroup_level() {
+    if !require(Infra::Cgroups) {
+        return;
+    }
+    let config = r#"
+concurrent = 4
+[[runners]]
+  name = "conformance-cgroup"
+  executor = "flotilla"
+  [runners.autoscaler]
+    plugin = "local"
+    isolation = "cgroup"
+    capacity_per_instance = 4
+    max_instances = 1
+"#;
+    conform("cgroup", true, Some(config.to_owned()));
+}
+
+#[test]
+fn infra_every_case_holds_at_the_docker_level() {
+    if !require(Infra::Docker) {
+        return;
+    }
+    let busybox = flotilla_testkit::images::busybox_image();
+    let config = format!(
+        r#"
+concurrent = 4
+[[runners]]
+  name = "conformance-docker"
+  executor = "flotilla"
+  [runners.docker]
+    image = "{busybox}"
+    pull_policy = "if-not-present"
+  [runners.autoscaler]
+    plugin = "local"
+    isolation = "docker"
+    capacity_per_instance = 4
+    max_instances = 1
+"#
+    );
+    // The busybox image has no bash: its jobs run in busybox's sh, as on GitLab.
+    conform("docker (busybox image)", false, Some(config));
+}

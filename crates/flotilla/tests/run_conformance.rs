@@ -1,0 +1,90 @@
+//! GitLab's job contract through `flotilla run` against the fake GitLab: every conformance case
+//! that GitLab's job payload carries as it is (its steps; no `.gitlab-ci.yml` keys, which only
+//! `exec` compiles) is enqueued as a job on a shell runner, and the final update GitLab
+//! receives must carry the case's state and exit code, the trace its output.
+
+mod run_support;
+
+use flotilla_conformance::{CASES, Case, Expect, GLOBAL_VARIABLES};
+use flotilla_testkit::fake_gitlab::JobBuilder;
+use run_support::{Manager, write_local_config};
+use std::time::Duration;
+
+const TOKEN: &str = "glrt-conformance-token";
+
+fn verdict(case: &Case, state: &str, exit_code: Option<i64>, trace: &str) -> Vec<String> {
+    let mut wrong = Vec::new();
+    let (want_state, want_code) = match case.expect {
+        Expect::Passed => ("success", None),
+        // allow_failure is Rails' decision on a failed job; the runner reports the failure.
+        Expect::Failed(c) | Expect::Allowed(c) => ("failed", Some(i64::from(c))),
+        Expect::TimedOut => ("failed", None),
+    };
+    if state != want_state || exit_code != want_code {
+        wrong.push(format!(
+            "final update {state} exit_code {exit_code:?}, expected {want_state} {want_code:?}"
+        ));
+    }
+    for s in case.log_has {
+        if !trace.contains(s) {
+            wrong.push(format!("trace lacks {s:?}"));
+        }
+    }
+    for s in case.log_lacks {
+        if trace.contains(s) {
+            wrong.push(format!("trace has {s:?}"));
+        }
+    }
+    wrong
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_payload_case_ends_as_on_gitlab() {
+    let cases: Vec<&Case> = CASES.iter().filter(|c| c.extra.is_empty()).collect();
+    assert!(cases.len() >= 80, "only {} cases", cases.len());
+    let gl = run_support::fake_gitlab(&[TOKEN], Duration::from_millis(500)).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = write_local_config(dir.path(), gl.url(), TOKEN, 4);
+    let m = Manager::start(&config, &[]);
+    let ids: Vec<(i64, &Case)> = cases
+        .iter()
+        .map(|c| {
+            let mut job = JobBuilder::new(c.name).script(c.step_script());
+            for (k, v) in GLOBAL_VARIABLES {
+                job = job.variable(*k, *v);
+            }
+            if !c.after.is_empty() {
+                job = job.after_script(c.after.iter().copied());
+            }
+            (gl.enqueue(TOKEN, job), *c)
+        })
+        .collect();
+    let all: Vec<i64> = ids.iter().map(|(id, _)| *id).collect();
+    assert!(
+        gl.wait_finished(&all, Duration::from_secs(300)).await,
+        "jobs did not finish; manager log:\n{}",
+        m.log()
+    );
+    let mut failures = Vec::new();
+    for (id, case) in &ids {
+        let job = gl.job(*id).expect("the job");
+        let f = job.final_update.clone().expect("a final update");
+        let trace = job.trace_text();
+        let wrong = verdict(case, &f.state, f.exit_code, &trace);
+        if !wrong.is_empty() {
+            failures.push(format!(
+                "{} ({}): {}\n--- trace ---\n{trace}",
+                case.name,
+                case.source,
+                wrong.join("; ")
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} jobs differ from GitLab:\n\n{}",
+        failures.len(),
+        ids.len(),
+        failures.join("\n\n")
+    );
+}
