@@ -624,10 +624,15 @@ async fn route(job: &mut Job, payload: &JobPayload) -> Result<(), String> {
     let route = job.executor.route(payload).await?;
     job.notes = route.notes;
     if let Some(executor) = route.executor {
-        let reservation = executor
-            .scaler()
-            .reserve_owned(slot_key(&job.inner.config.name))
-            .map_err(|e| format!("no job slot can be reserved for it: {e}"))?;
+        let key = slot_key(&job.inner.config.name);
+        let reservation = match executor.scaler().reserve_owned(key.clone()) {
+            Ok(r) => r,
+            // Every slot that fleet may have is promised: the job, already ours, waits for
+            // one (up to `instance_acquire_timeout`) as any job GitLab hands over does,
+            // rather than failing while the fleet is busy.
+            Err(ScalerError::NoCapacity { .. }) => executor.scaler().waiting_owned(key),
+            Err(e) => return Err(format!("no job slot can be reserved for it: {e}")),
+        };
         job.reservation = reservation;
         job.executor = executor;
     }

@@ -161,3 +161,75 @@ async fn a_routed_job_runs_on_the_other_executor_and_a_refused_one_fails() {
 async fn routing_works_the_same_with_two_phase_acceptance() {
     routes_jobs(two_phase_source_config()).await;
 }
+
+/// Issue 27 (4): a job routed to a fleet whose every slot is promised waits for one, as a
+/// job GitLab handed over waits on any fleet (up to `instance_acquire_timeout`). It used to
+/// fail at once as a system failure ("every slot the fleet may have is promised"), so a
+/// `parallel:matrix` of one shape larger than its fleet lost its extra jobs.
+#[tokio::test]
+async fn a_job_routed_to_a_full_fleet_waits_for_a_slot() {
+    let fake = fake().start().await.unwrap();
+    let home = LocalExecutor::new(local_scaler(2, false).await, None);
+    let other = LocalExecutor::new(local_scaler(1, false).await, None);
+    let router = Arc::new(Router {
+        home: home.clone(),
+        other: other.clone(),
+    });
+    let source = Arc::new(flotilla_gitlab::JobSource::new(
+        client(&fake),
+        router,
+        source_config(),
+    ));
+    let s = source.clone();
+    let run = tokio::spawn(async move { s.run().await });
+
+    let flag = tempfile::tempdir().unwrap();
+    let flag = flag.path().join("go");
+    let first = fake.enqueue(
+        RUNNER_TOKEN,
+        JobBuilder::new("first")
+            .variable("ROUTE", "other")
+            .script([format!(
+                "while [ ! -e {} ]; do sleep 0.1; done; echo first done",
+                flag.display()
+            )]),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while other.scaler.snapshot().counts.acquired == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the first routed job never started"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let second = fake.enqueue(
+        RUNNER_TOKEN,
+        JobBuilder::new("second")
+            .variable("ROUTE", "other")
+            .script(["echo second ran"]),
+    );
+    // The second job is taken and waits: nothing is reported for it while the first runs.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while fake.job(second).unwrap().handouts == 0 {
+        assert!(Instant::now() < deadline, "the second job was never taken");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        fake.job(second).unwrap().final_update.is_none(),
+        "the second job waits instead of failing: {}",
+        fake.job(second).unwrap().trace_text()
+    );
+    std::fs::write(&flag, "").unwrap();
+    assert!(
+        fake.wait_finished(&[first, second], Duration::from_secs(60))
+            .await
+    );
+    for id in [first, second] {
+        let j = fake.job(id).unwrap();
+        assert_eq!(j.state, FakeJobState::Success, "{}", j.trace_text());
+        assert_eq!((home.runs(id), other.runs(id)), (0, 1));
+    }
+    source.stop_handle().graceful();
+    run.await.unwrap();
+}

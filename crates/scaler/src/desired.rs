@@ -14,7 +14,8 @@
 //! - *Demand* is the `acquire` calls waiting plus the policy's idle target
 //!   (`idle_count`, raised by `scale_factor × slots in use`, capped by `scale_factor_limit`).
 //!   Jobs on instances that are dying are not demand: they will not run again.
-//! - Scale up when free usable slots fall short of demand, by whole instances, never past
+//! - Scale up when free usable slots fall short of demand, or when the free slots no
+//!   reservation holds fall short of the waiting `acquire` calls, by whole instances, never past
 //!   `max_instances` counting every instance still listed (removing ones included) plus those
 //!   requested.
 //! - The idle target's in-use capacity is every running job, on any instance.
@@ -179,6 +180,8 @@ pub fn desired(input: Inputs<'_>) -> Decision {
 
     let mut usable_instances = 0usize;
     let mut free_slots = requested * cap;
+    // Free slots a reservation holds: idle capacity, but not for a job that waits now.
+    let mut reserved_free = 0usize;
     let mut removing = 0usize;
     let mut ours = 0usize;
     let mut remove = Vec::new();
@@ -244,6 +247,7 @@ pub fn desired(input: Inputs<'_>) -> Decision {
         }
         usable_instances += 1;
         free_slots += ledger.takeable_slots(i);
+        reserved_free += i.reserved().min(ledger.takeable_slots(i));
         // A reserved slot keeps its instance: the job behind the reservation must not wait
         // for a cold instance. Reservations are not demand either (below).
         if unheld(i)
@@ -273,8 +277,14 @@ pub fn desired(input: Inputs<'_>) -> Decision {
     let action;
     if ledger.shutting_down() {
         action = "shutting down: no scaling".to_string();
-    } else if free_slots < demand {
-        let need = (demand - free_slots).div_ceil(cap);
+    } else if free_slots < demand || free_slots - reserved_free < counts.pending {
+        // Short of the idle target, or of slots the waiting jobs can take: a slot another
+        // key's reservation holds is not one of those (its job may come with the next long
+        // poll), so a waiting job asks for capacity of its own.
+        let short = demand
+            .saturating_sub(free_slots)
+            .max(counts.pending.saturating_sub(free_slots - reserved_free));
+        let need = short.div_ceil(cap);
         required = need as i64;
         let room = limit.saturating_sub(total);
         increase = need.min(room);
@@ -512,6 +522,25 @@ mod tests {
         }
         let d = w.decide();
         assert_eq!(d.explanation.free_slots, 1, "{}", d.explanation);
+        assert_eq!(d.increase, 1, "{}", d.explanation);
+    }
+
+    /// Issue 27 (5): a waiting job asks for capacity even when another key's reservation
+    /// holds the idle slot (that key's job may come with its next long poll). Before, the
+    /// reserved slot counted as free for the waiting job, and no instance was made.
+    #[tokio::test(start_paused = true)]
+    async fn a_waiting_job_scales_up_past_another_keys_reservation() {
+        let mut w = World::new(1, 0);
+        w.running(&["a"]);
+        let lease = Duration::from_secs(600);
+        w.ledger
+            .reserve("polling", true, None, lease, w.now)
+            .unwrap();
+        assert_eq!(
+            w.ledger.try_acquire("waiting", w.now).unwrap(),
+            crate::ledger::TryAcquire::Queued
+        );
+        let d = w.decide();
         assert_eq!(d.increase, 1, "{}", d.explanation);
     }
 

@@ -32,6 +32,19 @@ impl Scaler {
     }
 }
 
+impl Scaler {
+    /// A [`Reservation`] of `key` that holds no capacity yet: [`Reservation::acquire`] queues
+    /// the key and waits for a slot, as a job GitLab already handed over waits (up to
+    /// `instance_acquire_timeout`) when every slot is promised. Like any reservation, it ends
+    /// the key when dropped.
+    pub fn waiting_owned(&self, key: impl Into<String>) -> Reservation {
+        Reservation {
+            key: key.into(),
+            scaler: self.clone(),
+        }
+    }
+}
+
 impl Reservation {
     /// The key the capacity was reserved for.
     pub fn key(&self) -> &str {
