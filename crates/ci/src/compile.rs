@@ -302,57 +302,48 @@ impl Compiler<'_> {
         // A blocking manual job that is not run holds every job of a later stage that waits
         // for stages (no `needs`): GitLab's pipeline is `blocked` there
         // (docs.gitlab.com/ci/jobs/job_control/#types-of-manual-jobs). Jobs with `needs`
-        // go on unless they need a held job (below).
-        if let Some((stage, manual)) = blocking_manual.iter().min().cloned() {
-            let mut kept = Vec::with_capacity(candidates.len());
-            for candidate in candidates {
-                let spec = &specs[candidate.spec];
-                if spec.stage_index > stage && candidate.needs.is_none() {
-                    let reason = format!(
-                        "blocked: the manual job `{manual}` of an earlier stage may not fail and \
-                         has not run (`flotilla exec --manual` runs manual jobs)"
-                    );
-                    self.diag.warn(
-                        &spec.at,
-                        format!("jobs:{} is left out: {reason}", candidate.name),
-                    );
-                    manual_out.insert(candidate.name.clone());
-                    left_out.insert(candidate.name.clone());
-                    excluded.push(ExcludedJob {
-                        name: candidate.name,
-                        reason,
-                    });
-                } else {
-                    kept.push(candidate);
-                }
-            }
-            candidates = kept;
-        }
-
-        // Resolve needs against the instances that are in; drop jobs that need a manual job that
-        // is out, until nothing changes.
-        loop {
-            let present: HashMap<&str, usize> = candidates
+        // go on unless they need a held job: those go in the rounds below, with the jobs that
+        // need a manual job that is out, until nothing changes.
+        let mut drop: Vec<(usize, String)> = match blocking_manual.iter().min() {
+            Some((stage, manual)) => candidates
                 .iter()
                 .enumerate()
-                .map(|(i, c)| (c.name.as_str(), i))
-                .collect();
-            let mut drop: Vec<(usize, String)> = Vec::new();
-            for (i, candidate) in candidates.iter().enumerate() {
-                let Some(needs) = &candidate.needs else {
-                    continue;
-                };
-                for need in needs {
-                    for target in need_targets(need, &specs, &defined) {
-                        // Even an optional need on a manual job waits for it, as in GitLab,
-                        // where the manual job exists but has not been started.
-                        if !present.contains_key(target.as_str()) && manual_out.contains(&target) {
-                            let why = if left_out.contains(&target) {
-                                format!("needs `{target}`, which is left out")
-                            } else {
-                                format!("needs `{target}`, a manual job that is not included")
-                            };
-                            drop.push((i, why));
+                .filter(|(_, c)| specs[c.spec].stage_index > *stage && c.needs.is_none())
+                .map(|(i, _)| {
+                    let why = format!(
+                        "waits for the manual job `{manual}` of an earlier stage, which may not \
+                         fail and has not run (`flotilla exec --manual` runs manual jobs)"
+                    );
+                    (i, why)
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        loop {
+            if drop.is_empty() {
+                let present: HashMap<&str, usize> = candidates
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| (c.name.as_str(), i))
+                    .collect();
+                for (i, candidate) in candidates.iter().enumerate() {
+                    let Some(needs) = &candidate.needs else {
+                        continue;
+                    };
+                    for need in needs {
+                        for target in need_targets(need, &specs, &defined) {
+                            // Even an optional need on a manual job waits for it, as in
+                            // GitLab, where the manual job exists but has not been started.
+                            if !present.contains_key(target.as_str())
+                                && manual_out.contains(&target)
+                            {
+                                let why = if left_out.contains(&target) {
+                                    format!("needs `{target}`, which is left out")
+                                } else {
+                                    format!("needs `{target}`, a manual job that is not included")
+                                };
+                                drop.push((i, why));
+                            }
                         }
                     }
                 }
@@ -362,7 +353,7 @@ impl Compiler<'_> {
             }
             drop.sort_by_key(|(i, _)| std::cmp::Reverse(*i));
             drop.dedup_by_key(|(i, _)| *i);
-            for (i, reason) in drop {
+            for (i, reason) in drop.drain(..) {
                 let candidate = candidates.remove(i);
                 self.diag.warn(
                     &specs[candidate.spec].at,

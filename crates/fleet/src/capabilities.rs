@@ -113,13 +113,18 @@ mod tests {
     }
 
     #[test]
-    fn a_fixed_pool_cannot_retire_instances() {
+    fn only_replaceable_instances_can_be_retired() {
         let pool = Capabilities {
             fixed_pool: true,
             ..Capabilities::remote()
         };
         assert!(!pool.can_retire_instances());
-        assert!(Capabilities::this_host().can_retire_instances());
+        assert!(pool.can_delete_instances(), "a pool's hosts are given back");
+        // This host can be neither replaced nor taken away.
+        assert!(!Capabilities::this_host().can_retire_instances());
+        assert!(!Capabilities::this_host().can_delete_instances());
+        assert!(Capabilities::remote().can_retire_instances());
+        assert!(Capabilities::remote().can_delete_instances());
     }
 
     #[test]

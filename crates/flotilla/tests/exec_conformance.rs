@@ -47,16 +47,7 @@ fn verdict(case: &Case, status: Option<&String>, log: &str) -> Vec<String> {
             }
         }
     }
-    for s in case.log_has {
-        if !log.contains(s) {
-            wrong.push(format!("log lacks {s:?}"));
-        }
-    }
-    for s in case.log_lacks {
-        if log.contains(s) {
-            wrong.push(format!("log has {s:?}"));
-        }
-    }
+    wrong.extend(case.output_problems(log));
     wrong
 }
 

@@ -345,8 +345,8 @@ notes:
     );
     assert!(
         run.stderr.contains(
-            "jobs:ship is left out: blocked: the manual job `approval` of an earlier stage may \
-             not fail and has not run"
+            "jobs:ship is left out: it waits for the manual job `approval` of an earlier \
+             stage, which may not fail and has not run"
         ),
         "{run}"
     );

@@ -25,16 +25,7 @@ fn verdict(case: &Case, state: &str, exit_code: Option<i64>, trace: &str) -> Vec
             "final update {state} exit_code {exit_code:?}, expected {want_state} {want_code:?}"
         ));
     }
-    for s in case.log_has {
-        if !trace.contains(s) {
-            wrong.push(format!("trace lacks {s:?}"));
-        }
-    }
-    for s in case.log_lacks {
-        if trace.contains(s) {
-            wrong.push(format!("trace has {s:?}"));
-        }
-    }
+    wrong.extend(case.output_problems(trace));
     wrong
 }
 

@@ -101,14 +101,16 @@ fn a_sweep_of_idle_count_trades_instance_hours_for_waits_and_plots_both() {
         rows.iter().map(|r| r[0]).collect::<Vec<_>>(),
         [0.0, 2.0, 4.0]
     );
-    // More idle capacity: more instance-hours and idle slot-hours, shorter waits. Without
-    // any, a job that finds no free slot waits for a VM (40-90 s in this profile).
+    // More idle capacity: no fewer instance-hours, more idle slot-hours, shorter waits.
+    // Without any, a job that finds no free slot waits for a VM (40-90 s in this profile).
+    // (idle_count 0 and 2 may cost the same: a waiting job asks for an instance of its own
+    // even while other requests' reservations hold the idle slots, issue 27.)
     assert!(
-        rows[0][1] < rows[1][1] && rows[1][1] < rows[2][1],
+        rows[0][1] <= rows[1][1] && rows[1][1] < rows[2][1],
         "{stdout}"
     );
     assert!(rows[0][2] < rows[2][2], "{stdout}");
-    assert!(rows[0][4] >= 40.0, "{stdout}");
+    assert!(rows[0][5] >= 40.0, "{stdout}");
     assert!(rows[2][4] <= rows[0][4] && rows[2][5] < 40.0, "{stdout}");
     for name in [
         "sweep-idle_count",

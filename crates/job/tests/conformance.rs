@@ -58,16 +58,7 @@ fn verdict(case: &Case, who: &str, code: i32, out: &str) -> Option<String> {
     if code != case.script_code() {
         wrong.push(format!("exit code {code}, expected {}", case.script_code()));
     }
-    for s in case.log_has {
-        if !out.contains(s) {
-            wrong.push(format!("output lacks {s:?}"));
-        }
-    }
-    for s in case.log_lacks {
-        if out.contains(s) {
-            wrong.push(format!("output has {s:?}"));
-        }
-    }
+    wrong.extend(case.output_problems(out));
     (!wrong.is_empty()).then(|| {
         format!(
             "{} ({who}; {}): {}\n--- output ---\n{out}",

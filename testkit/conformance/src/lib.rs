@@ -91,6 +91,22 @@ impl Case {
         }
     }
 
+    /// What is wrong with `output` (a job's log, or a script's output): each text of
+    /// [`Case::log_has`] missing and each of [`Case::log_lacks`] present.
+    pub fn output_problems(&self, output: &str) -> Vec<String> {
+        let missing = self
+            .log_has
+            .iter()
+            .filter(|s| !output.contains(**s))
+            .map(|s| format!("output lacks {s:?}"));
+        let present = self
+            .log_lacks
+            .iter()
+            .filter(|s| output.contains(**s))
+            .map(|s| format!("output has {s:?}"));
+        missing.chain(present).collect()
+    }
+
     /// Whether the case holds in a shell that is bash (`true`) or a POSIX `sh` (`false`).
     pub fn holds_in(&self, bash: bool) -> bool {
         bash || self.shell == Shell::Any

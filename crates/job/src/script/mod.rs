@@ -55,7 +55,9 @@ impl ScriptContext<'_> {
     fn writer(&self, first: bool) -> ScriptWriter {
         let mut w = ScriptWriter::new();
         let vars = self.vars;
-        w.private_dir(vars.tmp_dir());
+        if vars.iter().any(|v| v.file && v.has_valid_name()) {
+            w.private_dir(vars.tmp_dir());
+        }
         for v in vars.iter().filter(|v| v.has_valid_name()) {
             if v.file {
                 w.file_variable(&v.key, &vars.file_path(&v.key), &v.value);
@@ -63,7 +65,12 @@ impl ScriptContext<'_> {
                 w.export(&v.key, &v.value);
             }
         }
-        w.dotenv_file(GITLAB_ENV, &vars.file_path(GITLAB_ENV_FILE), first);
+        w.dotenv_file(
+            GITLAB_ENV,
+            vars.tmp_dir(),
+            &vars.file_path(GITLAB_ENV_FILE),
+            first,
+        );
         w
     }
 

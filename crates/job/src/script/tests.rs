@@ -357,3 +357,25 @@ fn debug_output_never_shows_secrets() {
     let m = crate::trace::Masker::new(&["masked-value-1"], &[] as &[&str]);
     assert!(!format!("{m:?}").contains("masked"));
 }
+
+/// A temporary directory that cannot be made (a build container running as another user than
+/// the stages that made the builds directory) leaves `GITLAB_ENV` without effect, and the
+/// stage runs: it must not fail every job of such an image.
+#[test]
+fn an_unusable_temporary_directory_does_not_fail_the_stage() {
+    let vars = JobVariables::new([], "/proc/flotilla-cannot-be-made/job.tmp");
+    let ctx = ScriptContext {
+        vars: &vars,
+        builds_dir: "/tmp",
+        project_dir: "/tmp",
+    };
+    let script = ctx.user_script(&["echo ran-$((1+1))".into()]);
+    for shell in shells() {
+        let (code, out) = run_in(&shell, &script);
+        assert_eq!(code, 0, "{shell:?}");
+        assert!(
+            String::from_utf8_lossy(&out).contains("ran-2\n"),
+            "{shell:?}"
+        );
+    }
+}

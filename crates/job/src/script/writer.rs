@@ -90,14 +90,21 @@ impl ScriptWriter {
     /// `exportVariables` and `BashWriter.SourceEnv` do for `GITLAB_ENV` (gitlab-runner
     /// `shells/abstract.go`, `shells/bash.go`). With `fresh`, the file is emptied first: the
     /// job's first stage, so nothing of an earlier job on the slot survives a failed cleanup.
-    pub fn dotenv_file(&mut self, key: &str, path: &str, fresh: bool) {
+    /// The file lives in the private directory `dir`; where that cannot be made or written (a
+    /// build container running as another user than the helper stages), the file does
+    /// nothing rather than failing every stage.
+    pub fn dotenv_file(&mut self, key: &str, dir: &str, path: &str, fresh: bool) {
         self.export(key, path);
-        let p = quote(path);
+        let (d, p) = (quote(dir), quote(path));
         let open = if fresh { ">" } else { ">>" };
-        self.line(&format!(": {open} {p}"));
+        // `true`, not `:`: a redirection that fails on a special built-in ends a POSIX shell
+        // (dash, busybox), whatever `||` follows.
         self.line(&format!(
-            "while read -r _flotilla_line; do export \"$_flotilla_line\"; done < {p}; \
-             unset _flotilla_line"
+            "{{ [ -d {d} ] || {{ mkdir -p {d} && chmod 700 {d}; }}; true {open} {p}; }} 2>/dev/null || :"
+        ));
+        self.line(&format!(
+            "if [ -r {p} ]; then while read -r _flotilla_line; do export \"$_flotilla_line\"; \
+             done < {p}; unset _flotilla_line; fi"
         ));
     }
 
