@@ -53,21 +53,49 @@ impl SlotExecutor for Router {
     }
 }
 
-async fn routes_jobs(config: SourceConfig) {
-    let fake = fake().start().await.unwrap();
-    let home = LocalExecutor::new(local_scaler(1, false).await, None);
+/// A job source on a [`Router`] between a home fleet of `home_slots` and another of one slot,
+/// running.
+struct Routing {
+    home: Arc<LocalExecutor>,
+    other: Arc<LocalExecutor>,
+    source: Arc<flotilla_gitlab::JobSource>,
+    run: tokio::task::JoinHandle<flotilla_gitlab::SourceReport>,
+}
+
+async fn routing(
+    fake: &flotilla_testkit::fake_gitlab::FakeGitLab,
+    home_slots: usize,
+    config: SourceConfig,
+) -> Routing {
+    let home = LocalExecutor::new(local_scaler(home_slots, false).await, None);
     let other = LocalExecutor::new(local_scaler(1, false).await, None);
     let router = Arc::new(Router {
         home: home.clone(),
         other: other.clone(),
     });
     let source = Arc::new(flotilla_gitlab::JobSource::new(
-        client(&fake),
+        client(fake),
         router,
         config,
     ));
     let s = source.clone();
     let run = tokio::spawn(async move { s.run().await });
+    Routing {
+        home,
+        other,
+        source,
+        run,
+    }
+}
+
+async fn routes_jobs(config: SourceConfig) {
+    let fake = fake().start().await.unwrap();
+    let Routing {
+        home,
+        other,
+        source,
+        run,
+    } = routing(&fake, 1, config).await;
 
     let flag = tempfile::tempdir().unwrap();
     let flag = flag.path().join("go");
@@ -169,19 +197,12 @@ async fn routing_works_the_same_with_two_phase_acceptance() {
 #[tokio::test]
 async fn a_job_routed_to_a_full_fleet_waits_for_a_slot() {
     let fake = fake().start().await.unwrap();
-    let home = LocalExecutor::new(local_scaler(2, false).await, None);
-    let other = LocalExecutor::new(local_scaler(1, false).await, None);
-    let router = Arc::new(Router {
-        home: home.clone(),
-        other: other.clone(),
-    });
-    let source = Arc::new(flotilla_gitlab::JobSource::new(
-        client(&fake),
-        router,
-        source_config(),
-    ));
-    let s = source.clone();
-    let run = tokio::spawn(async move { s.run().await });
+    let Routing {
+        home,
+        other,
+        source,
+        run,
+    } = routing(&fake, 2, source_config()).await;
 
     let flag = tempfile::tempdir().unwrap();
     let flag = flag.path().join("go");
