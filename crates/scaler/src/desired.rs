@@ -246,8 +246,9 @@ pub fn desired(input: Inputs<'_>) -> Decision {
             continue;
         }
         usable_instances += 1;
-        free_slots += ledger.takeable_slots(i);
-        reserved_free += i.reserved().min(ledger.takeable_slots(i));
+        let takeable = ledger.takeable_slots(i);
+        free_slots += takeable;
+        reserved_free += i.reserved().min(takeable);
         // A reserved slot keeps its instance: the job behind the reservation must not wait
         // for a cold instance. Reservations are not demand either (below).
         if unheld(i)

@@ -140,13 +140,12 @@ impl Ledger {
         // requested ones is one of those: a provider that reuses ids (a static pool lending
         // the same host again, Proxmox VM ids, StatefulSet pods) made it anew. Taking it for
         // the old one would bring back its removal mark, and it would never serve.
-        let reused = self.departed.get(&entry.id).is_some_and(|d| {
-            d.removal.is_some() && entry.state.is_live() && self.requested.total() > 0
+        let requested = self.requested.total() > 0;
+        let departed = self.departed.remove(&entry.id).filter(|d| {
+            let reused = d.removal.is_some() && entry.state.is_live() && requested;
+            !reused
         });
-        if reused {
-            self.departed.remove(&entry.id);
-        }
-        if let Some(d) = self.departed.remove(&entry.id) {
+        if let Some(d) = departed {
             let mut i = Instance::new(entry.id.clone(), entry.state, d.cause, self.capacity, now);
             i.use_count = d.use_count;
             i.removal = d.removal.map(|reason| {
