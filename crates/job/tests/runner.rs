@@ -409,3 +409,20 @@ async fn unsupported_native_steps_fail_as_configuration_errors() {
     );
     assert!(!trace.contains("never\n"));
 }
+
+/// A feature flag that would change how the stage script is written is not honoured, and the
+/// log says so rather than ignoring it.
+#[tokio::test]
+async fn script_feature_flags_flotilla_does_not_honour_are_named() {
+    let h = Harness::new();
+    let mut j = job(40, &["true"]);
+    j.variables
+        .push(Variable::new("FF_ENABLE_BASH_EXIT_CODE_CHECK", "true"));
+    let (r, trace) = h.run("p40", &j).await;
+    assert_eq!(r.outcome, Outcome::Success, "{trace}");
+    assert!(
+        trace.contains("FF_ENABLE_BASH_EXIT_CODE_CHECK is not supported by this runner"),
+        "{trace}"
+    );
+    assert!(!trace.contains("FF_USE_LEGACY_BASH_EVAL"), "{trace}");
+}
