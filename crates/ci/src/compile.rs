@@ -803,6 +803,7 @@ impl Compiler<'_> {
             before_script: keywords.before_script.unwrap_or_default(),
             script: spec.script.clone(),
             after_script: keywords.after_script.unwrap_or_default(),
+            pre_get_sources_script: keywords.pre_get_sources_script.unwrap_or_default(),
             image: keywords.image,
             services: keywords.services.unwrap_or_default(),
             artifacts: keywords.artifacts,

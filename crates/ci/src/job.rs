@@ -45,6 +45,9 @@ pub struct CompiledJob {
     /// `after_script` lines.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub after_script: Vec<String>,
+    /// `hooks:pre_get_sources_script` lines (the job's, or `default:`'s): run before the
+    /// sources are fetched.
+    pub pre_get_sources_script: Vec<String>,
     /// The image.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image: Option<Image>,

@@ -104,7 +104,6 @@ const UNSUPPORTED: &[(&str, &str)] = &[
         "dast_configuration",
         "dast_configuration is a GitLab Ultimate feature; ignored",
     ),
-    ("hooks", "hooks are not supported by local runs; ignored"),
     (
         "id_tokens",
         "id_tokens cannot be issued by a local run; the job gets no ID tokens",
@@ -169,6 +168,8 @@ pub(crate) struct Defaultable {
     pub services: Option<Vec<Service>>,
     pub before_script: Option<Vec<String>>,
     pub after_script: Option<Vec<String>>,
+    /// `hooks:pre_get_sources_script`.
+    pub pre_get_sources_script: Option<Vec<String>>,
     pub cache: Option<Vec<CacheSpec>>,
     pub artifacts: Option<Artifacts>,
     pub retry: Option<Retry>,
@@ -197,6 +198,9 @@ impl Defaultable {
                     Err(e) => reader.diag.error(e),
                 }
             }
+        }
+        if let Some(n) = map.get("hooks") {
+            out.pre_get_sources_script = read_hooks(reader, n, job);
         }
         if let Some(n) = map.get("cache") {
             out.cache = read_cache(reader, n);
@@ -242,6 +246,11 @@ impl Defaultable {
             &defaults.after_script,
             inherit.allows("after_script"),
         );
+        take(
+            &mut self.pre_get_sources_script,
+            &defaults.pre_get_sources_script,
+            inherit.allows("hooks"),
+        );
         take(&mut self.cache, &defaults.cache, inherit.allows("cache"));
         take(
             &mut self.artifacts,
@@ -260,6 +269,21 @@ impl Defaultable {
             inherit.allows("interruptible"),
         );
         take(&mut self.tags, &defaults.tags, inherit.allows("tags"));
+    }
+}
+
+/// `hooks:`: a hash whose only key is `pre_get_sources_script`, a script
+/// (`lib/gitlab/ci/config/entry/hooks.rb`, `ALLOWED_HOOKS`).
+fn read_hooks(reader: &mut Reader<'_>, node: &Node, job: &str) -> Option<Vec<String>> {
+    let map = reader.map(node, "hooks")?;
+    reader.check_keys(map, &["pre_get_sources_script"]);
+    let script = map.get("pre_get_sources_script")?;
+    match flatten(script, job, "hooks:pre_get_sources_script") {
+        Ok(lines) => Some(lines),
+        Err(e) => {
+            reader.diag.error(e);
+            None
+        }
     }
 }
 
@@ -334,13 +358,8 @@ pub(crate) fn read_globals(config: &Mapping, diag: &mut Diagnostics) -> Globals 
             reader.check_keys(map, DEFAULT_KEYS);
             let present = map.without_nulls();
             let map = &present;
-            for key in ["hooks", "id_tokens"] {
-                if let Some((k, _)) = map.entry(key) {
-                    reader.warn(
-                        &k.at,
-                        format!("{key} is not supported by local runs; ignored"),
-                    );
-                }
+            if let Some((k, _)) = map.entry("id_tokens") {
+                reader.warn(&k.at, "id_tokens is not supported by local runs; ignored");
             }
             defaults = Defaultable::read(&mut reader, map, "default");
         }

@@ -4,17 +4,15 @@
 use flotilla_ci::{self as ci, AllowFailure, CompiledJob};
 use flotilla_fleet::Secret;
 use flotilla_job::model::{
-    self, Artifact, ArtifactsFile, Cache, Dependency, Features, GitInfo, Image, JobInfo,
-    RunnerInfo, STEP_AFTER_SCRIPT, STEP_SCRIPT, Step,
+    self, Artifact, ArtifactsFile, Cache, Dependency, Features, GitInfo, HOOK_PRE_GET_SOURCES,
+    Hook, Image, JobInfo, RunnerInfo, STEP_AFTER_SCRIPT, STEP_SCRIPT, Step,
 };
 use flotilla_job::{JobPayload, Variable};
 
-/// Job id of the pseudo-job whose "artifact" is the snapshot of the working tree that every
-/// job starts from.
-pub const SOURCES_JOB_ID: i64 = 0;
-
-/// The name the working-tree snapshot goes by in a job's log.
-pub const SOURCES_NAME: &str = "working tree";
+/// The fetch depth of a local job that sets no `GIT_DEPTH`: the default of a new GitLab
+/// project (docs.gitlab.com/ci/pipelines/settings/, "Limit the number of changes fetched
+/// during clone").
+pub const DEFAULT_GIT_DEPTH: u32 = 20;
 
 /// The job timeout when the pipeline sets none (GitLab's default project timeout).
 pub const DEFAULT_TIMEOUT_SECS: u64 = 3600;
@@ -37,10 +35,9 @@ pub struct PayloadContext<'a> {
     pub sha: &'a str,
     /// The branch or tag.
     pub git_ref: &'a str,
-    /// The archives this job downloads and extracts before its script, in order:
-    /// `(id in the artifact store, name, archive size)`. The working tree
-    /// ([`SOURCES_JOB_ID`]) and the artifacts of its dependencies, or one archive merging
-    /// them.
+    /// The artifacts this job downloads and extracts before its script, in order:
+    /// `(id in the artifact store, name, archive size)`: those of its dependencies, or one
+    /// archive merging them.
     pub dependencies: Vec<(i64, String, u64)>,
 }
 
@@ -65,8 +62,6 @@ fn job_variables(job: &CompiledJob, ctx: &PayloadContext<'_>) -> Vec<Variable> {
         }
         None => out.push(public("CI_NODE_TOTAL", "1")),
     }
-    // The working tree is copied in, not checked out: an empty directory to start from.
-    out.push(public("GIT_STRATEGY", "empty"));
     for v in &job.variables {
         out.push(Variable {
             key: v.key.clone(),
@@ -76,13 +71,6 @@ fn job_variables(job: &CompiledJob, ctx: &PayloadContext<'_>) -> Vec<Variable> {
             masked: false,
             raw: v.raw,
         });
-    }
-    // An explicit GIT_STRATEGY: none in the pipeline would leave stale files of an earlier
-    // job in the slot's directory; local runs always start clean.
-    for v in out.iter_mut().filter(|v| v.key == "GIT_STRATEGY") {
-        if v.value != "empty" {
-            v.value = "empty".into();
-        }
     }
     out
 }
@@ -213,10 +201,21 @@ pub fn to_payload(job: &CompiledJob, ctx: &PayloadContext<'_>) -> JobPayload {
             }),
         })
         .collect();
+    let hooks = if job.pre_get_sources_script.is_empty() {
+        Vec::new()
+    } else {
+        vec![Hook {
+            name: HOOK_PRE_GET_SOURCES.into(),
+            script: job.pre_get_sources_script.clone(),
+        }]
+    };
     JobPayload {
         id: ctx.job_id,
         token,
-        allow_git_fetch: false,
+        // GitLab's default strategy for a new project (a local job's directory is fresh
+        // either way).
+        allow_git_fetch: true,
+        hooks,
         job_info: JobInfo {
             id: ctx.job_id,
             name: job.name.clone(),
@@ -231,6 +230,7 @@ pub fn to_payload(job: &CompiledJob, ctx: &PayloadContext<'_>) -> JobPayload {
             git_ref: ctx.git_ref.into(),
             sha: ctx.sha.into(),
             ref_type: "branch".into(),
+            depth: DEFAULT_GIT_DEPTH,
             ..GitInfo::default()
         },
         runner_info: RunnerInfo {

@@ -4,8 +4,9 @@
 //! them.
 
 use super::merge;
-use super::payload::{self, PayloadContext, SOURCES_JOB_ID, SOURCES_NAME};
-use super::snapshot::{self, SnapshotError};
+use super::payload::{self, PayloadContext};
+use super::snapshot::{Revision, SnapshotError};
+use super::sources::Sources;
 use flotilla_ci::{self as ci, CompiledJob, Pipeline};
 use flotilla_dispatch::Dispatcher;
 use flotilla_job::{
@@ -291,23 +292,6 @@ pub async fn run_pipeline(
 ) -> Result<PipelineOutcome, ExecError> {
     let started = Instant::now();
     let store = LocalArtifactStore::new(&config.artifacts_dir);
-    let sources = store.archive_path(SOURCES_JOB_ID, "archive");
-    let report = {
-        let dir = config.project_dir.clone();
-        let out = sources.clone();
-        tokio::task::spawn_blocking(move || snapshot::snapshot(&dir, &out))
-            .await
-            .map_err(|e| SnapshotError::Io {
-                path: sources.clone(),
-                source: std::io::Error::other(e.to_string()),
-            })??
-    };
-    tracing::debug!(
-        files = report.files,
-        bytes = report.archive_bytes,
-        "working tree archived"
-    );
-
     let pipeline_id: i64 = var(&config.predefined, "CI_PIPELINE_ID")
         .and_then(|v| v.parse().ok())
         .unwrap_or(1);
@@ -324,6 +308,16 @@ pub async fn run_pipeline(
         .unwrap_or_default()
         .to_string();
     let logs = config.logs_dir.join(pipeline_id.to_string());
+    let sources = Arc::new(Sources::new(
+        config.project_dir.clone(),
+        store.clone(),
+        Revision {
+            sha: sha.clone(),
+            branch: var(&config.predefined, "CI_COMMIT_BRANCH").map(str::to_string),
+            tag: var(&config.predefined, "CI_COMMIT_TAG").map(str::to_string),
+            pipeline_id,
+        },
+    ));
 
     let dag = pipeline.dag();
     let n = pipeline.jobs.len();
@@ -390,11 +384,11 @@ pub async fn run_pipeline(
                         pipeline_id,
                         downloads: starting_files(
                             &store,
-                            report.archive_bytes,
                             dependencies_of(pipeline, i, &store),
                             &mut merged,
                         )
                         .await,
+                        sources: sources.clone(),
                         predefined: config.predefined.clone(),
                         project_name: project_name.clone(),
                         project_path: project_path.clone(),
@@ -497,41 +491,33 @@ struct Merged {
     by_dependencies: HashMap<Vec<i64>, (i64, String, u64)>,
 }
 
-/// What a job downloads before its script: the working tree and its dependencies' artifacts,
-/// merged into one archive when there are any (one extraction instead of several; jobs with
-/// the same dependencies share it). If merging fails, each is downloaded on its own.
+/// The artifacts a job downloads before its script: those of its dependencies, merged into
+/// one archive when there are several (one extraction instead of several; jobs with the same
+/// dependencies share it). If merging fails, each is downloaded on its own.
 async fn starting_files(
     store: &LocalArtifactStore,
-    sources_size: u64,
     dependencies: Vec<(i64, String, u64)>,
     merged: &mut Merged,
 ) -> Vec<(i64, String, u64)> {
-    let sources = (SOURCES_JOB_ID, SOURCES_NAME.to_string(), sources_size);
-    if dependencies.is_empty() {
-        return vec![sources];
+    if dependencies.len() < 2 {
+        return dependencies;
     }
     let ids: Vec<i64> = dependencies.iter().map(|d| d.0).collect();
     if let Some(m) = merged.by_dependencies.get(&ids) {
         return vec![m.clone()];
     }
     let id = merged.next_id;
-    let mut inputs = vec![store.archive_path(SOURCES_JOB_ID, "archive")];
-    inputs.extend(
-        dependencies
-            .iter()
-            .map(|d| store.archive_path(d.0, "archive")),
-    );
+    let inputs: Vec<_> = dependencies
+        .iter()
+        .map(|d| store.archive_path(d.0, "archive"))
+        .collect();
     let output = store.archive_path(id, "archive");
     let result = tokio::task::spawn_blocking(move || merge::merge(&inputs, &output)).await;
     match result {
         Ok(Ok(size)) => {
             merged.next_id += 1;
             let names: Vec<&str> = dependencies.iter().map(|d| d.1.as_str()).collect();
-            let entry = (
-                id,
-                format!("{SOURCES_NAME} and the artifacts of {}", names.join(", ")),
-                size,
-            );
+            let entry = (id, format!("the artifacts of {}", names.join(", ")), size);
             merged.by_dependencies.insert(ids, entry.clone());
             vec![entry]
         }
@@ -542,9 +528,7 @@ async fn starting_files(
                 Ok(Ok(_)) => String::new(),
             };
             tracing::warn!(error = %why, "downloading the artifacts one by one");
-            let mut all = vec![sources];
-            all.extend(dependencies);
-            all
+            dependencies
         }
     }
 }
@@ -555,8 +539,10 @@ struct JobContext {
     attempt: u32,
     job_id: i64,
     pipeline_id: i64,
-    /// Archives extracted into the build directory before the script, in order.
+    /// Artifacts extracted into the build directory before the script, in order.
     downloads: Vec<(i64, String, u64)>,
+    /// The pipeline's sources archives.
+    sources: Arc<Sources>,
     predefined: Vec<(String, String)>,
     project_name: String,
     project_path: String,
@@ -618,6 +604,22 @@ async fn run_job(
         .extend(crate::dotenv::report_artifacts(&ctx.job));
     payload.variables.extend(ctx.dotenv.iter().cloned());
     crate::payload::expand_as_gitlab_sends(&mut payload.variables);
+    match ctx.sources.for_job(&payload).await {
+        Ok(local) => payload.local_sources = local,
+        Err(why) => {
+            tracing::error!(job = %ctx.job.name, error = %why, "cannot archive the sources");
+            return Attempt {
+                job: ctx.index,
+                attempt: ctx.attempt,
+                status: JobStatus::Failed {
+                    allowed: false,
+                    reason: FailureReason::RunnerSystemFailure,
+                    exit_code: None,
+                },
+                duration: dispatched.elapsed(),
+            };
+        }
+    }
     let mut sink = match open_sinks(&ctx.log, ctx.follow.then_some(ctx.job.name.as_str())).await {
         Ok(sinks) => JobTrace {
             sinks,

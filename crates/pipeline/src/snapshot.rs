@@ -1,7 +1,13 @@
-//! The working tree every local job starts from: the project's files as they are on disk
-//! (uncommitted changes included), without what `.gitignore` excludes, `.git` and flotilla's
-//! own `.flotilla` directory. It is archived once per pipeline and handed to each job like a
-//! dependency's artifacts, through the same safe extraction path.
+//! The sources every local job starts from, archived once per pipeline for each way jobs ask
+//! for them, and handed to each job through the same safe extraction path as artifacts.
+//!
+//! A job that fetches (`GIT_STRATEGY` `clone` or `fetch`, the default) gets what GitLab Runner
+//! makes: a git repository at the pipeline's commit, fetched `GIT_DEPTH` commits deep (tags
+//! that point into that history come along, as `git fetch` follows them), with a detached
+//! `HEAD` and the commit checked out (unless `GIT_CHECKOUT` is false). On top, as a local run
+//! promises, come the project's files as they are on disk: uncommitted changes and new files
+//! included, what `.gitignore` excludes left out, so `git status` in the job shows exactly the
+//! working tree's uncommitted changes. flotilla's own `.flotilla` directory is never copied.
 
 use std::fs::File;
 use std::io::{self, Write};
@@ -11,7 +17,7 @@ use std::process::Command;
 use zip::ZipWriter;
 use zip::write::SimpleFileOptions;
 
-/// Why the working tree could not be archived.
+/// Why the sources could not be archived.
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
     /// A file could not be read or the archive written.
@@ -28,13 +34,41 @@ pub enum SnapshotError {
     Zip(#[from] zip::result::ZipError),
 }
 
+/// What of the project's repository a job asks for (from its `GIT_*` variables).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Checkout {
+    /// Commits of history to fetch; 0 is all of it (`GIT_DEPTH`).
+    pub depth: u32,
+    /// Whether the commit is checked out and the working tree's files copied on top
+    /// (`GIT_CHECKOUT`); without it the directory holds the repository only.
+    pub files: bool,
+    /// Whether the files of checked-out submodules are copied (`GIT_SUBMODULE_STRATEGY`
+    /// `normal` or `recursive`); without it a submodule is an empty directory, as on GitLab.
+    pub submodules: bool,
+}
+
+/// The commit a pipeline runs for, and the refs GitLab would fetch with it.
+#[derive(Debug, Clone, Default)]
+pub struct Revision {
+    /// The commit (`CI_COMMIT_SHA`).
+    pub sha: String,
+    /// The branch (`CI_COMMIT_BRANCH`), fetched as `refs/remotes/origin/<branch>`.
+    pub branch: Option<String>,
+    /// The tag (`CI_COMMIT_TAG`), fetched as itself.
+    pub tag: Option<String>,
+    /// The pipeline, fetched as `refs/pipelines/<id>` as GitLab sends it.
+    pub pipeline_id: i64,
+}
+
 /// What a snapshot holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SnapshotReport {
     /// Files and symbolic links archived.
     pub files: u64,
     /// Size of the archive.
     pub archive_bytes: u64,
+    /// What the job's log says about it, one line each.
+    pub notices: Vec<String>,
 }
 
 /// Directories never copied into a job.
@@ -101,52 +135,262 @@ pub fn list_files(dir: &Path) -> Vec<String> {
     files
 }
 
-/// Archives the working tree of `dir` into a zip at `archive` (stored, not compressed: it
-/// never leaves this machine).
-pub fn snapshot(dir: &Path, archive: &Path) -> Result<SnapshotReport, SnapshotError> {
+/// Archives the sources of the project in `dir` into a zip at `archive` (stored, not
+/// compressed: it never leaves this machine): with `git`, the repository at `revision` and,
+/// when asked, its checkout with the working tree on top; without, the working tree's files.
+/// A directory that is not the top of a git work tree with that commit gets its files only,
+/// and the report says why.
+pub fn snapshot(
+    dir: &Path,
+    archive: &Path,
+    git: Option<(Checkout, &Revision)>,
+) -> Result<SnapshotReport, SnapshotError> {
     let io_err = |path: &Path| {
         let path = path.to_path_buf();
         move |source| SnapshotError::Io { path, source }
     };
-    if let Some(parent) = archive.parent() {
-        std::fs::create_dir_all(parent).map_err(io_err(parent))?;
-    }
+    let parent = archive.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent).map_err(io_err(parent))?;
     let out = File::create(archive).map_err(io_err(archive))?;
     let mut zip = ZipWriter::new(io::BufWriter::new(out));
-    let mut files = 0u64;
-    for rel in list_files(dir) {
-        let path = dir.join(&rel);
-        let meta = match path.symlink_metadata() {
-            Ok(m) => m,
-            // Vanished while we listed: nothing to copy.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(SnapshotError::Io { path, source: e }),
-        };
-        let mtime = u64::try_from(meta.mtime()).unwrap_or(0);
-        let options = SimpleFileOptions::default()
-            .compression_method(zip::CompressionMethod::Stored)
-            .unix_permissions(meta.permissions().mode() & 0o7777)
-            .last_modified_time(flotilla_job::archive::zip_time(mtime))
-            .large_file(meta.len() >= u32::MAX as u64);
-        if meta.file_type().is_symlink() {
-            let target = std::fs::read_link(&path).map_err(io_err(&path))?;
-            zip.add_symlink(rel.as_str(), target.to_string_lossy().as_ref(), options)?;
-        } else if meta.is_file() {
-            zip.start_file(rel.as_str(), options)?;
-            let mut f = File::open(&path).map_err(io_err(&path))?;
-            io::copy(&mut f, &mut zip).map_err(io_err(&path))?;
-        } else {
-            continue;
+    let mut report = SnapshotReport::default();
+    let mut with_files = true;
+    let mut submodules = false;
+    if let Some((checkout, revision)) = git {
+        with_files = checkout.files;
+        submodules = checkout.submodules;
+        let scratch = tempfile::tempdir_in(parent).map_err(io_err(parent))?;
+        match repository(dir, scratch.path(), checkout, revision) {
+            Ok(notices) => {
+                report.notices = notices;
+                add_tree(&mut zip, &scratch.path().join(".git"), ".git", &mut report)?;
+            }
+            Err(why) => {
+                with_files = true;
+                report.notices.push(format!(
+                    "{why}: the build directory holds the project's files, without `.git`"
+                ));
+            }
         }
-        files += 1;
+    }
+    if with_files {
+        for rel in list_files(dir) {
+            let path = dir.join(&rel);
+            let meta = match path.symlink_metadata() {
+                Ok(m) => m,
+                // Vanished while we listed: nothing to copy.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(SnapshotError::Io { path, source: e }),
+            };
+            if meta.is_dir() {
+                // A submodule (git lists its path): empty, as GitLab leaves it without
+                // GIT_SUBMODULE_STRATEGY, or its checked-out files.
+                zip.add_directory(rel.as_str(), SimpleFileOptions::default())?;
+                if submodules {
+                    for inner in list_files(&path) {
+                        add_entry(&mut zip, &path.join(&inner), &format!("{rel}/{inner}"))
+                            .map(|added| report.files += u64::from(added))?;
+                    }
+                }
+                continue;
+            }
+            if add_entry(&mut zip, &path, &rel)? {
+                report.files += 1;
+            }
+        }
     }
     let mut inner = zip.finish()?;
     inner.flush().map_err(io_err(archive))?;
-    let archive_bytes = std::fs::metadata(archive).map_err(io_err(archive))?.len();
-    Ok(SnapshotReport {
-        files,
-        archive_bytes,
-    })
+    report.archive_bytes = std::fs::metadata(archive).map_err(io_err(archive))?.len();
+    Ok(report)
+}
+
+/// Makes, in `scratch`, the repository GitLab Runner would leave in the build directory
+/// (`shells/abstract.go`: `git init`, `git fetch origin <refspecs> --depth N`, `git checkout -f
+/// <sha>`), fetching from the project's own repository. Its notices for the log, or why it
+/// cannot be made.
+fn repository(
+    dir: &Path,
+    scratch: &Path,
+    checkout: Checkout,
+    revision: &Revision,
+) -> Result<Vec<String>, String> {
+    let top = git_output(dir, &["rev-parse", "--show-toplevel"])
+        .ok_or_else(|| "the project directory is not in a git repository".to_string())?;
+    let top = PathBuf::from(top);
+    let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    if !same(&top, dir) {
+        return Err(format!(
+            "the project directory is not the top of its git repository ({})",
+            top.display()
+        ));
+    }
+    let head = git_output(dir, &["rev-parse", "--verify", "--quiet", "HEAD^{commit}"])
+        .ok_or_else(|| "the git repository has no commit yet".to_string())?;
+    if !revision.sha.is_empty() && revision.sha != head {
+        return Err(format!(
+            "CI_COMMIT_SHA {} is not the repository's HEAD",
+            revision.sha
+        ));
+    }
+    let repo = scratch.to_string_lossy().into_owned();
+    run_git(None, &["init", "-q", "--template=", &repo])?;
+    let source = top.to_string_lossy().into_owned();
+    run_git(Some(scratch), &["remote", "add", "origin", &source])?;
+    let mut fetch: Vec<String> = ["fetch", "-q", "--no-recurse-submodules", "origin"]
+        .map(String::from)
+        .to_vec();
+    if checkout.depth > 0 {
+        fetch.push("--depth".into());
+        fetch.push(checkout.depth.to_string());
+    }
+    fetch.push(format!("+HEAD:refs/pipelines/{}", revision.pipeline_id));
+    match (&revision.branch, &revision.tag) {
+        (Some(branch), _) => fetch.push(format!("+HEAD:refs/remotes/origin/{branch}")),
+        (None, Some(tag)) => fetch.push(format!("+refs/tags/{tag}:refs/tags/{tag}")),
+        (None, None) => {}
+    }
+    let fetch: Vec<&str> = fetch.iter().map(String::as_str).collect();
+    run_git(Some(scratch), &fetch)?;
+    let short: String = head.chars().take(8).collect();
+    let mut notices = vec![if checkout.depth > 0 {
+        format!(
+            "Fetching changes from the local repository with git depth set to {}...",
+            checkout.depth
+        )
+    } else {
+        "Fetching changes from the local repository...".to_string()
+    }];
+    if !checkout.files {
+        notices.push("Skipping Git checkout".into());
+        return Ok(notices);
+    }
+    run_git(Some(scratch), &["update-ref", "--no-deref", "HEAD", &head])?;
+    run_git(Some(scratch), &["read-tree", "HEAD"])?;
+    let reference = revision
+        .branch
+        .as_deref()
+        .or(revision.tag.as_deref())
+        .map(|r| format!(" (ref is {r})"))
+        .unwrap_or_default();
+    notices.push(format!(
+        "Checking out {short} as detached HEAD{reference}..."
+    ));
+    let changes = git_output(dir, &["status", "--porcelain", "--untracked-files=all"])
+        .map(|s| s.lines().count())
+        .unwrap_or(0);
+    notices.push(match changes {
+        0 => "The working tree has no uncommitted changes".to_string(),
+        n => format!(
+            "Applying the working tree's {n} uncommitted change{} on top (`git status` in the \
+             job lists them)",
+            if n == 1 { "" } else { "s" }
+        ),
+    });
+    Ok(notices)
+}
+
+/// `git -C dir args…`'s first line of output, when it succeeds.
+fn git_output(dir: &Path, args: &[&str]) -> Option<String> {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&out.stdout).trim_end().to_string();
+    (!text.is_empty()).then_some(text)
+}
+
+/// Runs `git [-C dir] args…`, or says what failed.
+fn run_git(dir: Option<&Path>, args: &[&str]) -> Result<(), String> {
+    let mut command = Command::new("git");
+    if let Some(dir) = dir {
+        command.arg("-C").arg(dir);
+    }
+    let out = command
+        .args(args)
+        .output()
+        .map_err(|e| format!("running git: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    Err(format!(
+        "git {} failed: {}",
+        args.first().copied().unwrap_or_default(),
+        stderr.trim()
+    ))
+}
+
+/// Adds every file and symbolic link under `root` to the archive under `prefix`.
+fn add_tree(
+    zip: &mut ZipWriter<io::BufWriter<File>>,
+    root: &Path,
+    prefix: &str,
+    report: &mut SnapshotReport,
+) -> Result<(), SnapshotError> {
+    for entry in walkdir::WalkDir::new(root).follow_links(false) {
+        let entry = entry.map_err(|e| SnapshotError::Io {
+            path: root.to_path_buf(),
+            source: io::Error::other(e.to_string()),
+        })?;
+        let Some(rel) = entry
+            .path()
+            .strip_prefix(root)
+            .ok()
+            .and_then(|p| p.to_str())
+        else {
+            continue;
+        };
+        if rel.is_empty() || entry.file_type().is_dir() {
+            continue;
+        }
+        if add_entry(zip, entry.path(), &format!("{prefix}/{rel}"))? {
+            report.files += 1;
+        }
+    }
+    Ok(())
+}
+
+/// Adds one file or symbolic link; false when `path` is neither (or vanished).
+fn add_entry(
+    zip: &mut ZipWriter<io::BufWriter<File>>,
+    path: &Path,
+    name: &str,
+) -> Result<bool, SnapshotError> {
+    let io_err = |source| SnapshotError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let meta = match path.symlink_metadata() {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(io_err(e)),
+    };
+    let mtime = u64::try_from(meta.mtime()).unwrap_or(0);
+    let options = SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Stored)
+        .unix_permissions(meta.permissions().mode() & 0o7777)
+        .last_modified_time(flotilla_job::archive::zip_time(mtime))
+        .large_file(meta.len() >= u32::MAX as u64);
+    if meta.file_type().is_symlink() {
+        let target = std::fs::read_link(path).map_err(io_err)?;
+        zip.add_symlink(name, target.to_string_lossy().as_ref(), options)?;
+    } else if meta.is_file() {
+        zip.start_file(name, options)?;
+        let mut f = File::open(path).map_err(io_err)?;
+        io::copy(&mut f, zip).map_err(io_err)?;
+    } else {
+        return Ok(false);
+    }
+    Ok(true)
 }
 
 #[cfg(test)]
@@ -193,7 +437,7 @@ mod tests {
         );
         let out = tempfile::tempdir().unwrap();
         let zip_path = out.path().join("archives/sources.zip");
-        let report = snapshot(p, &zip_path).unwrap();
+        let report = snapshot(p, &zip_path, None).unwrap();
         assert_eq!(report.files, 4);
         let mut z = zip::ZipArchive::new(File::open(&zip_path).unwrap()).unwrap();
         let mut s = String::new();

@@ -96,6 +96,24 @@ pub struct JobPayload {
     /// Suspend/resume options, passed through.
     #[serde(deserialize_with = "nullable")]
     pub suspend_options: Option<serde_json::Value>,
+    /// flotilla's own, never sent by GitLab: the sources come as an archive made by a local
+    /// run instead of from a git remote.
+    #[serde(skip)]
+    pub local_sources: Option<LocalSources>,
+}
+
+/// The sources of a local run (`flotilla exec`): the pipeline has already decided what
+/// `GIT_STRATEGY`, `GIT_DEPTH`, `GIT_CHECKOUT` and the submodule variables ask for and archived
+/// it (the commit's repository, its checkout and the working tree's uncommitted changes), so
+/// the `get_sources` stage empties the build directory, runs the hooks and extracts the
+/// archive instead of fetching.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LocalSources {
+    /// The archive to extract into the build directory; `None` leaves it empty
+    /// (`GIT_STRATEGY` `none` or `empty`).
+    pub archive: Option<Dependency>,
+    /// What the log says about it, one line each (what was checked out, what was applied).
+    pub notices: Vec<String>,
 }
 
 /// A payload that could not be decoded.

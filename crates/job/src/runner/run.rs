@@ -305,7 +305,7 @@ impl Run<'_, '_> {
     }
 
     /// Runs a stage script under `limits`.
-    async fn script(
+    pub(super) async fn script(
         &self,
         place: Place,
         script: String,
@@ -489,6 +489,9 @@ impl Run<'_, '_> {
         if !ok {
             self.error(&last.1).await;
             self.fail(last.0, None, last.1);
+        }
+        if ok && self.job.local_sources.is_some() {
+            ok = self.local_sources().await;
         }
         self.end("get_sources", since, ok).await;
     }

@@ -6,6 +6,7 @@ use super::run::{Run, env_failure};
 use crate::archive::{
     ArchiveError, ArchiveSpec, ReportFormat, collect_zip, extract_zip, zip_to_gzip, zip_to_raw,
 };
+use crate::env::Place;
 use crate::model::{Artifact, Cache, Dependency};
 use crate::store::{ArtifactDownload, ArtifactUpload, CacheKey};
 
@@ -221,6 +222,69 @@ impl Run<'_, '_> {
             .await;
         }
         self.end("download_artifacts", since, true).await;
+    }
+
+    /// The rest of `get_sources` for a job whose sources come as an archive (a local run):
+    /// extracts it into the emptied build directory, then runs
+    /// `hooks:post_get_sources_script`. Whether it all went well (a failure is recorded).
+    pub(super) async fn local_sources(&mut self) -> bool {
+        let Some(local) = &self.job.local_sources else {
+            return true;
+        };
+        if let Some(archive) = &local.archive {
+            let attempts = self.attempts("GET_SOURCES_ATTEMPTS");
+            for attempt in 1..=attempts {
+                match self.download_one(archive).await {
+                    Ok(()) => break,
+                    Err(Attempt::Stopped(stop)) => {
+                        self.stopped(stop, "get_sources").await;
+                        return false;
+                    }
+                    Err(Attempt::Failed {
+                        reason,
+                        message,
+                        retry,
+                    }) => {
+                        self.error(&message).await;
+                        if retry && attempt < attempts {
+                            self.warn(&format!("retrying ({}/{attempts})", attempt + 1))
+                                .await;
+                            continue;
+                        }
+                        self.fail(reason, None, message);
+                        return false;
+                    }
+                }
+            }
+        }
+        let Some(script) = self
+            .script_context(&self.vars)
+            .post_get_sources_script(self.job)
+        else {
+            return true;
+        };
+        match self
+            .script(Place::Helper, script, self.pre_limits(None))
+            .await
+        {
+            Ok(Ok(status)) if status.success() => true,
+            Ok(Ok(status)) => {
+                let message = format!("getting the sources failed with {status}");
+                self.error(&message).await;
+                self.fail(FailureReason::ScriptFailure, None, message);
+                false
+            }
+            Ok(Err(e)) => {
+                let message = format!("getting the sources: {e}");
+                self.error(&message).await;
+                self.fail(env_failure(&e), None, message);
+                false
+            }
+            Err(stop) => {
+                self.stopped(stop, "get_sources").await;
+                false
+            }
+        }
     }
 
     /// Downloads and extracts one dependency's artifacts.

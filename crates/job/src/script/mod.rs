@@ -109,6 +109,19 @@ impl ScriptContext<'_> {
         Ok(w.finish())
     }
 
+    /// The second half of `get_sources` for a job whose sources come as an archive
+    /// ([`crate::model::LocalSources`]): `hooks:post_get_sources_script` in the project
+    /// directory, once the archive is extracted. `None` when the job has no such hook.
+    pub fn post_get_sources_script(&self, job: &JobPayload) -> Option<String> {
+        if job.hook(crate::model::HOOK_POST_GET_SOURCES).is_empty() {
+            return None;
+        }
+        let mut w = self.writer(false);
+        w.cd(self.project_dir);
+        sources::write_post_hooks(&mut w, job);
+        Some(w.finish())
+    }
+
     /// The `cleanup_file_variables` script: removes the per-job temporary directory.
     pub fn cleanup_script(&self) -> String {
         let mut w = ScriptWriter::new();

@@ -170,6 +170,16 @@ impl SourcesPlan {
             w.command(c);
         }
         let qdir = quote(dir);
+        if let Some(local) = &job.local_sources {
+            // The sources arrive as an archive the runner extracts after this script, and the
+            // post hooks run after that (see `post_get_sources_script`).
+            for notice in &local.notices {
+                w.notice(notice);
+            }
+            w.line(&format!("rm -rf {qdir}"));
+            w.line(&format!("mkdir -p {qdir}"));
+            return;
+        }
         match self.strategy {
             GitStrategy::None => {
                 w.notice("Skipping Git repository setup");
@@ -185,9 +195,7 @@ impl SourcesPlan {
         if self.strategy != GitStrategy::None || !job.hook(HOOK_POST_GET_SOURCES).is_empty() {
             w.cd(dir);
         }
-        for c in job.hook(HOOK_POST_GET_SOURCES) {
-            w.command(c);
-        }
+        write_post_hooks(w, job);
     }
 
     fn write_git(&self, w: &mut ScriptWriter, job: &JobPayload, qdir: &str) {
@@ -274,6 +282,13 @@ impl SourcesPlan {
                 w.line(&format!("{git} submodule update --init --recursive"));
             }
         }
+    }
+}
+
+/// `hooks:post_get_sources_script`, run in the project directory.
+pub(super) fn write_post_hooks(w: &mut ScriptWriter, job: &JobPayload) {
+    for c in job.hook(HOOK_POST_GET_SOURCES) {
+        w.command(c);
     }
 }
 

@@ -1,0 +1,128 @@
+//! Each local job's sources: what its `GIT_*` variables ask for, decided by the runner's own
+//! rules ([`SourcesPlan`]), archived once per pipeline for each distinct ask and handed to the
+//! job as [`LocalSources`].
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use flotilla_fleet::Secret;
+use flotilla_job::model::{ArtifactsFile, Dependency, LocalSources};
+use flotilla_job::script::{GitStrategy, SourcesPlan, SubmoduleStrategy};
+use flotilla_job::{JobPayload, JobVariables, LocalArtifactStore};
+use tokio::sync::Mutex;
+
+use super::snapshot::{self, Checkout, Revision};
+
+/// The name the sources archive goes by in a job's log.
+pub(crate) const SOURCES_NAME: &str = "sources";
+
+/// An archive made: its id in the artifact store, its size and the notices for the log; or
+/// why it could not be made.
+type Made = Result<(i64, u64, Vec<String>), String>;
+
+/// The sources archives of one pipeline run, made when a job first asks for them.
+pub(crate) struct Sources {
+    project_dir: PathBuf,
+    store: LocalArtifactStore,
+    revision: Revision,
+    /// By what was asked: the archive's id and size and the notices, or why it failed.
+    made: Mutex<HashMap<Checkout, Made>>,
+}
+
+impl Sources {
+    /// The sources of the project in `project_dir` at `revision`, archived into `store`.
+    pub(crate) fn new(
+        project_dir: PathBuf,
+        store: LocalArtifactStore,
+        revision: Revision,
+    ) -> Sources {
+        Sources {
+            project_dir,
+            store,
+            revision,
+            made: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// What `payload`'s job starts from. `Ok(None)` when its variables are not valid (the
+    /// runner then fails the job with GitLab's message); `Err` when the sources could not be
+    /// archived.
+    pub(crate) async fn for_job(
+        &self,
+        payload: &JobPayload,
+    ) -> Result<Option<LocalSources>, String> {
+        let vars = JobVariables::new(payload.variables.iter().cloned(), "");
+        let Ok(plan) = SourcesPlan::new(payload, &vars) else {
+            return Ok(None);
+        };
+        let checkout = match plan.strategy {
+            GitStrategy::None => {
+                return Ok(Some(LocalSources {
+                    archive: None,
+                    notices: vec![
+                        "Skipping Git repository setup".into(),
+                        "A local run starts every job in an empty build directory (GitLab \
+                         would leave what an earlier job on the same runner left there)"
+                            .into(),
+                    ],
+                }));
+            }
+            GitStrategy::Empty => {
+                return Ok(Some(LocalSources {
+                    archive: None,
+                    notices: vec![
+                        "Skipping Git repository setup and creating an empty build directory"
+                            .into(),
+                    ],
+                }));
+            }
+            GitStrategy::Clone | GitStrategy::Fetch => Checkout {
+                depth: plan.depth,
+                files: plan.checkout,
+                submodules: plan.submodules != SubmoduleStrategy::None,
+            },
+        };
+        let mut made = self.made.lock().await;
+        let next_id = -(made.len() as i64);
+        let entry = match made.get(&checkout) {
+            Some(entry) => entry.clone(),
+            None => {
+                let entry = self.make(next_id, checkout).await;
+                made.insert(checkout, entry.clone());
+                entry
+            }
+        };
+        let (id, size, notices) = entry?;
+        Ok(Some(LocalSources {
+            archive: Some(Dependency {
+                id,
+                name: SOURCES_NAME.into(),
+                token: Secret::new(String::new()),
+                artifacts_file: Some(ArtifactsFile {
+                    filename: "sources.zip".into(),
+                    size,
+                }),
+            }),
+            notices,
+        }))
+    }
+
+    async fn make(&self, id: i64, checkout: Checkout) -> Made {
+        let dir = self.project_dir.clone();
+        let archive = self.store.archive_path(id, "archive");
+        let revision = self.revision.clone();
+        let made = tokio::task::spawn_blocking(move || {
+            snapshot::snapshot(&dir, &archive, Some((checkout, &revision)))
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+        tracing::debug!(
+            files = made.files,
+            bytes = made.archive_bytes,
+            depth = checkout.depth,
+            "sources archived"
+        );
+        Ok((id, made.archive_bytes, made.notices))
+    }
+}
