@@ -36,6 +36,14 @@ const VARS: &str =
     "docs.gitlab.com/ci/variables/; docs.gitlab.com/ci/variables/where_variables_can_be_used/";
 /// docs.gitlab.com/ci/variables/predefined_variables/.
 const PREDEFINED: &str = "docs.gitlab.com/ci/variables/predefined_variables/";
+/// The build directory GitLab Runner leaves: `shells/abstract.go` `writeRefspecFetchCmd`
+/// (`git init`, `git fetch origin <refspecs>`, `git checkout -f -q <sha>`: a detached HEAD,
+/// `git clean -ffdx`) and docs.gitlab.com/ci/runners/configure_runners/#git-strategy,
+/// #git-checkout.
+const GIT: &str = "gitlab-runner shells/abstract.go writeRefspecFetchCmd; docs.gitlab.com/ci/runners/configure_runners/#git-strategy";
+/// docs.gitlab.com/ci/yaml/#hookspre_get_sources_script; gitlab-runner shells/abstract.go
+/// `writeGetSourcesScript` (the hook before the fetch, in the same shell).
+const HOOKS: &str = "docs.gitlab.com/ci/yaml/#hookspre_get_sources_script; gitlab-runner shells/abstract.go writeGetSourcesScript";
 
 const BASE: Case = Case {
     name: "",
@@ -805,6 +813,372 @@ pub static CASES: &[Case] = &[
         name: "predefined-project-dir-in-builds-dir",
         script: &[r#"case "$CI_PROJECT_DIR" in "$CI_BUILDS_DIR"/*) ;; *) exit 1;; esac"#],
         source: PREDEFINED,
+        ..BASE
+    },
+    // ----- exit status: more forms ------------------------------------------------------------
+    Case {
+        name: "subshell-exit-not-last",
+        script: &["(exit 4)", "echo never-$((1+1))"],
+        expect: Failed(4),
+        log_lacks: &["never-2"],
+        ..BASE
+    },
+    Case {
+        name: "negated-pipeline-passes",
+        script: &["! false | false"],
+        ..BASE
+    },
+    Case {
+        name: "arithmetic-test-false",
+        script: &["[ $((1+1)) -eq 3 ]"],
+        expect: Failed(1),
+        ..BASE
+    },
+    Case {
+        name: "arithmetic-command-zero-fails",
+        script: &["(( 0 ))", "echo never-$((2+2))"],
+        expect: Failed(1),
+        log_lacks: &["never-4"],
+        shell: Shell::Bash,
+        ..BASE
+    },
+    Case {
+        name: "until-loop-passes",
+        script: &["i=0; until [ $i -ge 3 ]; do i=$((i+1)); done; echo i-is-$i"],
+        log_has: &["i-is-3"],
+        ..BASE
+    },
+    Case {
+        name: "break-leaves-the-loop",
+        script: &[
+            "for i in 1 2 3; do [ $i = 2 ] && break; done",
+            "echo loop-$((5+5))",
+        ],
+        log_has: &["loop-10"],
+        ..BASE
+    },
+    Case {
+        name: "eval-of-failure-fails",
+        script: &["eval 'exit 6'"],
+        expect: Failed(6),
+        ..BASE
+    },
+    Case {
+        name: "sourced-file-failure-fails",
+        script: &[
+            "printf 'false\\n' > failing.sh",
+            ". ./failing.sh",
+            "echo never-$((3+3))",
+        ],
+        expect: Failed(1),
+        log_lacks: &["never-6"],
+        ..BASE
+    },
+    Case {
+        name: "child-shell-exit-code",
+        script: &["sh -c 'exit 7'"],
+        expect: Failed(7),
+        ..BASE
+    },
+    Case {
+        name: "coreutils-timeout-124",
+        script: &["timeout 1 sleep 5"],
+        expect: Failed(124),
+        shell: Shell::BashWithGit,
+        ..BASE
+    },
+    Case {
+        name: "xargs-failure-123",
+        script: &["echo x | xargs false"],
+        expect: Failed(123),
+        shell: Shell::BashWithGit,
+        ..BASE
+    },
+    Case {
+        name: "if-condition-failure-passes",
+        script: &[r#"if [ "$(echo a)" = b ]; then echo y; fi"#],
+        ..BASE
+    },
+    Case {
+        name: "local-masks-failure",
+        script: &[
+            "f() { local x; x=1; local y=$(false); echo masked-$x; }",
+            "f",
+        ],
+        log_has: &["masked-1"],
+        ..BASE
+    },
+    Case {
+        name: "export-masks-failure",
+        script: &["export X=$(false)", "echo exported-$((7*6))"],
+        log_has: &["exported-42"],
+        ..BASE
+    },
+    Case {
+        name: "unset-variable-is-empty",
+        script: &[r#"test -z "$NOT_SET_ANYWHERE_AT_ALL""#],
+        ..BASE
+    },
+    Case {
+        name: "exit-minus-one-is-255",
+        script: &["exit -1"],
+        expect: Failed(255),
+        shell: Shell::Bash,
+        ..BASE
+    },
+    Case {
+        name: "errexit-in-command-substitution-of-echo",
+        script: &[r#"echo "got-$(false; echo inner)""#],
+        ..BASE
+    },
+    Case {
+        name: "pipeline-of-three-middle-fails",
+        script: &["echo a | false | cat"],
+        expect: Failed(1),
+        ..BASE
+    },
+    Case {
+        name: "set-o-pipefail-off-hides-failure",
+        script: &["set +o pipefail", "false | true", "echo hidden-$((9+1))"],
+        log_has: &["hidden-10"],
+        ..BASE
+    },
+    Case {
+        name: "return-in-sourced-file-keeps-code",
+        script: &["printf 'return 5\\n' > ret.sh", ". ./ret.sh"],
+        expect: Failed(5),
+        ..BASE
+    },
+    // ----- after_script: more -------------------------------------------------------------------
+    Case {
+        name: "after-script-stops-at-its-failure",
+        script: &["true"],
+        after: &["false", "echo never-$((8+8))"],
+        log_lacks: &["never-16"],
+        source: AFTER,
+        ..BASE
+    },
+    Case {
+        name: "after-script-notice-after-success",
+        script: &["true"],
+        after: &["echo after-$((1+2))"],
+        log_has: &["Running after script...", "after-3"],
+        source: AFTER,
+        ..BASE
+    },
+    Case {
+        name: "after-script-does-not-see-script-exports",
+        script: &["export FROM_SCRIPT=yes"],
+        after: &[r#"echo "from-script=[$FROM_SCRIPT]""#],
+        log_has: &["from-script=[]"],
+        source: AFTER,
+        ..BASE
+    },
+    // ----- allow_failure: more -----------------------------------------------------------------
+    Case {
+        name: "allow-failure-true-on-success",
+        extra: "allow_failure: true",
+        script: &["true"],
+        source: ALLOW,
+        ..BASE
+    },
+    Case {
+        name: "allow-failure-exit-codes-on-success",
+        extra: "allow_failure:\n  exit_codes: [1]",
+        script: &["true"],
+        source: ALLOW,
+        ..BASE
+    },
+    Case {
+        name: "allow-failure-exit-code-from-after-failure",
+        extra: "allow_failure:\n  exit_codes: [5]",
+        script: &["exit 5"],
+        after: &["exit 9"],
+        expect: Allowed(5),
+        source: ALLOW,
+        ..BASE
+    },
+    // ----- GITLAB_ENV: more ----------------------------------------------------------------------
+    Case {
+        name: "gitlab-env-several-lines",
+        script: &[
+            r#"echo ENV_A=1 >> "$GITLAB_ENV""#,
+            r#"echo ENV_B=2 >> "$GITLAB_ENV""#,
+        ],
+        after: &[r#"echo "env-ab=$ENV_A$ENV_B""#],
+        log_has: &["env-ab=12"],
+        source: GITLAB_ENV,
+        ..BASE
+    },
+    // ----- variables: more -----------------------------------------------------------------------
+    Case {
+        name: "variable-spaces-kept",
+        extra: "variables:\n  SPACED: \"a  b \"",
+        script: &[r#"test "$SPACED" = "a  b ""#],
+        source: VARS,
+        ..BASE
+    },
+    Case {
+        name: "variable-multi-line-value",
+        extra: "variables:\n  MULTI: \"one\\ntwo\"",
+        script: &[r#"test "$(printf '%s\n' "$MULTI" | wc -l)" -eq 2"#],
+        source: VARS,
+        ..BASE
+    },
+    Case {
+        name: "variable-quotes-kept",
+        extra: "variables:\n  QUOTED: \"it's \\\"quoted\\\"\"",
+        script: &[r#"test "$QUOTED" = "it's \"quoted\"""#],
+        source: VARS,
+        ..BASE
+    },
+    Case {
+        name: "variable-integer-value",
+        extra: "variables:\n  NUMBER: 42",
+        script: &[r#"test "$NUMBER" = 42"#],
+        source: VARS,
+        ..BASE
+    },
+    Case {
+        name: "variable-value-and-description",
+        extra: "variables:\n  DESCRIBED:\n    value: \"the-value\"\n    description: \"what it is\"",
+        script: &[r#"test "$DESCRIBED" = the-value"#],
+        source: VARS,
+        ..BASE
+    },
+    Case {
+        name: "variable-references-predefined",
+        extra: "variables:\n  OWN: \"$CI_JOB_NAME-x\"",
+        script: &[r#"test "$OWN" = variable-references-predefined-x"#],
+        source: VARS,
+        ..BASE
+    },
+    Case {
+        name: "variable-references-global",
+        extra: "variables:\n  LOCAL_FROM_GLOBAL: \"${GLOBAL_ONLY}-x\"",
+        script: &[r#"test "$LOCAL_FROM_GLOBAL" = from-global-x"#],
+        source: VARS,
+        ..BASE
+    },
+    Case {
+        name: "variable-semicolon-is-data",
+        extra: "variables:\n  SEMI: \"a; exit 3\"",
+        script: &[r#"test "$SEMI" = "a; exit 3""#],
+        source: VARS,
+        ..BASE
+    },
+    // ----- predefined: more ----------------------------------------------------------------------
+    Case {
+        name: "predefined-job-stage",
+        script: &[r#"test "$CI_JOB_STAGE" = test"#],
+        source: PREDEFINED,
+        ..BASE
+    },
+    Case {
+        name: "predefined-job-id-is-a-number",
+        script: &[r#"test "$CI_JOB_ID" -gt 0"#],
+        source: PREDEFINED,
+        ..BASE
+    },
+    Case {
+        name: "predefined-pipeline-id-is-a-number",
+        script: &[r#"test "$CI_PIPELINE_ID" -gt 0"#],
+        source: PREDEFINED,
+        ..BASE
+    },
+    Case {
+        name: "predefined-server-yes",
+        script: &[r#"test "$CI_SERVER" = yes"#],
+        source: PREDEFINED,
+        ..BASE
+    },
+    // ----- git: the build directory --------------------------------------------------------------
+    Case {
+        name: "git-head-is-the-commit",
+        extra: "variables:\n  GIT_STRATEGY: fetch",
+        script: &[r#"test "$(git rev-parse HEAD)" = "$CI_COMMIT_SHA""#],
+        shell: Shell::BashWithGit,
+        source: GIT,
+        ..BASE
+    },
+    Case {
+        name: "git-head-is-detached",
+        extra: "variables:\n  GIT_STRATEGY: clone",
+        script: &[r#"test "$(git rev-parse --abbrev-ref HEAD)" = HEAD"#],
+        shell: Shell::BashWithGit,
+        source: GIT,
+        ..BASE
+    },
+    Case {
+        name: "git-short-sha-is-the-commits",
+        extra: "variables:\n  GIT_DEPTH: \"5\"",
+        script: &[r#"test "$(git rev-parse --short=8 HEAD)" = "$CI_COMMIT_SHORT_SHA""#],
+        shell: Shell::BashWithGit,
+        source: GIT,
+        ..BASE
+    },
+    Case {
+        name: "git-status-is-clean",
+        extra: "variables:\n  GIT_STRATEGY: fetch",
+        script: &[r#"test -z "$(git status --porcelain)""#],
+        shell: Shell::BashWithGit,
+        source: GIT,
+        ..BASE
+    },
+    Case {
+        name: "git-title-is-the-commits",
+        extra: "variables:\n  GIT_STRATEGY: fetch",
+        script: &[r#"test "$(git log -1 --format=%s)" = "$CI_COMMIT_TITLE""#],
+        shell: Shell::BashWithGit,
+        source: GIT,
+        ..BASE
+    },
+    Case {
+        name: "git-strategy-none-is-empty",
+        extra: "variables:\n  GIT_STRATEGY: none",
+        script: &["test ! -e .gitlab-ci.yml", "test ! -e .git"],
+        log_has: &["Skipping Git repository setup"],
+        source: GIT,
+        ..BASE
+    },
+    Case {
+        name: "git-strategy-empty-is-empty",
+        extra: "variables:\n  GIT_STRATEGY: empty",
+        script: &[r#"test -z "$(ls -A)""#],
+        log_has: &["creating an empty build directory"],
+        source: GIT,
+        ..BASE
+    },
+    Case {
+        name: "git-checkout-false-leaves-the-repository",
+        extra: "variables:\n  GIT_CHECKOUT: \"false\"",
+        script: &["test -d .git", "test ! -e .gitlab-ci.yml"],
+        log_has: &["Skipping Git checkout"],
+        source: GIT,
+        ..BASE
+    },
+    Case {
+        name: "git-files-are-checked-out",
+        extra: "variables:\n  GIT_STRATEGY: clone",
+        script: &["test -f .gitlab-ci.yml", "test -d .git"],
+        source: GIT,
+        ..BASE
+    },
+    // ----- hooks ---------------------------------------------------------------------------------
+    Case {
+        name: "hook-runs-before-the-sources",
+        extra: "hooks:\n  pre_get_sources_script:\n    - echo hook-$((20+1))",
+        script: &["true"],
+        log_has: &["hook-21"],
+        source: HOOKS,
+        ..BASE
+    },
+    Case {
+        name: "hook-sees-job-variables",
+        extra: "variables:\n  FOR_HOOK: seen\nhooks:\n  pre_get_sources_script: 'echo \"hook-var-$FOR_HOOK\"'",
+        script: &["true"],
+        log_has: &["hook-var-seen"],
+        source: HOOKS,
         ..BASE
     },
 ];

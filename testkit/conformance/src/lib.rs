@@ -30,7 +30,7 @@ pub enum Expect {
     TimedOut,
 }
 
-/// Which shells a case holds in: GitLab runs bash where the image has it and `sh` otherwise
+/// Which shells (and the tools beside them) a case holds in: GitLab runs bash where the image has it and `sh` otherwise
 /// (gitlab-runner `shells/bash.go`, `BashDetectShellScript`), and a few cases use what only
 /// bash has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +39,8 @@ pub enum Shell {
     Any,
     /// bash only (`shopt`, `[[ ]]`, bash's alias rules).
     Bash,
+    /// bash with git and GNU tools beside it (the host's shell; not the busybox image).
+    BashWithGit,
 }
 
 /// One job and how GitLab ends it.
@@ -107,7 +109,8 @@ impl Case {
         missing.chain(present).collect()
     }
 
-    /// Whether the case holds in a shell that is bash (`true`) or a POSIX `sh` (`false`).
+    /// Whether the case holds in a shell that is bash with the host's tools (`true`) or a
+    /// POSIX `sh` of a small image (`false`).
     pub fn holds_in(&self, bash: bool) -> bool {
         bash || self.shell == Shell::Any
     }
