@@ -45,6 +45,7 @@ pub struct CompiledJob {
     /// `after_script` lines.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub after_script: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     /// `hooks:pre_get_sources_script` lines (the job's, or `default:`'s): run before the
     /// sources are fetched.
     pub pre_get_sources_script: Vec<String>,

@@ -60,5 +60,5 @@ pub use expr::{Expression, ExpressionError};
 pub use image::{Image, Service};
 pub use job::{AllowFailure, CompiledJob, Environment, Need, ParallelInstance, Retry, When};
 pub use pipeline::{ExcludedJob, Pipeline};
-pub use predefined::{predefined_variables, slugify};
+pub use predefined::{predefined_variables, slugify, utc_timestamp};
 pub use variables::{Variable, VariableSource, runner_variables};

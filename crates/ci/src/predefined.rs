@@ -8,6 +8,10 @@ use super::git::{git, git_line};
 /// The SHA GitLab uses for "no commit".
 const NULL_SHA: &str = "0000000000000000000000000000000000000000";
 
+/// The GitLab version a local run's `CI_SERVER_VERSION` names: the one whose runner API and
+/// variables flotilla follows (gitlab-runner 19.4's job payload).
+pub(crate) const GITLAB_VERSION: &str = "19.4.0";
+
 /// GitLab's slug: lowercased, everything but `a-z0-9` replaced by `-`, at most 63 bytes, no `-`
 /// at either end (`CI_COMMIT_REF_SLUG`, `CI_JOB_NAME_SLUG`).
 pub fn slugify(text: &str) -> String {
@@ -31,15 +35,24 @@ pub fn slugify(text: &str) -> String {
 /// placeholders: a zero SHA, the branch `main`).
 ///
 /// Set: `CI`, `GITLAB_CI`, `CI_SERVER`, `CI_CONFIG_PATH`, `CI_PROJECT_DIR` (the project
-/// directory; a runner that builds in another directory overrides it), `CI_PROJECT_NAME`,
-/// `CI_PROJECT_PATH`, `CI_PROJECT_NAMESPACE`, `CI_PROJECT_PATH_SLUG`, `CI_PROJECT_URL` and
-/// `CI_SERVER_HOST`/`CI_SERVER_URL` (when the `origin` remote names a host), `CI_DEFAULT_BRANCH`,
-/// `CI_COMMIT_SHA`, `CI_COMMIT_SHORT_SHA`, `CI_COMMIT_BEFORE_SHA`, `CI_COMMIT_BRANCH` (on a
-/// branch) or `CI_COMMIT_TAG` (detached at a tag), `CI_COMMIT_REF_NAME`, `CI_COMMIT_REF_SLUG`,
-/// `CI_COMMIT_REF_PROTECTED`, `CI_COMMIT_MESSAGE`, `CI_COMMIT_TITLE`, `CI_COMMIT_DESCRIPTION`,
-/// `CI_COMMIT_AUTHOR`, `CI_COMMIT_TIMESTAMP`, `CI_PIPELINE_ID` and `CI_PIPELINE_IID` (the
-/// current Unix time in seconds, so later runs get larger ids), `CI_PIPELINE_SOURCE` (`push`),
-/// `CI_PIPELINE_CREATED_AT`, `GITLAB_USER_NAME` and `GITLAB_USER_EMAIL` (from git config).
+/// directory; a runner that builds in another directory overrides it); the project's
+/// (`CI_PROJECT_ID` 1, `_NAME`, `_TITLE`, `_PATH` and `_PATH_SLUG`, `_NAMESPACE` and its id and
+/// slug, `_ROOT_NAMESPACE` and its slug, `_URL`, `_VISIBILITY` `private`, and the empty
+/// `_DESCRIPTION`, `_TOPICS`, `_REPOSITORY_LANGUAGES`, `_CLASSIFICATION_LABEL`); the server's
+/// (`CI_SERVER_URL`, `_HOST`, `_FQDN`, `_PORT`, `_PROTOCOL`, `_SHELL_SSH_HOST`/`_PORT`,
+/// `_NAME`, `_VERSION` and its parts, `_REVISION`, `CI_API_V4_URL`, `CI_API_GRAPHQL_URL`,
+/// `CI_TEMPLATE_REGISTRY_HOST`, `GITLAB_FEATURES`): the `origin` remote's host over https, else
+/// `http://localhost`; `CI_REPOSITORY_URL` (this repository's path); `CI_DEFAULT_BRANCH` and its
+/// slug; the commit's (`CI_COMMIT_SHA`, `_SHORT_SHA`, `_BEFORE_SHA`, `_BRANCH` on a branch or
+/// `_TAG` and `_TAG_MESSAGE` detached at a tag, `_REF_NAME`, `_REF_SLUG`, `_REF_PROTECTED`,
+/// `_MESSAGE`, `_MESSAGE_IS_TRUNCATED`, `_TITLE`, `_DESCRIPTION`, `_AUTHOR`, `_USER_LOGIN`,
+/// `_TIMESTAMP`, `_DEFAULT_BRANCH_BASE_SHA` on another branch), `CI_CONFIG_REF_URI`;
+/// `CI_PIPELINE_ID` and `CI_PIPELINE_IID` (the current Unix time in seconds, so later runs get
+/// larger ids), `CI_PIPELINE_SOURCE` (`push`), `CI_PIPELINE_CREATED_AT`, `CI_PIPELINE_NAME`;
+/// `GITLAB_USER_ID` (1), `GITLAB_USER_LOGIN` (`$USER`), `GITLAB_USER_NAME` and
+/// `GITLAB_USER_EMAIL` (from git config). Left unset, as GitLab leaves them in a push pipeline
+/// on a branch: merge request, trigger, schedule, upstream, registry, dependency proxy, Pages
+/// and deploy token variables.
 pub fn predefined_variables(project_dir: &Path) -> Vec<(String, String)> {
     let dir = std::fs::canonicalize(project_dir).unwrap_or_else(|_| project_dir.to_path_buf());
     let mut vars: Vec<(String, String)> = Vec::new();
@@ -66,20 +79,64 @@ pub fn predefined_variables(project_dir: &Path) -> Vec<(String, String)> {
         .rsplit_once('/')
         .map(|(ns, _)| ns.to_string())
         .unwrap_or_default();
+    set("CI_PROJECT_ID", "1".into());
+    set("CI_PROJECT_TITLE", project_name.clone());
     set("CI_PROJECT_NAME", project_name);
+    set("CI_PROJECT_DESCRIPTION", String::new());
+    set("CI_PROJECT_NAMESPACE_ID", "1".into());
+    set("CI_PROJECT_NAMESPACE_SLUG", slugify(&namespace));
+    let root = namespace.split('/').next().unwrap_or_default().to_string();
+    set("CI_PROJECT_ROOT_NAMESPACE_SLUG", slugify(&root));
+    set("CI_PROJECT_ROOT_NAMESPACE", root);
     set("CI_PROJECT_NAMESPACE", namespace);
     set("CI_PROJECT_PATH_SLUG", slugify(&path));
-    if let Some(host) = &host {
-        set("CI_SERVER_HOST", host.clone());
-        set("CI_SERVER_URL", format!("https://{host}"));
-        set("CI_PROJECT_URL", format!("https://{host}/{path}"));
+    set("CI_PROJECT_VISIBILITY", "private".into());
+    set("CI_PROJECT_REPOSITORY_LANGUAGES", String::new());
+    set("CI_PROJECT_TOPICS", String::new());
+    set("CI_PROJECT_CLASSIFICATION_LABEL", String::new());
+    // The server GitLab would be: the `origin` remote's host, else this machine. Only the
+    // shape is GitLab's; a local run talks to no server.
+    let (server, host) = match &host {
+        Some(host) => (format!("https://{host}"), host.clone()),
+        None => ("http://localhost".to_string(), "localhost".to_string()),
+    };
+    let https = server.starts_with("https://");
+    set("CI_SERVER_NAME", "GitLab".into());
+    set("CI_SERVER_URL", server.clone());
+    set("CI_SERVER_HOST", host.clone());
+    set("CI_SERVER_FQDN", host.clone());
+    set(
+        "CI_SERVER_PROTOCOL",
+        if https { "https" } else { "http" }.into(),
+    );
+    set("CI_SERVER_PORT", if https { "443" } else { "80" }.into());
+    let fqdn = host.clone();
+    set("CI_SERVER_SHELL_SSH_HOST", host);
+    set("CI_SERVER_SHELL_SSH_PORT", "22".into());
+    set("CI_SERVER_VERSION", GITLAB_VERSION.into());
+    let mut parts = GITLAB_VERSION.split('.');
+    for key in [
+        "CI_SERVER_VERSION_MAJOR",
+        "CI_SERVER_VERSION_MINOR",
+        "CI_SERVER_VERSION_PATCH",
+    ] {
+        set(key, parts.next().unwrap_or("0").to_string());
     }
-    set("CI_PROJECT_PATH", path);
+    set("CI_SERVER_REVISION", NULL_SHA[..11].to_string());
+    set("CI_API_V4_URL", format!("{server}/api/v4"));
+    set("CI_API_GRAPHQL_URL", format!("{server}/api/graphql"));
+    set("CI_TEMPLATE_REGISTRY_HOST", "registry.gitlab.com".into());
+    set("GITLAB_FEATURES", String::new());
+    set("CI_PROJECT_URL", format!("{server}/{path}"));
+    // The repository jobs fetch from: this one (a local run never asks a server).
+    set("CI_REPOSITORY_URL", dir.to_string_lossy().into_owned());
+    set("CI_PROJECT_PATH", path.clone());
 
     let sha = git_line(&dir, &["rev-parse", "--verify", "--quiet", "HEAD"]);
     let branch = git_line(&dir, &["symbolic-ref", "--quiet", "--short", "HEAD"]);
     let default_branch = default_branch(&dir, branch.as_deref());
-    set("CI_DEFAULT_BRANCH", default_branch);
+    set("CI_DEFAULT_BRANCH_SLUG", slugify(&default_branch));
+    set("CI_DEFAULT_BRANCH", default_branch.clone());
 
     let sha_text = sha.clone().unwrap_or_else(|| NULL_SHA.to_string());
     set("CI_COMMIT_SHORT_SHA", sha_text.chars().take(8).collect());
@@ -98,13 +155,44 @@ pub fn predefined_variables(project_dir: &Path) -> Vec<(String, String)> {
     };
     match (&branch, &tag) {
         (Some(b), _) => set("CI_COMMIT_BRANCH", b.clone()),
-        (None, Some(t)) => set("CI_COMMIT_TAG", t.clone()),
+        (None, Some(t)) => {
+            set("CI_COMMIT_TAG", t.clone());
+            let reference = format!("refs/tags/{t}");
+            let message = git(&dir, &["tag", "-l", "--format=%(contents)", t])
+                .filter(|_| {
+                    git_line(&dir, &["cat-file", "-t", &reference]).as_deref() == Some("tag")
+                })
+                .map(|m| m.trim_end().to_string())
+                .unwrap_or_default();
+            set("CI_COMMIT_TAG_MESSAGE", message);
+        }
         (None, None) if sha.is_none() => set("CI_COMMIT_BRANCH", ref_name.clone()),
         (None, None) => {}
     }
     set("CI_COMMIT_REF_SLUG", slugify(&ref_name));
-    set("CI_COMMIT_REF_NAME", ref_name);
+    let config_ref = match (&branch, &tag) {
+        (None, Some(t)) => format!("refs/tags/{t}"),
+        _ => format!("refs/heads/{ref_name}"),
+    };
+    set(
+        "CI_CONFIG_REF_URI",
+        format!("{fqdn}/{path}//.gitlab-ci.yml@{config_ref}"),
+    );
+    set("CI_COMMIT_REF_NAME", ref_name.clone());
     set("CI_COMMIT_REF_PROTECTED", "false".into());
+    // On a branch other than the default, where it forked from the default branch.
+    if branch.as_deref().is_some_and(|b| b != default_branch)
+        && let Some(base) = git_line(
+            &dir,
+            &[
+                "merge-base",
+                "HEAD",
+                &format!("refs/heads/{default_branch}"),
+            ],
+        )
+    {
+        set("CI_COMMIT_DEFAULT_BRANCH_BASE_SHA", base);
+    }
 
     if sha.is_some() {
         if let Some(message) = git(&dir, &["log", "-1", "--format=%B", "HEAD"]) {
@@ -115,6 +203,8 @@ pub fn predefined_variables(project_dir: &Path) -> Vec<(String, String)> {
                 .map(|(_, rest)| rest.trim_start_matches('\n').to_string())
                 .unwrap_or_default();
             set("CI_COMMIT_MESSAGE", message);
+            set("CI_COMMIT_MESSAGE_IS_TRUNCATED", "false".into());
+            set("CI_COMMIT_USER_LOGIN", String::new());
             set("CI_COMMIT_TITLE", title);
             set("CI_COMMIT_DESCRIPTION", description);
         }
@@ -134,6 +224,13 @@ pub fn predefined_variables(project_dir: &Path) -> Vec<(String, String)> {
     set("CI_PIPELINE_IID", now.to_string());
     set("CI_PIPELINE_SOURCE", "push".into());
     set("CI_PIPELINE_CREATED_AT", utc_timestamp(now));
+    set("CI_PIPELINE_NAME", String::new());
+    set("GITLAB_USER_ID", "1".into());
+    let login = std::env::var("USER")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| "root".into());
+    set("GITLAB_USER_LOGIN", login);
     if let Some(user) = git_line(&dir, &["config", "--get", "user.name"]) {
         set("GITLAB_USER_NAME", user);
     }
@@ -184,7 +281,7 @@ pub(crate) fn parse_remote(url: &str) -> Option<(String, String)> {
 }
 
 /// `YYYY-MM-DDTHH:MM:SSZ` for Unix time `seconds`.
-fn utc_timestamp(seconds: u64) -> String {
+pub fn utc_timestamp(seconds: u64) -> String {
     let days = (seconds / 86_400) as i64;
     let rem = seconds % 86_400;
     // Howard Hinnant's civil-from-days.

@@ -49,6 +49,10 @@ impl Environment for MergedOutput<'_> {
         self.inner.variables()
     }
 
+    fn disposable(&self) -> bool {
+        self.inner.disposable()
+    }
+
     async fn prepare(
         &self,
         log: &mut (dyn AsyncWrite + Send + Unpin),

@@ -52,8 +52,10 @@ fn verdict(case: &Case, status: Option<&String>, log: &str) -> Vec<String> {
 }
 
 /// Runs every case that holds in the level's shell (`bash`: the level runs bash) and checks
-/// each job; `config` is the runner's `config.toml`, if any.
-fn conform(level: &str, bash: bool, config: Option<String>) {
+/// each job; `config` is the runner's `config.toml`, if any; `environment` is `shared` or
+/// `disposable`, as GitLab Runner's executor of that kind says (`CI_SHARED_ENVIRONMENT`,
+/// `CI_DISPOSABLE_ENVIRONMENT`: gitlab-runner `common/build.go` `GetSharedEnvVariable`).
+fn conform(level: &str, bash: bool, config: Option<String>, environment: &str) {
     let cases: Vec<&Case> = CASES.iter().filter(|c| c.holds_in(bash)).collect();
     let p = Project::with_pipeline(&pipeline_yaml(&header(), cases.iter().copied()));
     // The config stays out of the project, whose working tree the jobs get.
@@ -86,6 +88,11 @@ fn conform(level: &str, bash: bool, config: Option<String>) {
         cases.len(),
         failures.join("\n\n")
     );
+    let kind = p.log("predefined-shared-or-disposable");
+    assert!(
+        kind.contains(&format!("\nenvironment-is-{environment}\n")),
+        "{level} should be {environment}: {kind}"
+    );
     // Some jobs fail, so the pipeline does.
     run.expect_code(1);
     eprintln!("{level}: {} cases hold", cases.len());
@@ -93,7 +100,7 @@ fn conform(level: &str, bash: bool, config: Option<String>) {
 
 #[test]
 fn every_case_holds_at_the_shell_level() {
-    conform("shell (embedded default)", true, None);
+    conform("shell (embedded default)", true, None, "shared");
 }
 
 #[test]
@@ -112,7 +119,7 @@ concurrent = 4
     capacity_per_instance = 4
     max_instances = 1
 "#;
-    conform("cgroup", true, Some(config.to_owned()));
+    conform("cgroup", true, Some(config.to_owned()), "shared");
 }
 
 #[test]
@@ -138,5 +145,5 @@ concurrent = 4
 "#
     );
     // The busybox image has no bash: its jobs run in busybox's sh, as on GitLab.
-    conform("docker (busybox image)", false, Some(config));
+    conform("docker (busybox image)", false, Some(config), "disposable");
 }

@@ -564,7 +564,7 @@ look:
     - cat untracked.txt
     - test ! -e secret.env && echo "no secret.env"
     - test ! -e target && echo "no target dir"
-    - test ! -e .git && echo "no .git"
+    - test -d .git && echo "a .git of its own"
     - test ! -e .flotilla && echo "no .flotilla"
     - test -f .gitignore && echo "gitignore present"
     - test "$CI_PROJECT_DIR" = "$(pwd)" && echo "CI_PROJECT_DIR is the build dir"
@@ -585,7 +585,7 @@ look:
         "\nnever added\n",
         "\nno secret.env\n",
         "\nno target dir\n",
-        "\nno .git\n",
+        "\na .git of its own\n",
         "\nno .flotilla\n",
         "\ngitignore present\n",
         "\nCI_PROJECT_DIR is the build dir\n",

@@ -105,6 +105,7 @@ async fn main() {
         concurrent_project_id: 0,
         runner: &runner,
         job_status: "running",
+        disposable: false,
     };
     let vars = JobVariables::new(
         predefined_defaults(&j, &ctx)

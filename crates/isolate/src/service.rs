@@ -28,6 +28,7 @@ pub fn service_env(
         concurrent_project_id: slot as u32,
         runner: &runner,
         job_status: "running",
+        disposable: true,
     };
     let own: HashSet<&str> = service.variables.iter().map(|v| v.key.as_str()).collect();
     let all = predefined_defaults(job, &ctx)

@@ -22,6 +22,10 @@ pub const DEFAULT_TIMEOUT_SECS: u64 = 3600;
 pub struct PayloadContext<'a> {
     /// The job's id in this local pipeline (1, 2, …).
     pub job_id: i64,
+    /// Which attempt this is (1 for the first; `CI_JOB_RETRY_COUNT` is one less).
+    pub attempt: u32,
+    /// When the job starts, in seconds since the epoch (`CI_JOB_STARTED_AT`).
+    pub started_at: u64,
     /// The pipeline's id (`CI_PIPELINE_ID`).
     pub pipeline_id: i64,
     /// The predefined variables of the pipeline (`CI_COMMIT_SHA`, `CI_PROJECT_DIR`, …),
@@ -42,7 +46,11 @@ pub struct PayloadContext<'a> {
 }
 
 /// The variables every local job gets on top of the pipeline's.
-fn job_variables(job: &CompiledJob, ctx: &PayloadContext<'_>) -> Vec<Variable> {
+fn job_variables(
+    job: &CompiledJob,
+    ctx: &PayloadContext<'_>,
+    token: &Secret<String>,
+) -> Vec<Variable> {
     let mut out: Vec<Variable> = ctx.predefined.iter().map(|(k, v)| public(k, v)).collect();
     out.push(public("CI_JOB_NAME", &job.name));
     out.push(public("CI_JOB_NAME_SLUG", &ci::slugify(&job.name)));
@@ -50,6 +58,47 @@ fn job_variables(job: &CompiledJob, ctx: &PayloadContext<'_>) -> Vec<Variable> {
     out.push(public("CI_JOB_ID", &ctx.job_id.to_string()));
     out.push(public("CI_PIPELINE_ID", &ctx.pipeline_id.to_string()));
     out.push(public("CI_PIPELINE_IID", &ctx.pipeline_id.to_string()));
+    // GitLab's job variables (docs.gitlab.com/ci/variables/predefined_variables/,
+    // `app/models/ci/build.rb` `persisted_variables`, `lib/gitlab/ci/variables/builder.rb`).
+    let project_url = ctx
+        .predefined
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "CI_PROJECT_URL")
+        .map(|(_, v)| v.as_str())
+        .unwrap_or_default();
+    out.push(public(
+        "CI_PIPELINE_URL",
+        &format!("{project_url}/-/pipelines/{}", ctx.pipeline_id),
+    ));
+    out.push(public(
+        "CI_JOB_URL",
+        &format!("{project_url}/-/jobs/{}", ctx.job_id),
+    ));
+    out.push(public("CI_JOB_GROUP_NAME", &job.base_name));
+    let started = ci::utc_timestamp(ctx.started_at);
+    out.push(public("CI_JOB_STARTED_AT_SLUG", &ci::slugify(&started)));
+    out.push(public("CI_JOB_STARTED_AT", &started));
+    out.push(public(
+        "CI_JOB_RETRY_COUNT",
+        &ctx.attempt.saturating_sub(1).to_string(),
+    ));
+    let tags: Vec<String> = job.tags.iter().map(|t| format!("{t:?}")).collect();
+    out.push(public("CI_JOB_TAGS", &format!("[{}]", tags.join(", "))));
+    out.push(public(
+        "CI_TRACEPARENT",
+        &format!("00-{:032x}-{:016x}-01", ctx.pipeline_id, ctx.job_id),
+    ));
+    out.push(public(
+        "CI_TRACESTATE",
+        &format!("gitlab=pipeline:{};job:{}", ctx.pipeline_id, ctx.job_id),
+    ));
+    out.push(public("CI_REGISTRY_USER", "gitlab-ci-token"));
+    out.push(Variable {
+        masked: true,
+        public: false,
+        ..public("CI_REGISTRY_PASSWORD", token.expose())
+    });
     // Only a manual job has CI_JOB_MANUAL; CI_NODE_TOTAL is 1 without `parallel`, which alone
     // sets CI_NODE_INDEX (docs.gitlab.com/ci/variables/predefined_variables/).
     if job.when == ci::When::Manual {
@@ -209,6 +258,7 @@ pub fn to_payload(job: &CompiledJob, ctx: &PayloadContext<'_>) -> JobPayload {
             script: job.pre_get_sources_script.clone(),
         }]
     };
+    let variables = job_variables(job, ctx, &token);
     JobPayload {
         id: ctx.job_id,
         token,
@@ -237,7 +287,7 @@ pub fn to_payload(job: &CompiledJob, ctx: &PayloadContext<'_>) -> JobPayload {
             timeout,
             ..RunnerInfo::default()
         },
-        variables: job_variables(job, ctx),
+        variables,
         steps,
         image: job.image.as_ref().map(image),
         services: job.services.iter().map(service).collect(),

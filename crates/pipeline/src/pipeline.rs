@@ -590,6 +590,11 @@ async fn run_job(
         &ctx.job,
         &PayloadContext {
             job_id: ctx.job_id,
+            attempt: ctx.attempt,
+            started_at: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
             pipeline_id: ctx.pipeline_id,
             predefined: &ctx.predefined,
             project_name: &ctx.project_name,

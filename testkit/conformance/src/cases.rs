@@ -1092,6 +1092,56 @@ pub static CASES: &[Case] = &[
         source: PREDEFINED,
         ..BASE
     },
+    Case {
+        name: "predefined-shared-or-disposable",
+        script: &[
+            r#"test "${CI_SHARED_ENVIRONMENT-}${CI_DISPOSABLE_ENVIRONMENT-}" = true"#,
+            r#"echo "environment-is-${CI_SHARED_ENVIRONMENT:+shared}${CI_DISPOSABLE_ENVIRONMENT:+disposable}""#,
+        ],
+        source: PREDEFINED,
+        ..BASE
+    },
+    Case {
+        name: "predefined-api-url-under-the-server",
+        script: &[r#"test "$CI_API_V4_URL" = "$CI_SERVER_URL/api/v4""#],
+        source: PREDEFINED,
+        ..BASE
+    },
+    Case {
+        name: "predefined-job-url-names-the-job",
+        script: &[
+            r#"test "$CI_JOB_URL" = "$CI_PROJECT_URL/-/jobs/$CI_JOB_ID""#,
+            r#"test "$CI_PIPELINE_URL" = "$CI_PROJECT_URL/-/pipelines/$CI_PIPELINE_ID""#,
+        ],
+        source: PREDEFINED,
+        ..BASE
+    },
+    Case {
+        name: "predefined-job-started-at-is-utc",
+        script: &[
+            r#"case "$CI_JOB_STARTED_AT" in [0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]T*Z) ;; *) exit 1;; esac"#,
+        ],
+        source: PREDEFINED,
+        ..BASE
+    },
+    Case {
+        name: "predefined-user-login",
+        script: &[
+            r#"test -n "$GITLAB_USER_LOGIN""#,
+            r#"test "$GITLAB_USER_ID" -gt 0"#,
+        ],
+        source: PREDEFINED,
+        ..BASE
+    },
+    Case {
+        name: "predefined-runner-version-and-arch",
+        script: &[
+            r#"test -n "$CI_RUNNER_VERSION""#,
+            r#"case "$CI_RUNNER_EXECUTABLE_ARCH" in linux/*) ;; *) exit 1;; esac"#,
+        ],
+        source: PREDEFINED,
+        ..BASE
+    },
     // ----- git: the build directory --------------------------------------------------------------
     Case {
         name: "git-head-is-the-commit",

@@ -238,6 +238,18 @@ impl JobBuilder {
             json!({"key": "CI_PROJECT_ID", "value": "7", "public": true, "masked": false}),
             json!({"key": "CI_PROJECT_NAME", "value": "project", "public": true, "masked": false}),
             json!({"key": "CI_PROJECT_PATH", "value": "group/project", "public": true, "masked": false}),
+            // `app/models/project.rb` (`predefined_ci_server_variables`, `api_variables`,
+            // `predefined_project_variables`) and `app/models/ci/build.rb`
+            // (`persisted_variables`), `builder.rb` (`user_variables`).
+            json!({"key": "CI_SERVER_URL", "value": url, "public": true, "masked": false}),
+            json!({"key": "CI_SERVER_HOST", "value": host.split(':').next().unwrap_or(host), "public": true, "masked": false}),
+            json!({"key": "CI_API_V4_URL", "value": format!("{url}/api/v4"), "public": true, "masked": false}),
+            json!({"key": "CI_PROJECT_URL", "value": format!("{url}/group/project"), "public": true, "masked": false}),
+            json!({"key": "CI_PIPELINE_URL", "value": format!("{url}/group/project/-/pipelines/1000"), "public": true, "masked": false}),
+            json!({"key": "CI_JOB_URL", "value": format!("{url}/group/project/-/jobs/{id}"), "public": true, "masked": false}),
+            json!({"key": "CI_JOB_STARTED_AT", "value": "2026-11-27T12:00:00Z", "public": true, "masked": false}),
+            json!({"key": "GITLAB_USER_LOGIN", "value": "root", "public": true, "masked": false}),
+            json!({"key": "GITLAB_USER_ID", "value": "1", "public": true, "masked": false}),
         ];
         variables.extend(self.variables.iter().cloned());
         variables.extend(extra_variables);

@@ -481,6 +481,10 @@ impl Environment for DockerEnvironment {
         &self.layout.paths
     }
 
+    fn disposable(&self) -> bool {
+        true
+    }
+
     async fn prepare(
         &self,
         log: &mut (dyn AsyncWrite + Send + Unpin),

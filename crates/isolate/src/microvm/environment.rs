@@ -664,6 +664,10 @@ impl Environment for MicrovmEnvironment {
         &self.layout.paths
     }
 
+    fn disposable(&self) -> bool {
+        true
+    }
+
     async fn prepare(
         &self,
         log: &mut (dyn AsyncWrite + Send + Unpin),

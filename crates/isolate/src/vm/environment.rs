@@ -196,6 +196,10 @@ impl Environment for VmEnvironment {
         self.inner.paths()
     }
 
+    fn disposable(&self) -> bool {
+        true
+    }
+
     async fn prepare(
         &self,
         log: &mut (dyn AsyncWrite + Send + Unpin),

@@ -152,6 +152,14 @@ pub trait Environment: Send + Sync {
         Vec::new()
     }
 
+    /// Whether the environment is made for this job alone and thrown away after it (a
+    /// container, a VM): `CI_DISPOSABLE_ENVIRONMENT`; else it is shared with other jobs (a
+    /// host's shell): `CI_SHARED_ENVIRONMENT` (gitlab-runner `common/build.go`
+    /// `GetSharedEnvVariable`, from each executor's `Shared` feature). The default is shared.
+    fn disposable(&self) -> bool {
+        false
+    }
+
     /// Gets the environment ready (pull images, start services...), writing progress lines to
     /// `log`. Runs inside the job's `prepare_executor` section. The default does nothing.
     async fn prepare(

@@ -64,6 +64,7 @@ fn job_variables(runner: &JobRunner<'_>, job: &JobPayload, paths: &EnvPaths) -> 
         concurrent_project_id: o.concurrent_project_id,
         runner: &o.runner,
         job_status: "running",
+        disposable: runner.env.disposable(),
     };
     let all = predefined_defaults(job, &ctx)
         .into_iter()

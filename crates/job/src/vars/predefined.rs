@@ -66,6 +66,9 @@ pub struct PredefinedContext<'a> {
     pub runner: &'a RunnerIdentity,
     /// `CI_JOB_STATUS`: `running`, or `success` / `failed` / `canceled` for after_script.
     pub job_status: &'a str,
+    /// Whether the environment is the job's alone and thrown away after it
+    /// ([`crate::Environment::disposable`]).
+    pub disposable: bool,
 }
 
 /// Variables derived from the payload, for a source that did not send them. Put them
@@ -121,7 +124,14 @@ pub fn predefined_defaults(job: &JobPayload, ctx: &PredefinedContext<'_>) -> Vec
 
 /// Variables only the runner knows; put them *after* the payload's variables so they win.
 pub fn runner_provided(job: &JobPayload, ctx: &PredefinedContext<'_>) -> Vec<Variable> {
+    // Exactly one of the two, `true` (gitlab-runner `common/build.go` GetSharedEnvVariable).
+    let environment = if ctx.disposable {
+        "CI_DISPOSABLE_ENVIRONMENT"
+    } else {
+        "CI_SHARED_ENVIRONMENT"
+    };
     vec![
+        Variable::new(environment, "true"),
         Variable::new("CI_BUILDS_DIR", ctx.builds_dir),
         Variable::new("CI_PROJECT_DIR", ctx.project_dir),
         Variable::new("RUNNER_TEMP_PROJECT_DIR", ctx.tmp_dir),
@@ -205,6 +215,7 @@ mod tests {
             concurrent_project_id: 1,
             runner: &runner,
             job_status: "running",
+            disposable: false,
         };
         let all = predefined_defaults(&job, &ctx)
             .into_iter()
@@ -225,6 +236,8 @@ mod tests {
         assert_eq!(vars.value("CI_JOB_TIMEOUT"), Some("7200"));
         assert_eq!(vars.value("CI_CONCURRENT_ID"), Some("3"));
         assert_eq!(vars.value("CI_SERVER"), Some("yes"));
+        assert_eq!(vars.value("CI_SHARED_ENVIRONMENT"), Some("true"));
+        assert_eq!(vars.value("CI_DISPOSABLE_ENVIRONMENT"), None);
         assert!(vars.masked_values().iter().any(|m| m == "tok-123"));
         assert_eq!(vars.value("CI_COMMIT_TAG"), None);
     }
