@@ -56,7 +56,21 @@ fn verdict(case: &Case, status: Option<&String>, log: &str) -> Vec<String> {
 /// `disposable`, as GitLab Runner's executor of that kind says (`CI_SHARED_ENVIRONMENT`,
 /// `CI_DISPOSABLE_ENVIRONMENT`: gitlab-runner `common/build.go` `GetSharedEnvVariable`).
 fn conform(level: &str, bash: bool, config: Option<String>, environment: &str) {
-    let cases: Vec<&Case> = CASES.iter().filter(|c| c.holds_in(bash)).collect();
+    conform_cases(level, bash, config, environment, |_| true);
+}
+
+/// [`conform`] on the cases `pick` chooses.
+fn conform_cases(
+    level: &str,
+    bash: bool,
+    config: Option<String>,
+    environment: &str,
+    pick: impl Fn(&Case) -> bool,
+) {
+    let cases: Vec<&Case> = CASES
+        .iter()
+        .filter(|c| c.holds_in(bash) && pick(c))
+        .collect();
     let p = Project::with_pipeline(&pipeline_yaml(&header(), cases.iter().copied()));
     // The config stays out of the project, whose working tree the jobs get.
     let config_path = p.outside().join("conformance.toml");
@@ -89,6 +103,11 @@ fn conform(level: &str, bash: bool, config: Option<String>, environment: &str) {
         failures.join("\n\n")
     );
     let kind = p.log("predefined-shared-or-disposable");
+    let isolation = level.split(' ').next().unwrap_or(level);
+    assert!(
+        kind.contains(&format!("Using {isolation} isolation")),
+        "{level}: the job ran at another level: {kind}"
+    );
     assert!(
         kind.contains(&format!("\nenvironment-is-{environment}\n")),
         "{level} should be {environment}: {kind}"
@@ -100,7 +119,7 @@ fn conform(level: &str, bash: bool, config: Option<String>, environment: &str) {
 
 #[test]
 fn every_case_holds_at_the_shell_level() {
-    conform("shell (embedded default)", true, None, "shared");
+    conform("shell (the embedded default)", true, None, "shared");
 }
 
 #[test]
@@ -146,4 +165,68 @@ concurrent = 4
     );
     // The busybox image has no bash: its jobs run in busybox's sh, as on GitLab.
     conform("docker (busybox image)", false, Some(config), "disposable");
+}
+
+/// The cases a microVM level runs: a sample of every kind (booting a VM per job under TCG
+/// takes seconds, so not all 161), chosen by name so that a renamed case is noticed.
+const MICROVM_SAMPLE: &[&str] = &[
+    "false-fails",
+    "exit-code-is-kept",
+    "test-and-echo-last",
+    "bang-true-last",
+    "pipefail-first-fails",
+    "set-e-off-false-last",
+    "after-script-sees-failed",
+    "gitlab-env-reaches-the-next-stage",
+    "allow-failure-exit-code-listed",
+    "variable-value-is-never-run",
+    "predefined-shared-or-disposable",
+    "git-strategy-none-is-empty",
+    "git-files-are-checked-out",
+];
+
+#[test]
+fn infra_a_sample_of_cases_holds_at_the_microvm_level() {
+    if !require(Infra::Qemu) || !require(Infra::Docker) {
+        return;
+    }
+    for name in MICROVM_SAMPLE {
+        assert!(
+            CASES.iter().any(|c| c.name == *name && c.holds_in(false)),
+            "no busybox case {name}"
+        );
+    }
+    let busybox = flotilla_testkit::images::busybox_image();
+    let state = tempfile::Builder::new()
+        .prefix("fl-conformance-microvm-")
+        .tempdir_in("/tmp")
+        .expect("state dir");
+    let config = format!(
+        r#"
+concurrent = 2
+[[runners]]
+  name = "conformance-microvm"
+  executor = "flotilla"
+  [runners.docker]
+    image = "{busybox}"
+    pull_policy = "if-not-present"
+  [runners.autoscaler]
+    plugin = "local"
+    isolation = "microvm"
+    capacity_per_instance = 2
+    max_instances = 1
+  [runners.microvm]
+    memory = "256Mi"
+    network = false
+    state_dir = "{}"
+"#,
+        state.path().display()
+    );
+    conform_cases(
+        "microvm (busybox image)",
+        false,
+        Some(config),
+        "disposable",
+        |c| MICROVM_SAMPLE.contains(&c.name),
+    );
 }
