@@ -167,9 +167,10 @@ concurrent = 4
     conform("docker (busybox image)", false, Some(config), "disposable");
 }
 
-/// The cases a microVM level runs: a sample of every kind (booting a VM per job under TCG
-/// takes seconds, so not all 161), chosen by name so that a renamed case is noticed.
-const MICROVM_SAMPLE: &[&str] = &[
+/// The cases the microVM and instance levels run: a sample of every kind (a VM or an
+/// instance per job takes seconds, so not all 161), chosen by name so that a renamed case is
+/// noticed.
+const SAMPLE: &[&str] = &[
     "false-fails",
     "exit-code-is-kept",
     "test-and-echo-last",
@@ -190,7 +191,7 @@ fn infra_a_sample_of_cases_holds_at_the_microvm_level() {
     if !require(Infra::Qemu) || !require(Infra::Docker) {
         return;
     }
-    for name in MICROVM_SAMPLE {
+    for name in SAMPLE {
         assert!(
             CASES.iter().any(|c| c.name == *name && c.holds_in(false)),
             "no busybox case {name}"
@@ -227,6 +228,46 @@ concurrent = 2
         false,
         Some(config),
         "disposable",
-        |c| MICROVM_SAMPLE.contains(&c.name),
+        |c| SAMPLE.contains(&c.name),
+    );
+}
+
+#[test]
+fn infra_a_sample_of_cases_holds_at_the_instance_level() {
+    if !require(Infra::Docker) {
+        return;
+    }
+    let group = format!("conformance-instance-{}", std::process::id());
+    let _guard = flotilla_testkit::containers::LabelGuard::new(format!("flotilla.group={group}"));
+    // Each job gets an instance of its own (a container with sshd, reached over SSH), thrown
+    // away after it; GitLab's instance executor still calls that environment shared.
+    let config = format!(
+        r#"
+concurrent = 4
+[[runners]]
+  name = "conformance-instance"
+  executor = "flotilla"
+  [runners.autoscaler]
+    plugin = "docker"
+    capacity_per_instance = 1
+    max_use_count = 1
+    max_instances = 4
+    isolation = "instance"
+    delete_instances_on_shutdown = true
+    shutdown_deletion_interval = "1s"
+    [runners.autoscaler.plugin_config]
+      name = "{group}"
+      image = "{image}"
+    [runners.autoscaler.connector_config]
+      username = "root"
+"#,
+        image = flotilla_testkit::images::instance_image()
+    );
+    conform_cases(
+        "instance (a container per job over SSH)",
+        false,
+        Some(config),
+        "shared",
+        |c| SAMPLE.contains(&c.name),
     );
 }

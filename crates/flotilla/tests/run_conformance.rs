@@ -5,29 +5,12 @@
 
 mod run_support;
 
-use flotilla_conformance::{CASES, Case, Expect, GLOBAL_VARIABLES};
+use flotilla_conformance::{CASES, Case, GLOBAL_VARIABLES};
 use flotilla_testkit::fake_gitlab::JobBuilder;
 use run_support::{Manager, write_local_config};
 use std::time::Duration;
 
 const TOKEN: &str = "glrt-conformance-token";
-
-fn verdict(case: &Case, state: &str, exit_code: Option<i64>, trace: &str) -> Vec<String> {
-    let mut wrong = Vec::new();
-    let (want_state, want_code) = match case.expect {
-        Expect::Passed => ("success", None),
-        // allow_failure is Rails' decision on a failed job; the runner reports the failure.
-        Expect::Failed(c) | Expect::Allowed(c) => ("failed", Some(i64::from(c))),
-        Expect::TimedOut => ("failed", None),
-    };
-    if state != want_state || exit_code != want_code {
-        wrong.push(format!(
-            "final update {state} exit_code {exit_code:?}, expected {want_state} {want_code:?}"
-        ));
-    }
-    wrong.extend(case.output_problems(trace));
-    wrong
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_payload_case_ends_as_on_gitlab() {
@@ -61,7 +44,7 @@ async fn every_payload_case_ends_as_on_gitlab() {
         let job = gl.job(*id).expect("the job");
         let f = job.final_update.clone().expect("a final update");
         let trace = job.trace_text();
-        let wrong = verdict(case, &f.state, f.exit_code, &trace);
+        let wrong = case.final_update_problems(&f.state, f.exit_code, &trace);
         if !wrong.is_empty() {
             failures.push(format!(
                 "{} ({}): {}\n--- trace ---\n{trace}",

@@ -372,3 +372,81 @@ async fn infra_sized_pods_a_killed_manager_left_are_deleted_by_the_next() {
     next.signal(libc::SIGTERM);
     let _ = next.wait(Duration::from_secs(30)).await;
 }
+
+/// GitLab's job contract on pods reached through kube-exec: a sample of the conformance cases
+/// a job payload carries as it is (exit status, after_script, `GITLAB_ENV`, variables, the
+/// environment's kind), each job's final update and trace judged as `run_conformance` judges
+/// them on the shell.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn infra_a_sample_of_conformance_cases_holds_on_kubernetes_pods() {
+    const SAMPLE: &[&str] = &[
+        "false-fails",
+        "exit-code-is-kept",
+        "test-and-echo-last",
+        "bang-true-last",
+        "pipefail-first-fails",
+        "set-e-off-false-last",
+        "after-script-sees-failed",
+        "gitlab-env-reaches-the-next-stage",
+        "predefined-shared-or-disposable",
+        "predefined-job-url-names-the-job",
+    ];
+    if !require(Infra::Docker) {
+        return;
+    }
+    let cases: Vec<&flotilla_conformance::Case> = flotilla_conformance::CASES
+        .iter()
+        .filter(|c| SAMPLE.contains(&c.name) && c.extra.is_empty() && c.holds_in(false))
+        .collect();
+    assert_eq!(
+        cases.len(),
+        SAMPLE.len(),
+        "a sample case was renamed or changed"
+    );
+    let kube = FakeKube::start().await.unwrap();
+    let gl = run_support::fake_gitlab(&[TOKEN], Duration::from_secs(2)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), gl.url(), &kube, "");
+    let mut m = Manager::start(&config, &[]);
+    let ids: Vec<(i64, &flotilla_conformance::Case)> = cases
+        .iter()
+        .map(|c| {
+            let mut job = JobBuilder::new(c.name)
+                .field("image", json!({"name": busybox_image()}))
+                .script(c.step_script());
+            for (k, v) in flotilla_conformance::GLOBAL_VARIABLES {
+                job = job.variable(*k, *v);
+            }
+            if !c.after.is_empty() {
+                job = job.after_script(c.after.iter().copied());
+            }
+            (gl.enqueue(TOKEN, job), *c)
+        })
+        .collect();
+    let all: Vec<i64> = ids.iter().map(|(id, _)| *id).collect();
+    let finished = gl.wait_finished(&all, Duration::from_secs(300)).await;
+    assert!(
+        finished,
+        "jobs did not finish; manager log:\n{}",
+        m.log_tail()
+    );
+    let mut failures = Vec::new();
+    for (id, case) in &ids {
+        let job = gl.job(*id).expect("the job");
+        let f = job.final_update.clone().expect("a final update");
+        let trace = job.trace_text();
+        let wrong = case.final_update_problems(&f.state, f.exit_code, &trace);
+        if !wrong.is_empty() {
+            failures.push(format!("{}: {}\n{trace}", case.name, wrong.join("; ")));
+        }
+        if case.name == "predefined-shared-or-disposable" {
+            assert!(
+                trace.contains("\nenvironment-is-disposable"),
+                "a job's container on a pod is disposable: {trace}"
+            );
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    m.signal(libc::SIGTERM);
+    let _ = m.wait(Duration::from_secs(30)).await;
+}

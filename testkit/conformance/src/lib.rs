@@ -109,6 +109,30 @@ impl Case {
         missing.chain(present).collect()
     }
 
+    /// What is wrong with the job's end as GitLab would record it from the runner's final
+    /// update (`state`, `exit_code`) and its trace: `allow_failure` is Rails' decision on a
+    /// failed job, so the runner reports the failure; a timeout has no exit code.
+    pub fn final_update_problems(
+        &self,
+        state: &str,
+        exit_code: Option<i64>,
+        trace: &str,
+    ) -> Vec<String> {
+        let mut wrong = Vec::new();
+        let (want_state, want_code) = match self.expect {
+            Expect::Passed => ("success", None),
+            Expect::Failed(c) | Expect::Allowed(c) => ("failed", Some(i64::from(c))),
+            Expect::TimedOut => ("failed", None),
+        };
+        if state != want_state || exit_code != want_code {
+            wrong.push(format!(
+                "final update {state} exit_code {exit_code:?}, expected {want_state} {want_code:?}"
+            ));
+        }
+        wrong.extend(self.output_problems(trace));
+        wrong
+    }
+
     /// Whether the case holds in a shell that is bash with the host's tools (`true`) or a
     /// POSIX `sh` of a small image (`false`).
     pub fn holds_in(&self, bash: bool) -> bool {
