@@ -271,3 +271,45 @@ concurrent = 4
         |c| SAMPLE.contains(&c.name),
     );
 }
+
+#[test]
+fn infra_a_sample_of_cases_holds_at_the_vm_level() {
+    if !require(Infra::Qemu) {
+        return;
+    }
+    let disk = flotilla_testkit::vms::vm_image().disk;
+    let state = tempfile::Builder::new()
+        .prefix("fl-conformance-vm-")
+        .tempdir_in("/tmp")
+        .expect("state dir");
+    let _vms = flotilla_testkit::vms::VmGuard::new(state.path());
+    let config = format!(
+        r#"
+concurrent = 2
+[[runners]]
+  name = "conformance-vm"
+  executor = "flotilla"
+  [runners.autoscaler]
+    plugin = "local"
+    capacity_per_instance = 2
+    max_instances = 1
+    isolation = "vm"
+    [runners.autoscaler.vm_isolation]
+      enabled = true
+      image = "{disk}"
+  [runners.vm]
+    memory = "512Mi"
+    network = false
+    state_dir = "{state}"
+"#,
+        disk = disk.display(),
+        state = state.path().display()
+    );
+    conform_cases(
+        "vm (a full VM per job)",
+        false,
+        Some(config),
+        "disposable",
+        |c| SAMPLE.contains(&c.name),
+    );
+}
