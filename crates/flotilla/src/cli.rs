@@ -42,6 +42,16 @@ pub enum Command {
     /// Take jobs from GitLab and run them on the configured fleets (like `gitlab-runner run`).
     Run(RunArgs),
     /// Run the jobs of `.gitlab-ci.yml` on a local fleet.
+    ///
+    /// Each job's build directory starts as GitLab Runner leaves it: a git repository at the
+    /// current commit, fetched from the local repository `GIT_DEPTH` deep (20 by default),
+    /// with a detached HEAD and the working tree's uncommitted changes on top (`GIT_STRATEGY`,
+    /// `GIT_CHECKOUT` and the submodule variables are honoured).
+    ///
+    /// A job's environment is clean: only PATH, HOME, USER, LOGNAME, SHELL, LANG, LC_ALL, TZ
+    /// and TMPDIR pass from the environment flotilla runs in, so that none of your tokens or
+    /// credentials reach a job unasked (GitLab's shell executor passes everything). Give a
+    /// job what it needs with --variable KEY=VALUE.
     Exec(ExecArgs),
     /// Show fleets, slots and jobs, and why the scaler decided what it decided.
     Status(StatusArgs),
