@@ -7,7 +7,7 @@
 mod exec_support;
 
 use exec_support::{Project, Run};
-use flotilla_conformance::{CASES, Case, Expect, header, pipeline_yaml};
+use flotilla_conformance::{CASES, Case, Expect, PIPELINES, header, pipeline_yaml};
 use flotilla_testkit::infra::{Infra, require};
 
 /// The exit code of the log's `Job failed: exit code N` line.
@@ -312,4 +312,52 @@ concurrent = 2
         "disposable",
         |c| SAMPLE.contains(&c.name),
     );
+}
+
+/// Runs every pipeline case (one `flotilla exec` each) with `config` and checks every job's
+/// status and the log lines each case names.
+fn pipelines_conform(level: &str, config: Option<&str>) {
+    let mut failures = Vec::new();
+    for case in PIPELINES {
+        let p = Project::with_pipeline(case.yaml);
+        let config_path = p.outside().join("conformance.toml");
+        let config_arg = config_path.to_string_lossy().into_owned();
+        let mut args = vec![];
+        if let Some(config) = config {
+            std::fs::write(&config_path, config).expect("config written");
+            args.extend(["--config", config_arg.as_str()]);
+        }
+        let run = p.exec(&args);
+        let want = exec_support::statuses(case.statuses);
+        if run.statuses() != want {
+            let logs: Vec<String> = p.logs().into_values().collect();
+            failures.push(format!(
+                "{} ({}): statuses {:?}, expected {want:?}\n{run}\n{}",
+                case.name,
+                case.source,
+                run.statuses(),
+                logs.join("\n")
+            ));
+            continue;
+        }
+        for (job, text) in case.log_has {
+            let log = p.log(&flotilla_ci::slugify(job));
+            if !log.contains(text) {
+                failures.push(format!("{} ({}): {job}'s log lacks {text:?}\n{log}", case.name, case.source));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{level}: {} of {} pipelines differ from GitLab:\n\n{}",
+        failures.len(),
+        PIPELINES.len(),
+        failures.join("\n\n")
+    );
+    eprintln!("{level}: {} pipeline cases hold", PIPELINES.len());
+}
+
+#[test]
+fn every_pipeline_case_holds_at_the_shell_level() {
+    pipelines_conform("shell (the embedded default)", None);
 }

@@ -10,12 +10,17 @@
 //! - `flotilla exec` on each isolation level, and `flotilla run` against the fake GitLab, run
 //!   [`pipeline_yaml`] of the whole table and check each job's status, exit code and log.
 //!
+//! [`PIPELINES`] holds the cases that take more than one job (artifacts, caches, the
+//! pipeline's shape), each a whole pipeline with every job's status.
+//!
 //! Outputs a case looks for are printed by commands whose own text differs (`echo
 //! ok-$((40+2))` prints `ok-42`), since the log echoes every command as `$ command`.
 
 mod cases;
+mod pipelines;
 
 pub use cases::CASES;
+pub use pipelines::{PIPELINES, PipelineCase};
 
 /// How a job ends on GitLab.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
