@@ -141,13 +141,10 @@ concurrent = 4
     conform("cgroup", true, Some(config.to_owned()), "shared");
 }
 
-#[test]
-fn infra_every_case_holds_at_the_docker_level() {
-    if !require(Infra::Docker) {
-        return;
-    }
+/// The docker level on this host's engine, every job in the busybox image.
+fn docker_config() -> String {
     let busybox = flotilla_testkit::images::busybox_image();
-    let config = format!(
+    format!(
         r#"
 concurrent = 4
 [[runners]]
@@ -162,9 +159,29 @@ concurrent = 4
     capacity_per_instance = 4
     max_instances = 1
 "#
-    );
+    )
+}
+
+#[test]
+fn infra_every_case_holds_at_the_docker_level() {
+    if !require(Infra::Docker) {
+        return;
+    }
     // The busybox image has no bash: its jobs run in busybox's sh, as on GitLab.
-    conform("docker (busybox image)", false, Some(config), "disposable");
+    conform(
+        "docker (busybox image)",
+        false,
+        Some(docker_config()),
+        "disposable",
+    );
+}
+
+#[test]
+fn infra_every_pipeline_case_holds_at_the_docker_level() {
+    if !require(Infra::Docker) {
+        return;
+    }
+    pipelines_conform("docker (busybox image)", Some(&docker_config()));
 }
 
 /// The cases the microVM and instance levels run: a sample of every kind (a VM or an
@@ -343,7 +360,10 @@ fn pipelines_conform(level: &str, config: Option<&str>) {
         for (job, text) in case.log_has {
             let log = p.log(&flotilla_ci::slugify(job));
             if !log.contains(text) {
-                failures.push(format!("{} ({}): {job}'s log lacks {text:?}\n{log}", case.name, case.source));
+                failures.push(format!(
+                    "{} ({}): {job}'s log lacks {text:?}\n{log}",
+                    case.name, case.source
+                ));
             }
         }
     }

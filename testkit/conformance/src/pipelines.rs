@@ -172,7 +172,11 @@ without:
       artifacts: false
   script: [test ! -e produced.txt]
 "#,
-        statuses: &[("build", "passed"), ("with", "passed"), ("without", "passed")],
+        statuses: &[
+            ("build", "passed"),
+            ("with", "passed"),
+            ("without", "passed"),
+        ],
         log_has: &[],
         source: "docs.gitlab.com/ci/yaml/#needsartifacts",
     },
