@@ -48,7 +48,7 @@ test:
     },
     PipelineCase {
         name: "artifacts-untracked",
-        yaml: r#"
+        yaml: r"
 stages: [build, test]
 build:
   stage: build
@@ -60,14 +60,14 @@ test:
   stage: test
   script:
     - test -f made-by-the-job.txt
-"#,
+",
         statuses: &[("build", "passed"), ("test", "passed")],
         log_has: &[],
         source: "docs.gitlab.com/ci/yaml/#artifactsuntracked",
     },
     PipelineCase {
         name: "artifacts-when",
-        yaml: r#"
+        yaml: r"
 stages: [build, test]
 on-failure:
   stage: build
@@ -91,7 +91,7 @@ check:
   script:
     - test -f on-failure.txt
     - test ! -e on-success.txt
-"#,
+",
         statuses: &[
             ("on-failure", "failed (allowed)"),
             ("on-success", "failed (allowed)"),
@@ -154,7 +154,7 @@ waits-for-the-stage:
     },
     PipelineCase {
         name: "needs-without-artifacts",
-        yaml: r#"
+        yaml: r"
 stages: [build, test]
 build:
   stage: build
@@ -171,7 +171,7 @@ without:
     - job: build
       artifacts: false
   script: [test ! -e produced.txt]
-"#,
+",
         statuses: &[
             ("build", "passed"),
             ("with", "passed"),
@@ -244,13 +244,13 @@ left-out:
     },
     PipelineCase {
         name: "rules-allow-failure",
-        yaml: r#"
+        yaml: r"
 soft:
   rules:
     - if: $CI_COMMIT_SHA
       allow_failure: true
   script: [exit 4]
-"#,
+",
         statuses: &[("soft", "failed (allowed)")],
         log_has: &[],
         source: "docs.gitlab.com/ci/yaml/#rulesallow_failure",
@@ -371,7 +371,7 @@ fallback:
     },
     PipelineCase {
         name: "cache-untracked",
-        yaml: r#"
+        yaml: r"
 stages: [first, second]
 fill:
   stage: first
@@ -388,14 +388,14 @@ read:
     policy: pull
   script:
     - test -f untracked-cache.txt
-"#,
+",
         statuses: &[("fill", "passed"), ("read", "passed")],
         log_has: &[],
         source: "docs.gitlab.com/ci/yaml/#cacheuntracked",
     },
     PipelineCase {
         name: "cache-not-saved-on-failure-by-default",
-        yaml: r#"
+        yaml: r"
 stages: [first, second]
 fill:
   stage: first
@@ -415,7 +415,7 @@ read:
     policy: pull
   script:
     - test ! -e cached/f.txt
-"#,
+",
         statuses: &[("fill", "failed (allowed)"), ("read", "passed")],
         log_has: &[],
         source: "docs.gitlab.com/ci/yaml/#cachewhen",
