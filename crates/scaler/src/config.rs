@@ -65,6 +65,10 @@ pub struct ScalerConfig {
     /// How long requested instances may take to appear in the listing before the request
     /// is considered lost.
     pub request_timeout: Duration,
+    /// How long an instance's ready-up (`instance_ready_command`) may take before it is
+    /// given up and the instance removed (flotilla extension; GitLab Runner waits for ever,
+    /// so a hung command holds the instance's capacity for good).
+    pub ready_up_timeout: Duration,
     /// What to do with instances in the group that this scaler never created.
     pub preexisting: crate::cause::Preexisting,
     /// Shortest time between two decisions when events (acquires, reservations) wake the
@@ -111,6 +115,7 @@ impl Default for ScalerConfig {
             backoff_base: Duration::from_secs(1),
             backoff_max: Duration::from_secs(5 * 60),
             request_timeout: Duration::from_secs(20 * 60),
+            ready_up_timeout: Duration::from_secs(30 * 60),
             preexisting: crate::cause::Preexisting::Adopt,
             decision_debounce: Duration::from_secs(1),
             keep_instance_with_acquisitions: false,

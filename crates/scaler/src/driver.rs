@@ -205,7 +205,15 @@ async fn ready_up(shared: Arc<Shared>, instance: ReadyUpInstance) {
     let result = tokio::select! {
         biased;
         () = shared.stop.cancelled() => return,
-        r = shared.hooks.ready_up_instance(&*shared.group, &instance) => r,
+        r = tokio::time::timeout(
+            shared.config.ready_up_timeout,
+            shared.hooks.ready_up_instance(&*shared.group, &instance),
+        ) => r.unwrap_or_else(|_| {
+            Err(format!(
+                "ready-up did not finish within {:?}",
+                shared.config.ready_up_timeout
+            ))
+        }),
     };
     let now = shared.clock.now();
     let mut inner = shared.lock();

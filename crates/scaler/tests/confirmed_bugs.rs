@@ -382,3 +382,64 @@ async fn shutdown_forgets_restored_instances_the_provider_already_deleted() {
     assert!(snap.ledger.instance(&kept).is_none());
     assert!(g.ids().is_empty());
 }
+
+/// Issue 27: a ready-up that never ends (a hung `instance_ready_command`) is given up after
+/// `ready_up_timeout`; the instance is removed and the waiting job gets another one.
+#[tokio::test(start_paused = true)]
+async fn a_hung_ready_up_is_given_up_and_the_instance_replaced() {
+    struct HangFirst(Mutex<Option<String>>);
+    #[async_trait::async_trait]
+    impl Hooks for HangFirst {
+        async fn ready_up_instance(
+            &self,
+            _g: &dyn InstanceGroup,
+            i: &ReadyUpInstance,
+        ) -> Result<(), String> {
+            let first = {
+                let mut hung = self.0.lock().unwrap();
+                if hung.is_none() {
+                    *hung = Some(i.id.clone());
+                    true
+                } else {
+                    false
+                }
+            };
+            if first {
+                std::future::pending::<()>().await;
+            }
+            Ok(())
+        }
+    }
+    let g = fake(FakeConfig::default());
+    let hooks = Arc::new(HangFirst(Mutex::new(None)));
+    let s = ScalerBuilder::new(
+        g.clone(),
+        flotilla_scaler::ScalerConfig {
+            ready_up_timeout: Duration::from_secs(120),
+            ..config(1, 3)
+        },
+    )
+    .schedule(Schedule::single(policy(0, 3600)))
+    .hooks(hooks.clone())
+    .clock(flotilla_scaler::Clock::anchored(monday_noon()))
+    .start()
+    .await
+    .unwrap();
+    let a = s
+        .acquire("job", Some(Duration::from_secs(600)))
+        .await
+        .expect("a slot on another instance once the hung ready-up is given up");
+    let hung = hooks.0.lock().unwrap().clone().expect("the first instance");
+    assert_ne!(a.instance_id(), hung);
+    let removed = s
+        .snapshot()
+        .ledger
+        .instance(&hung)
+        .and_then(|i| i.removal.as_ref().map(|r| r.reason));
+    assert!(
+        removed == Some(RemovalReason::ReadyUpFailed)
+            || g.instance(&hung).is_none_or(|i| i.delete_requests > 0),
+        "the hung instance is removed: {removed:?}"
+    );
+    s.release(a.key());
+}

@@ -154,6 +154,11 @@ pub struct AutoscalerConfig {
     /// Run on each new instance; failure deletes the instance.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub instance_ready_command: Option<String>,
+    /// flotilla extension: how long `instance_ready_command` (or the reachability check) may
+    /// take before the instance is given up and removed (default 30m; GitLab Runner waits
+    /// for ever, so a hung command holds the instance for good).
+    #[serde(with = "duration::go")]
+    pub instance_ready_timeout: Duration,
     /// How long a job waits for a slot (default 15m).
     #[serde(with = "duration::go")]
     pub instance_acquire_timeout: Duration,
@@ -249,6 +254,7 @@ impl Default for AutoscalerConfig {
             max_use_count: 0,
             max_instances: 0,
             instance_ready_command: None,
+            instance_ready_timeout: Duration::from_secs(30 * 60),
             instance_acquire_timeout: Duration::from_secs(15 * 60),
             update_interval: Duration::from_secs(60),
             update_interval_when_expecting: Duration::from_secs(2),

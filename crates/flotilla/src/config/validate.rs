@@ -250,6 +250,14 @@ fn check_runner(f: &mut Findings, path: &KeyPath, runner: &RunnerConfig) {
 }
 
 fn check_autoscaler(f: &mut Findings, path: &KeyPath, a: &AutoscalerConfig) {
+    if a.reservation_throttling == Some(false) {
+        f.warn(
+            path.key("reservation_throttling"),
+            "reservation_throttling = false has no effect: flotilla asks GitLab for a job only \
+             once a slot is reserved for it, so a job it takes never waits for capacity no \
+             instance has (GitLab Runner without throttling would take it and let it wait)",
+        );
+    }
     if a.plugin.trim().is_empty() {
         f.error(
             path.key("plugin"),
@@ -296,6 +304,7 @@ fn check_autoscaler(f: &mut Findings, path: &KeyPath, a: &AutoscalerConfig) {
             a.update_interval_when_expecting,
         ),
         ("instance_acquire_timeout", a.instance_acquire_timeout),
+        ("instance_ready_timeout", a.instance_ready_timeout),
     ] {
         if value.is_zero() {
             f.error(path.key(key), format!("{key} must be greater than 0"));

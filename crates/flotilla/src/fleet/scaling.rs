@@ -24,6 +24,7 @@ pub(super) fn scaler_config(a: &AutoscalerConfig, info: &ProviderInfo) -> Scaler
         max_instances,
         max_use_count: a.max_use_count,
         instance_acquire_timeout: a.instance_acquire_timeout,
+        ready_up_timeout: a.instance_ready_timeout,
         update_interval: a.update_interval,
         update_interval_when_expecting: a.update_interval_when_expecting,
         deletion_retry_interval: a.deletion_retry_interval,
