@@ -5,8 +5,7 @@
 
 mod run_support;
 
-use flotilla_conformance::{CASES, Case, GLOBAL_VARIABLES};
-use flotilla_testkit::fake_gitlab::JobBuilder;
+use flotilla_conformance::{CASES, Case};
 use run_support::{Manager, write_local_config};
 use std::time::Duration;
 
@@ -22,16 +21,7 @@ async fn every_payload_case_ends_as_on_gitlab() {
     let m = Manager::start(&config, &[]);
     let ids: Vec<(i64, &Case)> = cases
         .iter()
-        .map(|c| {
-            let mut job = JobBuilder::new(c.name).script(c.step_script());
-            for (k, v) in GLOBAL_VARIABLES {
-                job = job.variable(*k, *v);
-            }
-            if !c.after.is_empty() {
-                job = job.after_script(c.after.iter().copied());
-            }
-            (gl.enqueue(TOKEN, job), *c)
-        })
+        .map(|c| (gl.enqueue(TOKEN, run_support::conformance_job(c)), *c))
         .collect();
     let all: Vec<i64> = ids.iter().map(|(id, _)| *id).collect();
     assert!(

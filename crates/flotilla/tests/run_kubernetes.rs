@@ -411,15 +411,8 @@ async fn infra_a_sample_of_conformance_cases_holds_on_kubernetes_pods() {
     let ids: Vec<(i64, &flotilla_conformance::Case)> = cases
         .iter()
         .map(|c| {
-            let mut job = JobBuilder::new(c.name)
-                .field("image", json!({"name": busybox_image()}))
-                .script(c.step_script());
-            for (k, v) in flotilla_conformance::GLOBAL_VARIABLES {
-                job = job.variable(*k, *v);
-            }
-            if !c.after.is_empty() {
-                job = job.after_script(c.after.iter().copied());
-            }
+            let job =
+                run_support::conformance_job(c).field("image", json!({"name": busybox_image()}));
             (gl.enqueue(TOKEN, job), *c)
         })
         .collect();

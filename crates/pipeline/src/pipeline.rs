@@ -573,6 +573,22 @@ async fn open_sinks(
     Ok(sinks)
 }
 
+impl JobContext {
+    /// This attempt, failed before it reached the runner (`runner_system_failure`).
+    fn system_failure(&self, dispatched: Instant) -> Attempt {
+        Attempt {
+            job: self.index,
+            attempt: self.attempt,
+            status: JobStatus::Failed {
+                allowed: false,
+                reason: FailureReason::RunnerSystemFailure,
+                exit_code: None,
+            },
+            duration: dispatched.elapsed(),
+        }
+    }
+}
+
 async fn run_job(
     ctx: JobContext,
     dispatcher: Arc<Dispatcher>,
@@ -613,16 +629,7 @@ async fn run_job(
         Ok(local) => payload.local_sources = local,
         Err(why) => {
             tracing::error!(job = %ctx.job.name, error = %why, "cannot archive the sources");
-            return Attempt {
-                job: ctx.index,
-                attempt: ctx.attempt,
-                status: JobStatus::Failed {
-                    allowed: false,
-                    reason: FailureReason::RunnerSystemFailure,
-                    exit_code: None,
-                },
-                duration: dispatched.elapsed(),
-            };
+            return ctx.system_failure(dispatched);
         }
     }
     let mut sink = match open_sinks(&ctx.log, ctx.follow.then_some(ctx.job.name.as_str())).await {
@@ -633,16 +640,7 @@ async fn run_job(
         },
         Err(e) => {
             tracing::error!(error = %e, "cannot open the job's log");
-            return Attempt {
-                job: ctx.index,
-                attempt: ctx.attempt,
-                status: JobStatus::Failed {
-                    allowed: false,
-                    reason: FailureReason::RunnerSystemFailure,
-                    exit_code: None,
-                },
-                duration: dispatched.elapsed(),
-            };
+            return ctx.system_failure(dispatched);
         }
     };
     let key = format!("exec-{}-{}-{}", ctx.pipeline_id, ctx.job_id, ctx.attempt);

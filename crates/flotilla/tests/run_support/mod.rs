@@ -182,3 +182,19 @@ pub(crate) fn services_pair_job(
         )
         .script(script)
 }
+
+/// A conformance case as GitLab's job payload carries it: its steps (`before_script` and
+/// `script` as one), its `after_script`, and the pipeline's global variables before its own.
+pub(crate) fn conformance_job(
+    case: &flotilla_conformance::Case,
+) -> flotilla_testkit::fake_gitlab::JobBuilder {
+    let mut job =
+        flotilla_testkit::fake_gitlab::JobBuilder::new(case.name).script(case.step_script());
+    for (k, v) in flotilla_conformance::GLOBAL_VARIABLES {
+        job = job.variable(*k, *v);
+    }
+    if !case.after.is_empty() {
+        job = job.after_script(case.after.iter().copied());
+    }
+    job
+}

@@ -183,35 +183,10 @@ impl Run<'_, '_> {
                 dep.name, dep.id
             ))
             .await;
-            let mut done = false;
-            for attempt in 1..=attempts {
-                match self.download_one(dep).await {
-                    Ok(()) => {
-                        done = true;
-                        break;
-                    }
-                    Err(Attempt::Stopped(stop)) => {
-                        self.stopped(stop, "download_artifacts").await;
-                        self.end("download_artifacts", since, false).await;
-                        return;
-                    }
-                    Err(Attempt::Failed {
-                        reason,
-                        message,
-                        retry,
-                    }) => {
-                        self.error(&message).await;
-                        if retry && attempt < attempts {
-                            self.warn(&format!("retrying ({}/{attempts})", attempt + 1))
-                                .await;
-                            continue;
-                        }
-                        self.fail(reason, None, message);
-                        break;
-                    }
-                }
-            }
-            if !done {
+            if !self
+                .download_with_retries(dep, attempts, "download_artifacts")
+                .await
+            {
                 self.end("download_artifacts", since, false).await;
                 return;
             }
@@ -233,28 +208,11 @@ impl Run<'_, '_> {
         };
         if let Some(archive) = &local.archive {
             let attempts = self.attempts("GET_SOURCES_ATTEMPTS");
-            for attempt in 1..=attempts {
-                match self.download_one(archive).await {
-                    Ok(()) => break,
-                    Err(Attempt::Stopped(stop)) => {
-                        self.stopped(stop, "get_sources").await;
-                        return false;
-                    }
-                    Err(Attempt::Failed {
-                        reason,
-                        message,
-                        retry,
-                    }) => {
-                        self.error(&message).await;
-                        if retry && attempt < attempts {
-                            self.warn(&format!("retrying ({}/{attempts})", attempt + 1))
-                                .await;
-                            continue;
-                        }
-                        self.fail(reason, None, message);
-                        return false;
-                    }
-                }
+            if !self
+                .download_with_retries(archive, attempts, "get_sources")
+                .await
+            {
+                return false;
             }
         }
         let Some(script) = self
@@ -285,6 +243,41 @@ impl Run<'_, '_> {
                 false
             }
         }
+    }
+
+    /// Downloads and extracts `dep`'s archive, retrying what may pass on another try up to
+    /// `attempts` times in all. Whether it is in place; a failure or a stop (in `stage`) is
+    /// recorded.
+    async fn download_with_retries(
+        &mut self,
+        dep: &Dependency,
+        attempts: u32,
+        stage: &str,
+    ) -> bool {
+        for attempt in 1..=attempts {
+            match self.download_one(dep).await {
+                Ok(()) => return true,
+                Err(Attempt::Stopped(stop)) => {
+                    self.stopped(stop, stage).await;
+                    return false;
+                }
+                Err(Attempt::Failed {
+                    reason,
+                    message,
+                    retry,
+                }) => {
+                    self.error(&message).await;
+                    if retry && attempt < attempts {
+                        self.warn(&format!("retrying ({}/{attempts})", attempt + 1))
+                            .await;
+                        continue;
+                    }
+                    self.fail(reason, None, message);
+                    return false;
+                }
+            }
+        }
+        false
     }
 
     /// Downloads and extracts one dependency's artifacts.
