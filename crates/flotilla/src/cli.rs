@@ -13,7 +13,7 @@ use std::process::ExitCode;
 
 /// flotilla runs CI jobs on an autoscaled fleet, at the isolation level each job needs.
 #[derive(Debug, Parser)]
-#[command(name = "flotilla", version, about, propagate_version = true)]
+#[command(name = "flotilla", version = LONG_VERSION.as_str(), about, propagate_version = true)]
 pub struct Cli {
     /// Log filter: a level (error, warn, info, debug, trace) or a full `RUST_LOG`-style
     /// directive. Overrides `RUST_LOG`.
@@ -73,7 +73,8 @@ pub enum Command {
 /// Options of `flotilla run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The configuration file (GitLab Runner's `config.toml`, with flotilla's extensions).
+    /// The configuration file (GitLab Runner's `config.toml`, with flotilla's extensions);
+    /// without one, flotilla's place then gitlab-runner's (see `flotilla config check`).
     #[arg(short, long, value_name = "FILE", env = "FLOTILLA_CONFIG")]
     pub config: Option<PathBuf>,
     /// When the state file is corrupt, foreign or from a newer flotilla, move it aside (never
@@ -114,7 +115,8 @@ pub struct ExecArgs {
 /// Options of `flotilla status`.
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// The configuration file of the flotilla to ask.
+    /// The configuration file of the flotilla to ask; without one, flotilla's place then
+    /// gitlab-runner's (see `flotilla config check`).
     #[arg(short, long, value_name = "FILE", env = "FLOTILLA_CONFIG")]
     pub config: Option<PathBuf>,
 }
@@ -130,9 +132,33 @@ pub enum ConfigCommand {
 /// Options of `flotilla config check`.
 #[derive(Debug, Args)]
 pub struct CheckArgs {
-    /// The configuration file.
-    #[arg(value_name = "FILE")]
-    pub file: PathBuf,
+    /// The configuration file (as `--config`).
+    #[arg(value_name = "FILE", conflicts_with = "config")]
+    pub file: Option<PathBuf>,
+    /// The configuration file; without one, flotilla's place then gitlab-runner's
+    /// (`/etc/flotilla/config.toml`, `/etc/gitlab-runner/config.toml` as root;
+    /// `~/.config/flotilla/config.toml`, `~/.gitlab-runner/config.toml` otherwise).
+    #[arg(short, long, value_name = "FILE", env = "FLOTILLA_CONFIG")]
+    pub config: Option<PathBuf>,
+}
+
+/// `flotilla --version`: the version, the commit and its date, and the providers this build
+/// has beyond those every build has.
+static LONG_VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(long_version);
+
+fn long_version() -> String {
+    let features = crate::registry::features();
+    format!(
+        "{} (commit {}, {}; features: {})",
+        env!("CARGO_PKG_VERSION"),
+        env!("FLOTILLA_COMMIT"),
+        env!("FLOTILLA_COMMIT_DATE"),
+        if features.is_empty() {
+            "none".to_string()
+        } else {
+            features.join(", ")
+        }
+    )
 }
 
 /// Parses `KEY=VALUE`.
@@ -218,11 +244,56 @@ pub(crate) fn load_config(path: &std::path::Path, err: &mut dyn Write) -> Option
     }
 }
 
-/// `flotilla config check FILE`.
+/// Whether this build has every provider the configuration names; each one it lacks is
+/// written to `err` with the cargo feature that brings it.
+pub(crate) fn providers_available(config: &Config, err: &mut dyn Write) -> bool {
+    let mut ok = true;
+    for runner in &config.runners {
+        let plugin = runner
+            .autoscaler
+            .as_ref()
+            .map(|a| a.plugin.as_str())
+            .unwrap_or_default();
+        if let Err(e) = crate::registry::provider(plugin) {
+            let _ = writeln!(err, "error: runner {:?}: {e}", runner.name);
+            ok = false;
+        }
+    }
+    ok
+}
+
+/// The configuration file a command uses: `explicit`, else the first that exists of the
+/// default places ([`crate::config::location`]); when there is none, says where it looked.
+pub(crate) fn config_path(
+    explicit: Option<&std::path::Path>,
+    err: &mut dyn Write,
+) -> Option<PathBuf> {
+    match crate::config::location::find(explicit) {
+        Ok(path) => Some(path),
+        Err(looked) => {
+            let places: Vec<String> = looked.iter().map(|p| p.display().to_string()).collect();
+            let _ = writeln!(
+                err,
+                "error: no configuration given (--config FILE or FLOTILLA_CONFIG) and none found in {}",
+                places.join(", ")
+            );
+            None
+        }
+    }
+}
+
+/// `flotilla config check [FILE]`.
 fn config_check(args: &CheckArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
-    let Some(config) = load_config(&args.file, err) else {
+    let explicit = args.file.as_deref().or(args.config.as_deref());
+    let Some(path) = config_path(explicit, err) else {
         return ExitCode::FAILURE;
     };
+    let Some(config) = load_config(&path, err) else {
+        return ExitCode::FAILURE;
+    };
+    if !providers_available(&config, err) {
+        return ExitCode::FAILURE;
+    }
     match config.to_redacted_toml() {
         Ok(text) => {
             if out.write_all(text.as_bytes()).is_err() {

@@ -130,7 +130,12 @@ pub fn provider(plugin: &str) -> Result<ProviderEntry, Unavailable> {
     } else {
         plugin
     };
-    let all = providers();
+    lookup(plugin, &providers())
+}
+
+/// The provider named `plugin` among `all`, or what is missing (with the cargo feature that
+/// would bring it).
+fn lookup(plugin: &str, all: &[ProviderEntry]) -> Result<ProviderEntry, Unavailable> {
     all.iter()
         .find(|p| p.name == plugin)
         .or_else(|| {
@@ -138,10 +143,17 @@ pub fn provider(plugin: &str) -> Result<ProviderEntry, Unavailable> {
             all.iter().find(|p| p.name == short)
         })
         .copied()
-        .ok_or_else(|| Unavailable {
-            what: "plugin",
-            name: plugin.to_string(),
-            available: all.iter().map(|p| p.name).collect(),
+        .ok_or_else(|| {
+            let short = gitlab_plugin_name(plugin);
+            Unavailable {
+                what: "plugin",
+                name: plugin.to_string(),
+                available: all.iter().map(|p| p.name).collect(),
+                feature: FEATURE_PROVIDERS
+                    .iter()
+                    .find(|(name, _)| *name == plugin || *name == short)
+                    .map(|(_, feature)| *feature),
+            }
         })
 }
 
@@ -155,6 +167,7 @@ pub fn isolation(level: IsolationLevel) -> Result<IsolationEntry, Unavailable> {
             what: "isolation",
             name: level.as_str().to_string(),
             available: all.iter().map(|i| i.level.as_str()).collect(),
+            feature: None,
         })
 }
 
@@ -194,9 +207,42 @@ impl ConnectorFactory for KubeExecConnectors {
     }
 }
 
+/// The providers built only with a cargo feature, by plugin name: what a build without it
+/// tells a configuration that names one.
+const FEATURE_PROVIDERS: &[(&str, &str)] = &[
+    ("docker", "docker"),
+    ("aws", "aws"),
+    ("plugin", "plugin"),
+    ("kubernetes", "kubernetes"),
+];
+
+/// The cargo features this build was made with.
+pub fn features() -> Vec<&'static str> {
+    let mut on = Vec::new();
+    if cfg!(feature = "docker") {
+        on.push("docker");
+    }
+    if cfg!(feature = "aws") {
+        on.push("aws");
+    }
+    if cfg!(feature = "plugin") {
+        on.push("plugin");
+    }
+    if cfg!(feature = "kubernetes") {
+        on.push("kubernetes");
+    }
+    on
+}
+
 /// A provider or isolation level this build does not have.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{what} {name:?} is not available in this build of flotilla (available: {})", available.join(", "))]
+#[error(
+    "{what} {name:?} is not available in this build of flotilla (available: {}){}",
+    available.join(", "),
+    feature
+        .map(|f| format!("; it comes with the cargo feature `{f}`: cargo build --release --features {f}"))
+        .unwrap_or_default()
+)]
 pub struct Unavailable {
     /// `plugin` or `isolation`.
     pub what: &'static str,
@@ -204,6 +250,8 @@ pub struct Unavailable {
     pub name: String,
     /// The names this build has.
     pub available: Vec<&'static str>,
+    /// The cargo feature that brings it, when a build with it would have it.
+    pub feature: Option<&'static str>,
 }
 
 #[cfg(test)]
@@ -229,6 +277,29 @@ mod tests {
         assert!(e.available.contains(&"qemu"), "{text}");
         #[cfg(feature = "docker")]
         assert!(e.available.contains(&"docker"), "{text}");
+    }
+
+    #[test]
+    fn a_provider_of_another_build_names_its_feature() {
+        // A build with the local provider only.
+        let local = providers()
+            .into_iter()
+            .filter(|p| p.name == "local")
+            .collect::<Vec<_>>();
+        for name in ["aws", "fleeting-plugin-aws", "aws:latest"] {
+            let e = lookup(name, &local).unwrap_err();
+            assert_eq!(e.feature, Some("aws"), "{name}");
+            let text = e.to_string();
+            assert!(
+                text.contains("cargo feature `aws`: cargo build --release --features aws"),
+                "{text}"
+            );
+        }
+        assert_eq!(
+            lookup("kubernetes", &local).unwrap_err().feature,
+            Some("kubernetes")
+        );
+        assert_eq!(lookup("gce", &local).unwrap_err().feature, None);
     }
 
     #[test]

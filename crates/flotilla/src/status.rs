@@ -19,11 +19,7 @@ const STATE_FILE: &str = "flotilla.db";
 
 /// Runs `flotilla status`.
 pub fn run(args: &StatusArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
-    let Some(path) = args.config.clone() else {
-        let _ = writeln!(
-            err,
-            "error: flotilla status needs the configuration of the flotilla to ask: --config FILE (or FLOTILLA_CONFIG)"
-        );
+    let Some(path) = crate::cli::config_path(args.config.as_deref(), err) else {
         return ExitCode::from(2);
     };
     let Some(config) = crate::cli::load_config(&path, err) else {

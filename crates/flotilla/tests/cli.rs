@@ -26,10 +26,15 @@ fn text(bytes: &[u8]) -> String {
 fn version() {
     let out = flotilla(&["--version"]);
     assert!(out.status.success());
-    assert_eq!(
-        text(&out.stdout),
-        format!("flotilla {}\n", env!("CARGO_PKG_VERSION"))
+    let printed = text(&out.stdout);
+    assert!(
+        printed.starts_with(&format!("flotilla {} (commit ", env!("CARGO_PKG_VERSION"))),
+        "{printed}"
     );
+    // The commit's date, and the features this test binary's flotilla was built with.
+    assert!(printed.contains("; features: "), "{printed}");
+    #[cfg(feature = "docker")]
+    assert!(printed.contains("docker"), "{printed}");
 }
 
 #[test]
@@ -121,6 +126,23 @@ fn config_check_on_a_missing_file_fails() {
 
 #[test]
 fn run_and_exec_explain_missing_input_and_exit_2() {
+    // No configuration given and none in the default places (this machine has neither
+    // /etc/flotilla nor /etc/gitlab-runner; HOME points at an empty directory).
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_flotilla"))
+        .args(["config", "check"])
+        .env_remove("FLOTILLA_CONFIG")
+        .env("HOME", home.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(
+            "no configuration given (--config FILE or FLOTILLA_CONFIG) and none found in"
+        ) && stderr.contains("gitlab-runner/config.toml"),
+        "{stderr}"
+    );
     let out = flotilla(&["run", "--config", "/nonexistent/x.toml"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
@@ -140,10 +162,67 @@ fn run_and_exec_explain_missing_input_and_exit_2() {
 
 #[test]
 fn usage_errors_exit_2() {
-    let out = flotilla(&["config", "check"]);
+    let out = flotilla(&["config", "check", "--no-such-flag"]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(text(&out.stderr).contains("<FILE>"));
+    assert!(text(&out.stderr).contains("--no-such-flag"));
     let out = flotilla(&["--log-level", "not a [valid filter", "status"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).starts_with("error: invalid --log-level"));
+}
+
+#[test]
+fn config_check_takes_the_file_as_c_too_and_not_both() {
+    let path = fixture("docker-autoscaler-aws-full.toml");
+    let path = path.to_str().unwrap();
+    let positional = flotilla(&["config", "check", path]);
+    let flag = flotilla(&["config", "check", "-c", path]);
+    assert_eq!(flag.status.code(), Some(0), "{}", text(&flag.stderr));
+    assert_eq!(flag.stdout, positional.stdout);
+    let both = flotilla(&["config", "check", path, "--config", path]);
+    assert_eq!(both.status.code(), Some(2), "a usage error");
+    assert!(
+        text(&both.stderr).contains("cannot be used with"),
+        "{}",
+        text(&both.stderr)
+    );
+}
+
+#[test]
+fn a_plugin_this_build_lacks_is_refused_before_gitlab_is_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    // A provider no build has, and a runner URL nothing listens on: `run` must stop at the
+    // configuration, not at the token check.
+    std::fs::write(
+        &config,
+        r#"
+[[runners]]
+  name = "gce-fleet"
+  url = "http://127.0.0.1:9"
+  token = "glrt-never-sent"
+  executor = "docker-autoscaler"
+  [runners.autoscaler]
+    plugin = "fleeting-plugin-googlecompute"
+    max_instances = 1
+"#,
+    )
+    .unwrap();
+    let path = config.to_str().unwrap();
+    let check = flotilla(&["config", "check", path]);
+    assert_eq!(check.status.code(), Some(1));
+    let stderr = text(&check.stderr);
+    assert!(
+        stderr.contains(
+            "runner \"gce-fleet\": plugin \"fleeting-plugin-googlecompute\" is not available"
+        ),
+        "{stderr}"
+    );
+    let run = flotilla(&["run", "--config", path]);
+    assert_eq!(run.status.code(), Some(2));
+    let stderr = text(&run.stderr);
+    assert!(
+        stderr.contains("is not available in this build"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("verif"), "GitLab was not asked: {stderr}");
 }

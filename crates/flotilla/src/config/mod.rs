@@ -31,6 +31,7 @@ mod duration;
 mod error;
 mod global;
 mod listen;
+pub mod location;
 mod redact;
 mod runner;
 pub(crate) mod schema;

@@ -43,13 +43,16 @@ use tokio_util::task::TaskTracker;
 
 /// Runs `flotilla run`.
 pub fn run(args: &RunArgs, err: &mut dyn Write) -> ExitCode {
-    let path = args
-        .config
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("config.toml"));
+    let Some(path) = crate::cli::config_path(args.config.as_deref(), err) else {
+        return ExitCode::from(2);
+    };
     let Some(config) = crate::cli::load_config(&path, err) else {
         return ExitCode::from(2);
     };
+    // Before GitLab is asked anything: a provider this build lacks is a configuration error.
+    if !crate::cli::providers_available(&config, err) {
+        return ExitCode::from(2);
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => {
