@@ -28,12 +28,16 @@ fn main() {
         "cargo:rustc-env=FLOTILLA_COMMIT_DATE={}",
         date.unwrap_or_else(|| "unknown".to_string())
     );
-    // A new commit or a checkout changes HEAD or the branch it points at.
+    // A new commit or a checkout changes HEAD or the branch it points at. Only paths that
+    // exist are named: cargo reruns a script whose named path is missing on every build.
+    println!("cargo:rerun-if-changed=build.rs");
     for path in [
         "../../.git/HEAD",
         "../../.git/refs/heads",
         "../../.git/packed-refs",
     ] {
-        println!("cargo:rerun-if-changed={path}");
+        if std::path::Path::new(path).exists() {
+            println!("cargo:rerun-if-changed={path}");
+        }
     }
 }
