@@ -131,3 +131,86 @@ async fn a_missing_commit_fails_get_sources() {
         "the script must not run: {trace}"
     );
 }
+
+/// An archive in the local store under `id` holding `files` (`name`, `content`).
+fn store_archive(h: &Harness, id: i64, files: &[(&str, &str)]) -> u64 {
+    let path = h.artifacts.archive_path(id, "archive");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let mut zip = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
+    for (name, content) in files {
+        zip.start_file(*name, zip::write::SimpleFileOptions::default())
+            .unwrap();
+        std::io::Write::write_all(&mut zip, content.as_bytes()).unwrap();
+    }
+    zip.finish().unwrap();
+    std::fs::metadata(&path).unwrap().len()
+}
+
+fn local_job(id: i64, size: u64, post_hook: &str) -> flotilla_job::JobPayload {
+    use flotilla_job::model::{
+        ArtifactsFile, Dependency, HOOK_POST_GET_SOURCES, HOOK_PRE_GET_SOURCES, Hook, LocalSources,
+    };
+    let mut j = job(id, &["cat from-the-archive.txt", "test ! -e stale.txt"]);
+    // A strategy that would fetch from a remote: the local sources replace it.
+    j.variables = vec![Variable::new("GIT_STRATEGY", "fetch")];
+    j.hooks = vec![
+        Hook {
+            name: HOOK_PRE_GET_SOURCES.into(),
+            script: vec!["echo pre-hook-$((1+1))".into()],
+        },
+        Hook {
+            name: HOOK_POST_GET_SOURCES.into(),
+            script: vec![post_hook.into()],
+        },
+    ];
+    j.local_sources = Some(LocalSources {
+        archive: Some(Dependency {
+            id: -3,
+            name: "sources".into(),
+            token: Secret::new(String::new()),
+            artifacts_file: Some(ArtifactsFile {
+                filename: "sources.zip".into(),
+                size,
+            }),
+        }),
+        notices: vec!["the local notice".into()],
+    });
+    j
+}
+
+/// A local run's sources (`LocalSources`): the build directory is emptied and the archive
+/// extracted instead of a fetch; the pre hook runs before, the post hook after the extraction
+/// and in the project directory, as `writeGetSourcesScript` orders them.
+#[tokio::test]
+async fn local_sources_replace_the_fetch_between_the_hooks() {
+    let h = Harness::new();
+    let size = store_archive(&h, -3, &[("from-the-archive.txt", "archived content\n")]);
+    let project = h.project("l");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join("stale.txt"), "left by an earlier job\n").unwrap();
+
+    let (r, trace) = h
+        .run(
+            "l",
+            &local_job(1, size, "echo post-hook-sees-$(cat from-the-archive.txt)"),
+        )
+        .await;
+    assert_eq!(r.outcome, Outcome::Success, "{trace}");
+    let pre = trace.find("\npre-hook-2\n").expect(&trace);
+    let notice = trace.find("the local notice").expect(&trace);
+    let post = trace
+        .find("\npost-hook-sees-archived content\n")
+        .expect(&trace);
+    let script = trace.find("\narchived content\n").expect(&trace);
+    assert!(pre < notice && notice < post && post < script, "{trace}");
+    assert!(!trace.contains("Fetching changes"), "{trace}");
+
+    // A failing post hook fails the sources stage, and the script never runs.
+    let (r, trace) = h.run("l", &local_job(2, size, "exit 4")).await;
+    assert!(matches!(r.outcome, Outcome::Failed { .. }), "{trace}");
+    assert!(
+        trace.contains("getting the sources failed with exit code 4"),
+        "{trace}"
+    );
+    assert!(!trace.contains("\narchived content\n"), "{trace}");
+}

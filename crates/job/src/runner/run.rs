@@ -53,6 +53,14 @@ fn unix_now() -> u64 {
         .unwrap_or(0)
 }
 
+/// How a `get_sources` script did not succeed.
+enum SourcesFailure {
+    /// A limit or a cancel stopped it.
+    Stopped(Stop),
+    /// It failed: why, and what the log says.
+    Failed(FailureReason, String),
+}
+
 /// Builds the job's variables as a stage with this `CI_JOB_STATUS` sees them.
 fn job_variables(runner: &JobRunner<'_>, job: &JobPayload, paths: &EnvPaths) -> JobVariables {
     let o = &runner.options;
@@ -306,7 +314,7 @@ impl Run<'_, '_> {
     }
 
     /// Runs a stage script under `limits`.
-    pub(super) async fn script(
+    async fn script(
         &self,
         place: Place,
         script: String,
@@ -457,22 +465,13 @@ impl Run<'_, '_> {
         let mut last = (FailureReason::ScriptFailure, String::new());
         let mut ok = false;
         for attempt in 1..=attempts {
-            match self
-                .script(Place::Helper, script.clone(), self.pre_limits(None))
-                .await
-            {
-                Ok(Ok(status)) if status.success() => {
+            match self.sources_script(script.clone()).await {
+                Ok(()) => {
                     ok = true;
                     break;
                 }
-                Ok(Ok(status)) => {
-                    last = (
-                        FailureReason::ScriptFailure,
-                        format!("getting the sources failed with {status}"),
-                    );
-                }
-                Ok(Err(e)) => last = (env_failure(&e), format!("getting the sources: {e}")),
-                Err(stop) => {
+                Err(SourcesFailure::Failed(reason, message)) => last = (reason, message),
+                Err(SourcesFailure::Stopped(stop)) => {
                     self.stopped(stop, "get_sources").await;
                     self.end("get_sources", since, false).await;
                     return;
@@ -495,6 +494,61 @@ impl Run<'_, '_> {
             ok = self.local_sources().await;
         }
         self.end("get_sources", since, ok).await;
+    }
+
+    /// Runs one `get_sources` script in the helper place.
+    async fn sources_script(&self, script: String) -> Result<(), SourcesFailure> {
+        match self
+            .script(Place::Helper, script, self.pre_limits(None))
+            .await
+        {
+            Ok(Ok(status)) if status.success() => Ok(()),
+            Ok(Ok(status)) => Err(SourcesFailure::Failed(
+                FailureReason::ScriptFailure,
+                format!("getting the sources failed with {status}"),
+            )),
+            Ok(Err(e)) => Err(SourcesFailure::Failed(
+                env_failure(&e),
+                format!("getting the sources: {e}"),
+            )),
+            Err(stop) => Err(SourcesFailure::Stopped(stop)),
+        }
+    }
+
+    /// The rest of `get_sources` for a job whose sources come as an archive (a local run):
+    /// extracts it into the emptied build directory, then runs
+    /// `hooks:post_get_sources_script`. Whether it all went well (a failure is recorded).
+    async fn local_sources(&mut self) -> bool {
+        let Some(local) = &self.job.local_sources else {
+            return true;
+        };
+        if let Some(archive) = &local.archive {
+            let attempts = self.attempts("GET_SOURCES_ATTEMPTS");
+            if !self
+                .download_with_retries(archive, attempts, "get_sources")
+                .await
+            {
+                return false;
+            }
+        }
+        let Some(script) = self
+            .script_context(&self.vars)
+            .post_get_sources_script(self.job)
+        else {
+            return true;
+        };
+        match self.sources_script(script).await {
+            Ok(()) => true,
+            Err(SourcesFailure::Failed(reason, message)) => {
+                self.error(&message).await;
+                self.fail(reason, None, message);
+                false
+            }
+            Err(SourcesFailure::Stopped(stop)) => {
+                self.stopped(stop, "get_sources").await;
+                false
+            }
+        }
     }
 
     /// The effective timeout of the script step: its own `timeout` and

@@ -6,7 +6,6 @@ use super::run::{Run, env_failure};
 use crate::archive::{
     ArchiveError, ArchiveSpec, ReportFormat, collect_zip, extract_zip, zip_to_gzip, zip_to_raw,
 };
-use crate::env::Place;
 use crate::model::{Artifact, Cache, Dependency};
 use crate::store::{ArtifactDownload, ArtifactUpload, CacheKey};
 
@@ -199,56 +198,10 @@ impl Run<'_, '_> {
         self.end("download_artifacts", since, true).await;
     }
 
-    /// The rest of `get_sources` for a job whose sources come as an archive (a local run):
-    /// extracts it into the emptied build directory, then runs
-    /// `hooks:post_get_sources_script`. Whether it all went well (a failure is recorded).
-    pub(super) async fn local_sources(&mut self) -> bool {
-        let Some(local) = &self.job.local_sources else {
-            return true;
-        };
-        if let Some(archive) = &local.archive {
-            let attempts = self.attempts("GET_SOURCES_ATTEMPTS");
-            if !self
-                .download_with_retries(archive, attempts, "get_sources")
-                .await
-            {
-                return false;
-            }
-        }
-        let Some(script) = self
-            .script_context(&self.vars)
-            .post_get_sources_script(self.job)
-        else {
-            return true;
-        };
-        match self
-            .script(Place::Helper, script, self.pre_limits(None))
-            .await
-        {
-            Ok(Ok(status)) if status.success() => true,
-            Ok(Ok(status)) => {
-                let message = format!("getting the sources failed with {status}");
-                self.error(&message).await;
-                self.fail(FailureReason::ScriptFailure, None, message);
-                false
-            }
-            Ok(Err(e)) => {
-                let message = format!("getting the sources: {e}");
-                self.error(&message).await;
-                self.fail(env_failure(&e), None, message);
-                false
-            }
-            Err(stop) => {
-                self.stopped(stop, "get_sources").await;
-                false
-            }
-        }
-    }
-
     /// Downloads and extracts `dep`'s archive, retrying what may pass on another try up to
     /// `attempts` times in all. Whether it is in place; a failure or a stop (in `stage`) is
     /// recorded.
-    async fn download_with_retries(
+    pub(super) async fn download_with_retries(
         &mut self,
         dep: &Dependency,
         attempts: u32,
