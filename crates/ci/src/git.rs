@@ -20,8 +20,9 @@ pub(crate) fn git(dir: &Path, args: &[&str]) -> Option<String> {
     String::from_utf8(output.stdout).ok()
 }
 
-/// Like [`git`], trimmed, and `None` when empty.
-pub(crate) fn git_line(dir: &Path, args: &[&str]) -> Option<String> {
+/// `git -C dir args…`'s standard output when it exits 0, without the final line break,
+/// and `None` when empty.
+pub fn git_line(dir: &Path, args: &[&str]) -> Option<String> {
     let text = git(dir, args)?;
     let text = text.trim_end_matches(['\n', '\r']).to_string();
     (!text.is_empty()).then_some(text)

@@ -57,6 +57,7 @@ pub use compile::{CompileOptions, compile};
 pub use duration::parse_duration;
 pub use error::{CiError, CompileError, Location, Warning};
 pub use expr::{Expression, ExpressionError};
+pub use git::git_line;
 pub use image::{Image, Service};
 pub use job::{AllowFailure, CompiledJob, Environment, Need, ParallelInstance, Retry, When};
 pub use pipeline::{ExcludedJob, Pipeline};

@@ -190,9 +190,26 @@ bad:
 
 #[test]
 fn submodules_are_empty_unless_a_strategy_asks_for_them() {
-    let sub = Project::with_pipeline("x:\n  script: [true]\n");
+    // lib is a submodule of the project, and lib/inner one of lib.
+    let inner = Project::with_pipeline("x:\n  script: [\"true\"]\n");
+    inner.write("inner.txt", "from the nested submodule\n");
+    inner.commit("inner");
+    let sub = Project::with_pipeline("x:\n  script: [\"true\"]\n");
     sub.write("lib.txt", "from the submodule\n");
-    sub.commit("lib");
+    let add = |p: &Project, url: &std::path::Path, at: &str| {
+        let url = url.to_string_lossy().into_owned();
+        p.git(&[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            &url,
+            at,
+        ]);
+    };
+    add(&sub, inner.path(), "inner");
+    sub.commit("lib with a nested submodule");
     let p = Project::with_pipeline(
         r#"
 plain:
@@ -204,22 +221,31 @@ normal:
     GIT_SUBMODULE_STRATEGY: normal
   script:
     - cat lib/lib.txt
+    - test -d lib/inner
+    - test -z "$(ls -A lib/inner)"
+recursive:
+  variables:
+    GIT_SUBMODULE_STRATEGY: recursive
+  script:
+    - cat lib/lib.txt
+    - cat lib/inner/inner.txt
 "#,
     );
-    let url = sub.path().to_string_lossy().into_owned();
+    add(&p, sub.path(), "lib");
     p.git(&[
         "-c",
         "protocol.file.allow=always",
         "submodule",
-        "add",
+        "update",
         "-q",
-        &url,
-        "lib",
+        "--init",
+        "--recursive",
     ]);
     p.commit("a submodule");
     let run = p.exec(&[]);
     run.expect_code(0);
     assert!(p.log("normal").contains("\nfrom the submodule\n"));
+    assert!(p.log("recursive").contains("\nfrom the nested submodule\n"));
 }
 
 #[test]

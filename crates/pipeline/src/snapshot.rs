@@ -9,6 +9,7 @@
 //! included, what `.gitignore` excludes left out, so `git status` in the job shows exactly the
 //! working tree's uncommitted changes. flotilla's own `.flotilla` directory is never copied.
 
+use flotilla_job::script::SubmoduleStrategy;
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -42,9 +43,10 @@ pub struct Checkout {
     /// Whether the commit is checked out and the working tree's files copied on top
     /// (`GIT_CHECKOUT`); without it the directory holds the repository only.
     pub files: bool,
-    /// Whether the files of checked-out submodules are copied (`GIT_SUBMODULE_STRATEGY`
-    /// `normal` or `recursive`); without it a submodule is an empty directory, as on GitLab.
-    pub submodules: bool,
+    /// Which checked-out submodules have their files copied (`GIT_SUBMODULE_STRATEGY`): none
+    /// (each an empty directory, as on GitLab), the top-level ones (`normal`), or all of them,
+    /// nested ones too (`recursive`).
+    pub submodules: SubmoduleStrategy,
 }
 
 /// The commit a pipeline runs for, and the refs GitLab would fetch with it.
@@ -155,7 +157,7 @@ pub fn snapshot(
     let mut zip = ZipWriter::new(io::BufWriter::new(out));
     let mut report = SnapshotReport::default();
     let mut with_files = true;
-    let mut submodules = false;
+    let mut submodules = SubmoduleStrategy::None;
     if let Some((checkout, revision)) = git {
         with_files = checkout.files;
         submodules = checkout.submodules;
@@ -174,35 +176,48 @@ pub fn snapshot(
         }
     }
     if with_files {
-        for rel in list_files(dir) {
-            let path = dir.join(&rel);
-            let meta = match path.symlink_metadata() {
-                Ok(m) => m,
-                // Vanished while we listed: nothing to copy.
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(SnapshotError::Io { path, source: e }),
-            };
-            if meta.is_dir() {
-                // A submodule (git lists its path): empty, as GitLab leaves it without
-                // GIT_SUBMODULE_STRATEGY, or its checked-out files.
-                zip.add_directory(rel.as_str(), SimpleFileOptions::default())?;
-                if submodules {
-                    for inner in list_files(&path) {
-                        add_entry(&mut zip, &path.join(&inner), &format!("{rel}/{inner}"))
-                            .map(|added| report.files += u64::from(added))?;
-                    }
-                }
-                continue;
-            }
-            if add_entry(&mut zip, &path, &rel)? {
-                report.files += 1;
-            }
-        }
+        add_work_tree(&mut zip, dir, "", submodules, &mut report)?;
     }
     let mut inner = zip.finish()?;
     inner.flush().map_err(io_err(archive))?;
     report.archive_bytes = std::fs::metadata(archive).map_err(io_err(archive))?.len();
     Ok(report)
+}
+
+/// Adds the files of the work tree in `dir` under `prefix` (`""` or ending in `/`). A
+/// directory git lists is a submodule: empty, or with its own work tree's files when
+/// `submodules` asks for them (nested ones only when it is `recursive`).
+fn add_work_tree(
+    zip: &mut ZipWriter<io::BufWriter<File>>,
+    dir: &Path,
+    prefix: &str,
+    submodules: SubmoduleStrategy,
+    report: &mut SnapshotReport,
+) -> Result<(), SnapshotError> {
+    for rel in list_files(dir) {
+        let path = dir.join(&rel);
+        let name = format!("{prefix}{rel}");
+        let meta = match path.symlink_metadata() {
+            Ok(m) => m,
+            // Vanished while we listed: nothing to copy.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(SnapshotError::Io { path, source: e }),
+        };
+        if !meta.is_dir() {
+            if add_entry(zip, &path, &name)? {
+                report.files += 1;
+            }
+            continue;
+        }
+        zip.add_directory(name.as_str(), SimpleFileOptions::default())?;
+        let inner = match submodules {
+            SubmoduleStrategy::None => continue,
+            SubmoduleStrategy::Normal => SubmoduleStrategy::None,
+            SubmoduleStrategy::Recursive => SubmoduleStrategy::Recursive,
+        };
+        add_work_tree(zip, &path, &format!("{name}/"), inner, report)?;
+    }
+    Ok(())
 }
 
 /// Makes, in `scratch`, the repository GitLab Runner would leave in the build directory
@@ -215,7 +230,7 @@ fn repository(
     checkout: Checkout,
     revision: &Revision,
 ) -> Result<Vec<String>, String> {
-    let top = git_output(dir, &["rev-parse", "--show-toplevel"])
+    let top = flotilla_ci::git_line(dir, &["rev-parse", "--show-toplevel"])
         .ok_or_else(|| "the project directory is not in a git repository".to_string())?;
     let top = PathBuf::from(top);
     let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
@@ -228,7 +243,7 @@ fn repository(
             top.display()
         ));
     }
-    let head = git_output(dir, &["rev-parse", "--verify", "--quiet", "HEAD^{commit}"])
+    let head = flotilla_ci::git_line(dir, &["rev-parse", "--verify", "--quiet", "HEAD^{commit}"])
         .ok_or_else(|| "the git repository has no commit yet".to_string())?;
     if !revision.sha.is_empty() && revision.sha != head {
         return Err(format!(
@@ -279,7 +294,7 @@ fn repository(
     notices.push(format!(
         "Checking out {short} as detached HEAD{reference}..."
     ));
-    let changes = git_output(dir, &["status", "--porcelain", "--untracked-files=all"])
+    let changes = flotilla_ci::git_line(dir, &["status", "--porcelain", "--untracked-files=all"])
         .map(|s| s.lines().count())
         .unwrap_or(0);
     notices.push(match changes {
@@ -291,21 +306,6 @@ fn repository(
         ),
     });
     Ok(notices)
-}
-
-/// `git -C dir args…`'s first line of output, when it succeeds.
-fn git_output(dir: &Path, args: &[&str]) -> Option<String> {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    let text = String::from_utf8_lossy(&out.stdout).trim_end().to_string();
-    (!text.is_empty()).then_some(text)
 }
 
 /// Runs `git [-C dir] args…`, or says what failed.

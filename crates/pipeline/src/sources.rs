@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use flotilla_fleet::Secret;
 use flotilla_job::model::{ArtifactsFile, Dependency, LocalSources};
-use flotilla_job::script::{GitStrategy, SourcesPlan, SubmoduleStrategy};
+use flotilla_job::script::{GitStrategy, SourcesPlan};
 use flotilla_job::{JobPayload, JobVariables, LocalArtifactStore};
 use tokio::sync::Mutex;
 
@@ -79,7 +79,7 @@ impl Sources {
             GitStrategy::Clone | GitStrategy::Fetch => Checkout {
                 depth: plan.depth,
                 files: plan.checkout,
-                submodules: plan.submodules != SubmoduleStrategy::None,
+                submodules: plan.submodules,
             },
         };
         let mut made = self.made.lock().await;

@@ -21,7 +21,7 @@ pub enum GitStrategy {
 }
 
 /// `GIT_SUBMODULE_STRATEGY`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SubmoduleStrategy {
     /// No submodules.
     None,
