@@ -45,6 +45,14 @@ pub struct PayloadContext<'a> {
     pub dependencies: Vec<(i64, String, u64)>,
 }
 
+/// The value of `key` in a list of variables where later entries win.
+pub(crate) fn var<'a>(vars: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    vars.iter()
+        .rev()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+}
+
 /// The variables every local job gets on top of the pipeline's.
 fn job_variables(
     job: &CompiledJob,
@@ -60,13 +68,7 @@ fn job_variables(
     out.push(public("CI_PIPELINE_IID", &ctx.pipeline_id.to_string()));
     // GitLab's job variables (docs.gitlab.com/ci/variables/predefined_variables/,
     // `app/models/ci/build.rb` `persisted_variables`, `lib/gitlab/ci/variables/builder.rb`).
-    let project_url = ctx
-        .predefined
-        .iter()
-        .rev()
-        .find(|(k, _)| k == "CI_PROJECT_URL")
-        .map(|(_, v)| v.as_str())
-        .unwrap_or_default();
+    let project_url = var(ctx.predefined, "CI_PROJECT_URL").unwrap_or_default();
     out.push(public(
         "CI_PIPELINE_URL",
         &format!("{project_url}/-/pipelines/{}", ctx.pipeline_id),

@@ -4,8 +4,8 @@
 //! them.
 
 use super::merge;
-use super::payload::{self, PayloadContext};
-use super::snapshot::{Revision, SnapshotError};
+use super::payload::{self, PayloadContext, var};
+use super::snapshot::Revision;
 use super::sources::Sources;
 use flotilla_ci::{self as ci, CompiledJob, Pipeline};
 use flotilla_dispatch::Dispatcher;
@@ -159,9 +159,6 @@ pub struct ExecConfig {
 /// Why a pipeline could not run at all.
 #[derive(Debug, thiserror::Error)]
 pub enum ExecError {
-    /// The working tree could not be archived.
-    #[error(transparent)]
-    Snapshot(#[from] SnapshotError),
     /// A log file could not be created.
     #[error("cannot create the log {path}: {source}")]
     Log {
@@ -171,13 +168,6 @@ pub enum ExecError {
         #[source]
         source: TraceError,
     },
-}
-
-fn var<'a>(vars: &'a [(String, String)], key: &str) -> Option<&'a str> {
-    vars.iter()
-        .rev()
-        .find(|(k, _)| k == key)
-        .map(|(_, v)| v.as_str())
 }
 
 /// A job's trace: its log file (and the terminal, when followed). The first bytes mean the
@@ -625,13 +615,6 @@ async fn run_job(
         .extend(crate::dotenv::report_artifacts(&ctx.job));
     payload.variables.extend(ctx.dotenv.iter().cloned());
     crate::payload::expand_as_gitlab_sends(&mut payload.variables);
-    match ctx.sources.for_job(&payload).await {
-        Ok(local) => payload.local_sources = local,
-        Err(why) => {
-            tracing::error!(job = %ctx.job.name, error = %why, "cannot archive the sources");
-            return ctx.system_failure(dispatched);
-        }
-    }
     let mut sink = match open_sinks(&ctx.log, ctx.follow.then_some(ctx.job.name.as_str())).await {
         Ok(sinks) => JobTrace {
             sinks,
@@ -643,6 +626,17 @@ async fn run_job(
             return ctx.system_failure(dispatched);
         }
     };
+    match ctx.sources.for_job(&payload).await {
+        Ok(local) => payload.local_sources = local,
+        Err(e) => {
+            // Said where the user looks first: the job's log.
+            tracing::error!(job = %ctx.job.name, error = %e, "cannot archive the sources");
+            let line = format!("ERROR: Job failed: the sources could not be archived: {e}\n");
+            let _ = sink.write(line.as_bytes()).await;
+            let _ = sink.finish().await;
+            return ctx.system_failure(dispatched);
+        }
+    }
     let key = format!("exec-{}-{}-{}", ctx.pipeline_id, ctx.job_id, ctx.attempt);
     let result = dispatcher
         .dispatch(&key, &payload, &mut sink, &cancel)

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use flotilla_fleet::Secret;
 use flotilla_job::model::{ArtifactsFile, Dependency, LocalSources};
@@ -11,14 +12,14 @@ use flotilla_job::script::{GitStrategy, SourcesPlan};
 use flotilla_job::{JobPayload, JobVariables, LocalArtifactStore};
 use tokio::sync::Mutex;
 
-use super::snapshot::{self, Checkout, Revision};
+use super::snapshot::{self, Checkout, Revision, SnapshotError};
 
 /// The name the sources archive goes by in a job's log.
 pub(crate) const SOURCES_NAME: &str = "sources";
 
 /// An archive made: its id in the artifact store, its size and the notices for the log; or
-/// why it could not be made.
-type Made = Result<(i64, u64, Vec<String>), String>;
+/// why it could not be made (shared by every job that asks the same).
+type Made = Result<(i64, u64, Vec<String>), Arc<SnapshotError>>;
 
 /// The sources archives of one pipeline run, made when a job first asks for them.
 pub(crate) struct Sources {
@@ -50,7 +51,7 @@ impl Sources {
     pub(crate) async fn for_job(
         &self,
         payload: &JobPayload,
-    ) -> Result<Option<LocalSources>, String> {
+    ) -> Result<Option<LocalSources>, Arc<SnapshotError>> {
         let vars = JobVariables::new(payload.variables.iter().cloned(), "");
         let Ok(plan) = SourcesPlan::new(payload, &vars) else {
             return Ok(None);
@@ -111,12 +112,18 @@ impl Sources {
         let dir = self.project_dir.clone();
         let archive = self.store.archive_path(id, "archive");
         let revision = self.revision.clone();
+        let blocking_archive = archive.clone();
         let made = tokio::task::spawn_blocking(move || {
-            snapshot::snapshot(&dir, &archive, Some((checkout, &revision)))
+            snapshot::snapshot(&dir, &blocking_archive, Some((checkout, &revision)))
         })
         .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
+        .unwrap_or_else(|e| {
+            Err(SnapshotError::Io {
+                path: archive,
+                source: std::io::Error::other(e.to_string()),
+            })
+        })
+        .map_err(Arc::new)?;
         tracing::debug!(
             files = made.files,
             bytes = made.archive_bytes,
@@ -124,5 +131,45 @@ impl Sources {
             "sources archived"
         );
         Ok((id, made.archive_bytes, made.notices))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use flotilla_job::Variable;
+
+    fn payload(strategy: Option<&str>) -> JobPayload {
+        JobPayload {
+            variables: strategy
+                .map(|s| vec![Variable::new("GIT_STRATEGY", s)])
+                .unwrap_or_default(),
+            ..JobPayload::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn an_archive_that_cannot_be_made_fails_each_job_asking_for_it_once() {
+        let d = tempfile::tempdir().unwrap();
+        // The store's root is a file: no archive can be written under it.
+        let root = d.path().join("not-a-directory");
+        std::fs::write(&root, "x").unwrap();
+        let s = Sources::new(
+            d.path().to_path_buf(),
+            LocalArtifactStore::new(&root),
+            Revision::default(),
+        );
+        let first = s.for_job(&payload(None)).await.unwrap_err();
+        assert!(matches!(*first, SnapshotError::Io { .. }), "{first}");
+        assert!(first.to_string().contains("not-a-directory"), "{first}");
+        // Asked again, the same failure: the archive is not tried once per job.
+        let again = s.for_job(&payload(Some("fetch"))).await.unwrap_err();
+        assert!(Arc::ptr_eq(&first, &again));
+        // A job that wants no sources does not need the archive.
+        let none = s.for_job(&payload(Some("none"))).await.unwrap().unwrap();
+        assert_eq!(none.archive, None);
+        assert_eq!(none.notices[0], "Skipping Git repository setup");
+        // Variables the runner refuses are left for it to refuse, with its own message.
+        assert_eq!(s.for_job(&payload(Some("teleport"))).await.unwrap(), None);
     }
 }
