@@ -246,6 +246,13 @@ impl Compiler<'_> {
             let (expanded, _) = expand_all(&scope);
             expand(&n, &|k| expanded.get(k).cloned(), false)
         });
+        // The name is the pipeline's `CI_PIPELINE_NAME` (empty without one), which jobs see.
+        if let Some(name) = &name {
+            set(
+                &mut self.pipeline_variables,
+                Variable::new("CI_PIPELINE_NAME", name.clone(), VariableSource::Predefined),
+            );
+        }
         if let Some(reason) = workflow_excluded {
             return Ok(Pipeline {
                 name,

@@ -488,3 +488,27 @@ fn changes_compare_to_is_computed_from_git() {
     let names: Vec<&str> = pipeline.jobs.iter().map(|j| j.name.as_str()).collect();
     assert_eq!(names, ["src-changed", "docs-changed", "unknown-ref"]);
 }
+
+#[test]
+fn workflow_name_is_expanded_into_the_pipelines_name() {
+    // docs.gitlab.com/ci/yaml/#workflowname: global and predefined variables expand in it.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join(".gitlab-ci.yml"),
+        "variables:\n  KIND: nightly\nworkflow:\n  name: \"Build $KIND on $CI_COMMIT_REF_NAME\"\nj:\n  script: [\"true\"]\n",
+    )
+    .unwrap();
+    let mut options = CompileOptions::new(dir.path());
+    options.variables = vec![("CI_COMMIT_REF_NAME".into(), "main".into())];
+    let p = compile(&options).unwrap();
+    assert_eq!(p.name.as_deref(), Some("Build nightly on main"));
+    // Jobs see it as CI_PIPELINE_NAME.
+    let name = p.jobs[0]
+        .variables
+        .iter()
+        .rfind(|v| v.key == "CI_PIPELINE_NAME");
+    assert_eq!(
+        name.map(|v| v.value.as_str()),
+        Some("Build nightly on main")
+    );
+}

@@ -322,6 +322,21 @@ inherits-some:
         source: "docs.gitlab.com/ci/yaml/#inherit",
     },
     PipelineCase {
+        name: "workflow-name-is-the-pipeline-name",
+        yaml: r#"
+variables:
+  KIND: nightly
+workflow:
+  name: "Build $KIND"
+named:
+  script:
+    - test "$CI_PIPELINE_NAME" = "Build nightly"
+"#,
+        statuses: &[("named", "passed")],
+        log_has: &[],
+        source: "docs.gitlab.com/ci/yaml/#workflowname; docs.gitlab.com/ci/variables/predefined_variables/ (CI_PIPELINE_NAME)",
+    },
+    PipelineCase {
         name: "cache-kept-between-jobs",
         yaml: r#"
 stages: [first, second]
