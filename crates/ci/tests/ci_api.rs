@@ -333,6 +333,41 @@ fn predefined_variables_come_from_git() {
         lookup(&vars, "CI_PROJECT_DIR"),
         Some(canonical.to_str().unwrap())
     );
+    // The shapes of the variables Rails sends for the project and its server
+    // (app/models/project.rb predefined_project_variables, predefined_ci_server_variables,
+    // api_variables; lib/gitlab/ci/variables/builder/pipeline.rb).
+    for (key, value) in [
+        ("CI_PROJECT_ROOT_NAMESPACE", "group"),
+        ("CI_PROJECT_NAMESPACE_SLUG", "group-sub"),
+        ("CI_PROJECT_TITLE", "engine"),
+        ("CI_PROJECT_VISIBILITY", "private"),
+        ("CI_SERVER_HOST", "gitlab.example.com"),
+        ("CI_SERVER_PROTOCOL", "https"),
+        ("CI_SERVER_PORT", "443"),
+        ("CI_API_V4_URL", "https://gitlab.example.com/api/v4"),
+        ("CI_DEFAULT_BRANCH_SLUG", "main"),
+        (
+            "CI_CONFIG_REF_URI",
+            "gitlab.example.com/group/sub/engine//.gitlab-ci.yml@refs/heads/Feature/Login_Page",
+        ),
+        ("CI_PIPELINE_NAME", ""),
+        ("GITLAB_USER_ID", "1"),
+    ] {
+        assert_eq!(lookup(&vars, key), Some(value), "{key}");
+    }
+    // Off the default branch, where the branch forked from it.
+    assert_eq!(
+        lookup(&vars, "CI_COMMIT_DEFAULT_BRANCH_BASE_SHA"),
+        Some(sha.as_str())
+    );
+    // Set only for tags and merge requests.
+    for unset in [
+        "CI_COMMIT_TAG_MESSAGE",
+        "CI_MERGE_REQUEST_IID",
+        "CI_JOB_MANUAL",
+    ] {
+        assert_eq!(lookup(&vars, unset), None, "{unset}");
+    }
     let id: u64 = lookup(&vars, "CI_PIPELINE_ID").unwrap().parse().unwrap();
     assert!(id > 1_600_000_000, "a time-based id");
     assert!(
@@ -353,6 +388,17 @@ fn a_detached_tag_checkout_is_a_tag_pipeline() {
     git(path, &["checkout", "-q", "--detach", "v1.2.3"]);
     let vars = predefined_variables(path);
     assert_eq!(lookup(&vars, "CI_COMMIT_TAG"), Some("v1.2.3"));
+    // A lightweight tag has no message; an annotated one has its own.
+    assert_eq!(lookup(&vars, "CI_COMMIT_TAG_MESSAGE"), Some(""));
+    git(path, &["tag", "-a", "v2.0.0", "-m", "Release two"]);
+    git(path, &["checkout", "-q", "--detach", "v2.0.0"]);
+    let annotated = predefined_variables(path);
+    // `git describe` prefers the annotated tag on the same commit.
+    assert_eq!(lookup(&annotated, "CI_COMMIT_TAG"), Some("v2.0.0"));
+    assert_eq!(
+        lookup(&annotated, "CI_COMMIT_TAG_MESSAGE"),
+        Some("Release two")
+    );
     assert_eq!(lookup(&vars, "CI_COMMIT_BRANCH"), None);
     assert_eq!(lookup(&vars, "CI_COMMIT_REF_NAME"), Some("v1.2.3"));
     assert_eq!(lookup(&vars, "CI_COMMIT_REF_SLUG"), Some("v1-2-3"));
