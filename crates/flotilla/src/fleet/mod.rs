@@ -11,7 +11,7 @@ pub mod levels;
 mod ready_up;
 mod scaling;
 
-pub use scaling::schedule;
+pub use scaling::{scaler_config, schedule};
 
 use crate::config::{AutoscalerConfig, RunnerConfig};
 use crate::registry;

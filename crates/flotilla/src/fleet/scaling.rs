@@ -10,7 +10,7 @@ use flotilla_scaler::{
 /// The scaler's configuration for `a`, within what the provider said it can do: never more
 /// instances than its `max_size`, and instances it holds without our record adopted only
 /// where it says they may be.
-pub(super) fn scaler_config(a: &AutoscalerConfig, info: &ProviderInfo) -> ScalerConfig {
+pub fn scaler_config(a: &AutoscalerConfig, info: &ProviderInfo) -> ScalerConfig {
     let configured = a.max_instances as usize;
     let max_instances = match configured {
         // Unlimited in the config: the provider's size, if it has one.

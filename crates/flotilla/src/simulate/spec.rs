@@ -5,7 +5,8 @@ use super::SweepKey;
 use crate::config::{AutoscalerConfig, Config};
 use anyhow::{Result, anyhow, bail};
 use chrono::{DateTime, Utc};
-use flotilla_scaler::{Preexisting, ScaleThrottle, ScalerConfig};
+use flotilla_fleet::{Capabilities, ProviderInfo};
+use flotilla_scaler::ScalerConfig;
 use flotilla_sim::{ProviderProfile, RunnerModel, Spec};
 use std::time::Duration;
 
@@ -81,36 +82,19 @@ pub(crate) fn from_config(
     ))
 }
 
-/// The scaler's settings from `[runners.autoscaler]`, as `flotilla run` makes them for a
-/// provider without a size limit whose instances are all the scaler's (the fake provider);
-/// the same rules as `fleet::scaling`, which keys them to a real provider's capabilities.
+/// The scaler's settings from `[runners.autoscaler]`, as `flotilla run` makes them
+/// (`fleet::scaler_config`, one mapping for both) for a provider without a size limit whose
+/// instances are all the scaler's (the fake provider).
 fn scaler_config(a: &AutoscalerConfig) -> ScalerConfig {
-    ScalerConfig {
-        capacity_per_instance: (a.capacity_per_instance as usize).max(1),
-        max_instances: a.max_instances as usize,
-        max_use_count: a.max_use_count,
-        instance_acquire_timeout: a.instance_acquire_timeout,
-        update_interval: a.update_interval,
-        update_interval_when_expecting: a.update_interval_when_expecting,
-        deletion_retry_interval: a.deletion_retry_interval,
-        shutdown_deletion_interval: a.shutdown_deletion_interval,
-        shutdown_deletion_retries: a.shutdown_deletion_retries,
-        failure_threshold: a.failure_threshold.max(1),
-        scale_throttle: match a.scale_throttle.rate_per_second() {
-            None => ScaleThrottle {
-                limit: -1.0,
-                burst: 1,
-            },
-            Some(rate) => ScaleThrottle {
-                limit: f64::from(rate),
-                burst: a.scale_throttle.burst_size(a.max_instances).unwrap_or(rate) as usize,
-            },
+    let fake = ProviderInfo {
+        max_size: usize::MAX,
+        capabilities: Capabilities {
+            adopts_preexisting: true,
+            ..Capabilities::remote()
         },
-        delete_instances_on_shutdown: a.delete_instances_on_shutdown,
-        keep_instance_with_acquisitions: a.state_storage.keep_instance_with_acquisitions,
-        preexisting: Preexisting::Adopt,
-        ..ScalerConfig::default()
-    }
+        ..ProviderInfo::default()
+    };
+    crate::fleet::scaler_config(a, &fake)
 }
 
 /// `base` with `key` set to `value` in every policy of `chosen` (or in one always-active
