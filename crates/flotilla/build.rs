@@ -1,7 +1,8 @@
 //! Records which commit the binary was built from, for `flotilla --version`: the commit's
 //! short hash and date (the commit's, not the clock's, so that a rebuild of the same commit
-//! says the same), with `-dirty` when the work tree had uncommitted changes. Outside a git
-//! checkout (a source tarball) both are `unknown`.
+//! says the same). Uncommitted changes are not told: the script reruns only when `HEAD`
+//! moves, so a `-dirty` mark would go stale. Outside a git checkout (a source tarball) both
+//! are `unknown`.
 
 use std::process::Command;
 
@@ -16,14 +17,11 @@ fn git(args: &[&str]) -> Option<String> {
 
 fn main() {
     let commit = git(&["rev-parse", "--short=12", "HEAD"]);
-    let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).is_some();
     let date = git(&["log", "-1", "--format=%cs", "HEAD"]);
-    let commit = match commit {
-        Some(c) if dirty => format!("{c}-dirty"),
-        Some(c) => c,
-        None => "unknown".to_string(),
-    };
-    println!("cargo:rustc-env=FLOTILLA_COMMIT={commit}");
+    println!(
+        "cargo:rustc-env=FLOTILLA_COMMIT={}",
+        commit.unwrap_or_else(|| "unknown".to_string())
+    );
     println!(
         "cargo:rustc-env=FLOTILLA_COMMIT_DATE={}",
         date.unwrap_or_else(|| "unknown".to_string())

@@ -132,8 +132,9 @@ pub enum ConfigCommand {
 /// Options of `flotilla config check`.
 #[derive(Debug, Args)]
 pub struct CheckArgs {
-    /// The configuration file (as `--config`).
-    #[arg(value_name = "FILE", conflicts_with = "config")]
+    /// The configuration file; when given, it is the one checked, whatever `--config` or
+    /// `FLOTILLA_CONFIG` say (so a file can be checked in a shell that has one set).
+    #[arg(value_name = "FILE")]
     pub file: Option<PathBuf>,
     /// The configuration file; without one, flotilla's place then gitlab-runner's
     /// (`/etc/flotilla/config.toml`, `/etc/gitlab-runner/config.toml` as root;

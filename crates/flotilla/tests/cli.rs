@@ -171,20 +171,26 @@ fn usage_errors_exit_2() {
 }
 
 #[test]
-fn config_check_takes_the_file_as_c_too_and_not_both() {
+fn config_check_takes_the_file_as_c_too_and_the_named_file_first() {
     let path = fixture("docker-autoscaler-aws-full.toml");
     let path = path.to_str().unwrap();
     let positional = flotilla(&["config", "check", path]);
     let flag = flotilla(&["config", "check", "-c", path]);
     assert_eq!(flag.status.code(), Some(0), "{}", text(&flag.stderr));
     assert_eq!(flag.stdout, positional.stdout);
-    let both = flotilla(&["config", "check", path, "--config", path]);
-    assert_eq!(both.status.code(), Some(2), "a usage error");
-    assert!(
-        text(&both.stderr).contains("cannot be used with"),
+    // A file named on the command line is checked even where FLOTILLA_CONFIG names another.
+    let with_env = Command::new(env!("CARGO_BIN_EXE_flotilla"))
+        .args(["config", "check", path])
+        .env("FLOTILLA_CONFIG", "/nonexistent/elsewhere.toml")
+        .output()
+        .unwrap();
+    assert_eq!(
+        with_env.status.code(),
+        Some(0),
         "{}",
-        text(&both.stderr)
+        text(&with_env.stderr)
     );
+    assert_eq!(with_env.stdout, positional.stdout);
 }
 
 #[test]
