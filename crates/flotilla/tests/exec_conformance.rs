@@ -56,21 +56,12 @@ fn verdict(case: &Case, status: Option<&String>, log: &str) -> Vec<String> {
 /// `disposable`, as GitLab Runner's executor of that kind says (`CI_SHARED_ENVIRONMENT`,
 /// `CI_DISPOSABLE_ENVIRONMENT`: gitlab-runner `common/build.go` `GetSharedEnvVariable`).
 fn conform(level: &str, bash: bool, config: Option<String>, environment: &str) {
-    conform_cases(level, bash, config, environment, |_| true);
+    let cases = CASES.iter().filter(|c| c.holds_in(bash)).collect();
+    conform_cases(level, cases, config, environment);
 }
 
-/// [`conform`] on the cases `pick` chooses.
-fn conform_cases(
-    level: &str,
-    bash: bool,
-    config: Option<String>,
-    environment: &str,
-    pick: impl Fn(&Case) -> bool,
-) {
-    let cases: Vec<&Case> = CASES
-        .iter()
-        .filter(|c| c.holds_in(bash) && pick(c))
-        .collect();
+/// [`conform`] on `cases`.
+fn conform_cases(level: &str, cases: Vec<&Case>, config: Option<String>, environment: &str) {
     let p = Project::with_pipeline(&pipeline_yaml(&header(), cases.iter().copied()));
     // The config stays out of the project, whose working tree the jobs get.
     let config_path = p.outside().join("conformance.toml");
@@ -184,35 +175,10 @@ fn infra_every_pipeline_case_holds_at_the_docker_level() {
     pipelines_conform("docker (busybox image)", Some(&docker_config()));
 }
 
-/// The cases the microVM and instance levels run: a sample of every kind (a VM or an
-/// instance per job takes seconds, so not all 161), chosen by name so that a renamed case is
-/// noticed.
-const SAMPLE: &[&str] = &[
-    "false-fails",
-    "exit-code-is-kept",
-    "test-and-echo-last",
-    "bang-true-last",
-    "pipefail-first-fails",
-    "set-e-off-false-last",
-    "after-script-sees-failed",
-    "gitlab-env-reaches-the-next-stage",
-    "allow-failure-exit-code-listed",
-    "variable-value-is-never-run",
-    "predefined-shared-or-disposable",
-    "git-strategy-none-is-empty",
-    "git-files-are-checked-out",
-];
-
 #[test]
 fn infra_a_sample_of_cases_holds_at_the_microvm_level() {
     if !require(Infra::Qemu) || !require(Infra::Docker) {
         return;
-    }
-    for name in SAMPLE {
-        assert!(
-            CASES.iter().any(|c| c.name == *name && c.holds_in(false)),
-            "no busybox case {name}"
-        );
     }
     let busybox = flotilla_testkit::images::busybox_image();
     let state = tempfile::Builder::new()
@@ -242,10 +208,9 @@ concurrent = 2
     );
     conform_cases(
         "microvm (busybox image)",
-        false,
+        flotilla_conformance::sample(),
         Some(config),
         "disposable",
-        |c| SAMPLE.contains(&c.name),
     );
 }
 
@@ -282,10 +247,9 @@ concurrent = 4
     );
     conform_cases(
         "instance (a container per job over SSH)",
-        false,
+        flotilla_conformance::sample(),
         Some(config),
         "shared",
-        |c| SAMPLE.contains(&c.name),
     );
 }
 
@@ -324,10 +288,9 @@ concurrent = 2
     );
     conform_cases(
         "vm (a full VM per job)",
-        false,
+        flotilla_conformance::sample(),
         Some(config),
         "disposable",
-        |c| SAMPLE.contains(&c.name),
     );
 }
 

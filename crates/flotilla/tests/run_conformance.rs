@@ -19,36 +19,6 @@ async fn every_payload_case_ends_as_on_gitlab() {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = write_local_config(dir.path(), gl.url(), TOKEN, 4);
     let m = Manager::start(&config, &[]);
-    let ids: Vec<(i64, &Case)> = cases
-        .iter()
-        .map(|c| (gl.enqueue(TOKEN, run_support::conformance_job(c)), *c))
-        .collect();
-    let all: Vec<i64> = ids.iter().map(|(id, _)| *id).collect();
-    assert!(
-        gl.wait_finished(&all, Duration::from_secs(300)).await,
-        "jobs did not finish; manager log:\n{}",
-        m.log()
-    );
-    let mut failures = Vec::new();
-    for (id, case) in &ids {
-        let job = gl.job(*id).expect("the job");
-        let f = job.final_update.clone().expect("a final update");
-        let trace = job.trace_text();
-        let wrong = case.final_update_problems(&f.state, f.exit_code, &trace);
-        if !wrong.is_empty() {
-            failures.push(format!(
-                "{} ({}): {}\n--- trace ---\n{trace}",
-                case.name,
-                case.source,
-                wrong.join("; ")
-            ));
-        }
-    }
-    assert!(
-        failures.is_empty(),
-        "{} of {} jobs differ from GitLab:\n\n{}",
-        failures.len(),
-        ids.len(),
-        failures.join("\n\n")
-    );
+    let runs = run_support::run_cases(&gl, TOKEN, &cases, None, || m.log()).await;
+    run_support::assert_conform(&runs);
 }

@@ -145,6 +145,39 @@ impl Case {
     }
 }
 
+/// The cases the slow levels run (a VM or an instance per job takes seconds, so not all of
+/// them): a sample of every kind, named so that a renamed case is noticed.
+const SAMPLE: &[&str] = &[
+    "false-fails",
+    "exit-code-is-kept",
+    "test-and-echo-last",
+    "bang-true-last",
+    "pipefail-first-fails",
+    "set-e-off-false-last",
+    "after-script-sees-failed",
+    "gitlab-env-reaches-the-next-stage",
+    "allow-failure-exit-code-listed",
+    "variable-value-is-never-run",
+    "predefined-shared-or-disposable",
+    "predefined-job-url-names-the-job",
+    "git-strategy-none-is-empty",
+    "git-files-are-checked-out",
+];
+
+/// The sample of every kind the slow levels run, every case of it a POSIX `sh` runs (the
+/// levels' images have no bash). Panics when a sampled name is no case any more.
+pub fn sample() -> Vec<&'static Case> {
+    SAMPLE
+        .iter()
+        .map(|name| {
+            CASES
+                .iter()
+                .find(|c| c.name == *name && c.holds_in(false))
+                .unwrap_or_else(|| panic!("the sample names {name}, no case that sh runs"))
+        })
+        .collect()
+}
+
 /// The pipeline's global variables the cases rely on. A GitLab job payload carries them among
 /// the job's variables, before the job's own.
 pub const GLOBAL_VARIABLES: &[(&str, &str)] = &[

@@ -185,9 +185,7 @@ pub(crate) fn services_pair_job(
 
 /// A conformance case as GitLab's job payload carries it: its steps (`before_script` and
 /// `script` as one), its `after_script`, and the pipeline's global variables before its own.
-pub(crate) fn conformance_job(
-    case: &flotilla_conformance::Case,
-) -> flotilla_testkit::fake_gitlab::JobBuilder {
+fn conformance_job(case: &flotilla_conformance::Case) -> flotilla_testkit::fake_gitlab::JobBuilder {
     let mut job =
         flotilla_testkit::fake_gitlab::JobBuilder::new(case.name).script(case.step_script());
     for (k, v) in flotilla_conformance::GLOBAL_VARIABLES {
@@ -197,4 +195,78 @@ pub(crate) fn conformance_job(
         job = job.after_script(case.after.iter().copied());
     }
     job
+}
+
+/// One conformance case run as a job of the fake GitLab.
+pub(crate) struct CaseRun<'c> {
+    /// The case.
+    pub case: &'c flotilla_conformance::Case,
+    /// The job's trace.
+    pub trace: String,
+    /// What in its final update or trace differs from GitLab.
+    pub problems: Vec<String>,
+}
+
+/// Enqueues each case as a job (in `image`, when given), waits for every one to end, and
+/// judges each final update and trace; `manager_log` explains a job that never ended.
+pub(crate) async fn run_cases<'c>(
+    gl: &flotilla_testkit::fake_gitlab::FakeGitLab,
+    token: &str,
+    cases: &[&'c flotilla_conformance::Case],
+    image: Option<&str>,
+    manager_log: impl Fn() -> String,
+) -> Vec<CaseRun<'c>> {
+    let ids: Vec<(i64, &flotilla_conformance::Case)> = cases
+        .iter()
+        .map(|c| {
+            let mut job = conformance_job(c);
+            if let Some(image) = image {
+                job = job.field("image", serde_json::json!({ "name": image }));
+            }
+            (gl.enqueue(token, job), *c)
+        })
+        .collect();
+    let all: Vec<i64> = ids.iter().map(|(id, _)| *id).collect();
+    assert!(
+        gl.wait_finished(&all, Duration::from_secs(300)).await,
+        "jobs did not finish; manager log:\n{}",
+        manager_log()
+    );
+    ids.into_iter()
+        .map(|(id, case)| {
+            let job = gl.job(id).expect("the job");
+            let f = job.final_update.clone().expect("a final update");
+            let trace = job.trace_text();
+            let problems = case.final_update_problems(&f.state, f.exit_code, &trace);
+            CaseRun {
+                case,
+                trace,
+                problems,
+            }
+        })
+        .collect()
+}
+
+/// Fails the test with every case of `runs` that differs from GitLab.
+pub(crate) fn assert_conform(runs: &[CaseRun<'_>]) {
+    let failures: Vec<String> = runs
+        .iter()
+        .filter(|r| !r.problems.is_empty())
+        .map(|r| {
+            format!(
+                "{} ({}): {}\n--- trace ---\n{}",
+                r.case.name,
+                r.case.source,
+                r.problems.join("; "),
+                r.trace
+            )
+        })
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {} jobs differ from GitLab:\n\n{}",
+        failures.len(),
+        runs.len(),
+        failures.join("\n\n")
+    );
 }
