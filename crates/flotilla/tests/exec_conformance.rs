@@ -344,3 +344,103 @@ fn pipelines_conform(level: &str, config: Option<&str>) {
 fn every_pipeline_case_holds_at_the_shell_level() {
     pipelines_conform("shell (the embedded default)", None);
 }
+
+/// Names gitlab-ci-local gives a job that flotilla leaves unset on purpose, with the GitLab
+/// source that says GitLab leaves them unset in a push pipeline without these features too.
+const LEFT_UNSET: &[(&str, &str)] = &[
+    (
+        "CI_DEPENDENCY_PROXY_DIRECT_GROUP_IMAGE_PREFIX",
+        "app/models/project.rb dependency_proxy_variables: only where the dependency proxy is enabled",
+    ),
+    (
+        "CI_DEPENDENCY_PROXY_GROUP_IMAGE_PREFIX",
+        "app/models/project.rb dependency_proxy_variables",
+    ),
+    (
+        "CI_DEPENDENCY_PROXY_SERVER",
+        "app/models/project.rb dependency_proxy_variables",
+    ),
+    (
+        "CI_DEPENDENCY_PROXY_USER",
+        "app/models/ci/build.rb dependency_proxy_variables: only with the dependency proxy",
+    ),
+    (
+        "CI_ENVIRONMENT_ACTION",
+        "lib/gitlab/ci/variables/builder.rb: only for a job with `environment:`",
+    ),
+    ("CI_ENVIRONMENT_NAME", "lib/gitlab/ci/variables/builder.rb"),
+    (
+        "CI_ENVIRONMENT_SLUG",
+        "app/models/ci/build.rb persisted_environment_variables",
+    ),
+    ("CI_ENVIRONMENT_TIER", "lib/gitlab/ci/variables/builder.rb"),
+    ("CI_ENVIRONMENT_URL", "lib/gitlab/ci/variables/builder.rb"),
+    (
+        "CI_REGISTRY",
+        "app/models/project.rb container_registry_variables: only where a registry is enabled",
+    ),
+    (
+        "CI_REGISTRY_IMAGE",
+        "app/models/project.rb container_registry_variables",
+    ),
+];
+
+/// An independent judge of the predefined variables: every name gitlab-ci-local gives a job
+/// of a push pipeline (recorded by `scripts/differential-predefined-variables.py` in
+/// `tests/fixtures/gitlab-ci-local-predefined.json`) flotilla gives it too, or is listed in
+/// [`LEFT_UNSET`] with the GitLab source that says GitLab leaves it unset; a listed name that
+/// flotilla now sets, or that gitlab-ci-local no longer sets, fails too (the list stays true).
+#[test]
+fn predefined_variables_are_judged_by_gitlab_ci_local() {
+    let recorded: serde_json::Value =
+        serde_json::from_str(include_str!("fixtures/gitlab-ci-local-predefined.json"))
+            .expect("the recording");
+    let theirs: Vec<&str> = recorded["names"]
+        .as_array()
+        .expect("names")
+        .iter()
+        .filter_map(|n| n.as_str())
+        .collect();
+    assert!(theirs.len() > 40, "{theirs:?}");
+    let p = Project::with_pipeline(
+        "names:\n  script:\n    - env | cut -d= -f1 | grep -E '^(CI|GITLAB)' | sort | sed 's/^/predefined-name-/'\n",
+    );
+    p.git(&[
+        "remote",
+        "add",
+        "origin",
+        "https://gitlab.example.com/group/sub/proj.git",
+    ]);
+    p.exec(&[]).expect_code(0);
+    let log = p.log("names");
+    let ours: std::collections::BTreeSet<&str> = log
+        .lines()
+        .filter_map(|l| l.strip_prefix("predefined-name-"))
+        .map(str::trim)
+        .collect();
+    let mut wrong = Vec::new();
+    for name in &theirs {
+        let listed = LEFT_UNSET.iter().find(|(n, _)| n == name);
+        match (ours.contains(name), listed) {
+            (false, None) => wrong.push(format!(
+                "{name}: gitlab-ci-local sets it, flotilla does not"
+            )),
+            (true, Some((_, why))) => wrong.push(format!(
+                "{name}: listed as left unset ({why}), but flotilla sets it"
+            )),
+            _ => {}
+        }
+    }
+    for (name, _) in LEFT_UNSET {
+        if !theirs.contains(name) {
+            wrong.push(format!(
+                "{name}: listed, but gitlab-ci-local no longer sets it"
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{}\n\nflotilla's: {ours:?}",
+        wrong.join("\n")
+    );
+}
