@@ -40,6 +40,7 @@ inspect:
 deep:
   variables:
     GIT_DEPTH: "0"
+    GIT_FETCH_EXTRA_FLAGS: "--prune"
   script:
     - echo "depth=$(git rev-list --count HEAD)"
     - test ! -f .git/shallow
@@ -96,6 +97,11 @@ after:
 
     let deep = p.log("deep");
     assert!(deep.contains("\ndepth=25\n"), "{deep}");
+    // What a local fetch cannot take is said in the log, not dropped.
+    assert!(
+        deep.contains("GIT_FETCH_EXTRA_FLAGS is not applied"),
+        "{deep}"
+    );
     let shallow = p.log("shallow");
     assert!(shallow.contains("\ndepth=1\n"), "{shallow}");
     assert!(shallow.contains("\ntags=0\n"), "{shallow}");

@@ -17,6 +17,48 @@ use super::snapshot::{self, Checkout, Revision, SnapshotError};
 /// The name the sources archive goes by in a job's log.
 pub(crate) const SOURCES_NAME: &str = "sources";
 
+/// The git variables GitLab Runner applies to its fetch that a local run's sources cannot
+/// take, with why (`shells/abstract.go` `writeRefspecFetchCmd`, `writeSubmoduleUpdateCmd`).
+const UNAPPLIED: &[(&str, &str)] = &[
+    (
+        "GIT_CLEAN_FLAGS",
+        "a local run's build directory is fresh: there is nothing to clean",
+    ),
+    (
+        "GIT_FETCH_EXTRA_FLAGS",
+        "a local run fetches from your local repository with its own flags",
+    ),
+    (
+        "GIT_SUBMODULE_PATHS",
+        "a local run copies the submodules you have checked out",
+    ),
+    (
+        "GIT_SUBMODULE_DEPTH",
+        "a local run copies the submodules you have checked out",
+    ),
+    (
+        "GIT_SUBMODULE_UPDATE_FLAGS",
+        "a local run copies the submodules you have checked out",
+    ),
+    (
+        "GIT_SUBMODULE_FORCE_HTTPS",
+        "a local run copies the submodules you have checked out",
+    ),
+    (
+        "GIT_LFS_SKIP_SMUDGE",
+        "a local run copies your working tree's files as they are",
+    ),
+];
+
+/// A notice for each of [`UNAPPLIED`] that the job sets, so that none is ignored unsaid.
+fn unapplied(vars: &JobVariables) -> Vec<String> {
+    UNAPPLIED
+        .iter()
+        .filter(|(key, _)| vars.value(key).is_some_and(|v| !v.trim().is_empty()))
+        .map(|(key, why)| format!("{key} is not applied: {why}"))
+        .collect()
+}
+
 /// An archive made: its id in the artifact store, its size and the notices for the log; or
 /// why it could not be made (shared by every job that asks the same).
 type Made = Result<(i64, u64, Vec<String>), Arc<SnapshotError>>;
@@ -93,7 +135,8 @@ impl Sources {
                 entry
             }
         };
-        let (id, size, notices) = entry?;
+        let (id, size, mut notices) = entry?;
+        notices.extend(unapplied(&vars));
         Ok(Some(LocalSources {
             archive: Some(Dependency {
                 id,
@@ -169,6 +212,18 @@ mod tests {
         let none = s.for_job(&payload(Some("none"))).await.unwrap().unwrap();
         assert_eq!(none.archive, None);
         assert_eq!(none.notices[0], "Skipping Git repository setup");
+        // A git variable a local fetch cannot take is said, not dropped.
+        let mut clean = payload(Some("none"));
+        clean
+            .variables
+            .push(Variable::new("GIT_CLEAN_FLAGS", "-ffdx -e cache/"));
+        let vars = JobVariables::new(clean.variables.iter().cloned(), "");
+        assert_eq!(
+            unapplied(&vars),
+            vec![
+                "GIT_CLEAN_FLAGS is not applied: a local run's build directory is fresh: there is nothing to clean"
+            ]
+        );
         // Variables the runner refuses are left for it to refuse, with its own message.
         assert_eq!(s.for_job(&payload(Some("teleport"))).await.unwrap(), None);
     }
