@@ -356,6 +356,18 @@ mod tests {
 
     #[test]
     fn status_without_a_configuration_says_what_it_needs() {
+        // Only where no configuration is found by default (none given, none in the places
+        // looked at): a machine with one cannot show this.
+        if let Some(found) = std::env::var_os("FLOTILLA_CONFIG")
+            .map(PathBuf::from)
+            .or_else(|| crate::config::location::find(None).ok())
+        {
+            eprintln!(
+                "!!!!!!!! {} is this machine's default configuration: not checked",
+                found.display()
+            );
+            return;
+        }
         let cli = Cli::try_parse_from(["flotilla", "status"]).unwrap();
         let (mut out, mut err) = (Vec::new(), Vec::new());
         let code = execute(&cli, &mut out, &mut err);

@@ -126,23 +126,35 @@ fn config_check_on_a_missing_file_fails() {
 
 #[test]
 fn run_and_exec_explain_missing_input_and_exit_2() {
-    // No configuration given and none in the default places (this machine has neither
-    // /etc/flotilla nor /etc/gitlab-runner; HOME points at an empty directory).
-    let home = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_flotilla"))
-        .args(["config", "check"])
-        .env_remove("FLOTILLA_CONFIG")
-        .env("HOME", home.path())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let stderr = text(&out.stderr);
-    assert!(
-        stderr.contains(
-            "no configuration given (--config FILE or FLOTILLA_CONFIG) and none found in"
-        ) && stderr.contains("gitlab-runner/config.toml"),
-        "{stderr}"
-    );
+    // No configuration given and none in the default places (HOME points at an empty
+    // directory). A machine with a system-wide configuration cannot show this.
+    let system_wide = [
+        "/etc/flotilla/config.toml",
+        "/etc/gitlab-runner/config.toml",
+    ]
+    .iter()
+    .find(|p| Path::new(p).exists());
+    if let Some(found) = system_wide {
+        eprintln!(
+            "!!!!!!!! {found} exists on this machine: the no-configuration case is not checked"
+        );
+    } else {
+        let home = tempfile::tempdir().unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_flotilla"))
+            .args(["config", "check"])
+            .env_remove("FLOTILLA_CONFIG")
+            .env("HOME", home.path())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains(
+                "no configuration given (--config FILE or FLOTILLA_CONFIG) and none found in"
+            ) && stderr.contains("gitlab-runner/config.toml"),
+            "{stderr}"
+        );
+    }
     let out = flotilla(&["run", "--config", "/nonexistent/x.toml"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
