@@ -216,22 +216,14 @@ const FEATURE_PROVIDERS: &[(&str, &str)] = &[
     ("kubernetes", "kubernetes"),
 ];
 
-/// The cargo features this build was made with.
+/// The cargo features this build was made with: those of the providers it has.
 pub fn features() -> Vec<&'static str> {
-    let mut on = Vec::new();
-    if cfg!(feature = "docker") {
-        on.push("docker");
-    }
-    if cfg!(feature = "aws") {
-        on.push("aws");
-    }
-    if cfg!(feature = "plugin") {
-        on.push("plugin");
-    }
-    if cfg!(feature = "kubernetes") {
-        on.push("kubernetes");
-    }
-    on
+    let built = providers();
+    FEATURE_PROVIDERS
+        .iter()
+        .filter(|(name, _)| built.iter().any(|p| p.name == *name))
+        .map(|(_, feature)| *feature)
+        .collect()
 }
 
 /// A provider or isolation level this build does not have.
@@ -277,6 +269,17 @@ mod tests {
         assert!(e.available.contains(&"qemu"), "{text}");
         #[cfg(feature = "docker")]
         assert!(e.available.contains(&"docker"), "{text}");
+    }
+
+    #[test]
+    fn the_features_are_those_of_the_providers_built() {
+        assert_eq!(features().contains(&"docker"), cfg!(feature = "docker"));
+        assert_eq!(features().contains(&"aws"), cfg!(feature = "aws"));
+        assert_eq!(
+            features().contains(&"kubernetes"),
+            cfg!(feature = "kubernetes")
+        );
+        assert_eq!(features().contains(&"plugin"), cfg!(feature = "plugin"));
     }
 
     #[test]
