@@ -12,6 +12,12 @@
 //! across schedule periods in a zone with daylight saving time, the run crossing a DST
 //! change; acquires dropped mid-wait and reservations never used.
 //!
+//! Each seed runs on one [`Profile`] of provider: a cloud (the faults above); this host as
+//! the only instance, never deleted (the `local` provider under a shell runner); a fixed
+//! pool that lends the same ids again (the static provider); or a cloud with listing
+//! outages of tens of minutes, deletions refused for minutes and acquire heartbeats that
+//! hang, half of them with no `max_instances`.
+//!
 //! Invariants are checked at every event (every provider call, job step, ready-up, fault
 //! and restart), with no exemptions:
 //!
@@ -26,19 +32,32 @@
 //! 5. liveness: a job may wait only while every instance the limit allows is live and busy.
 //!    Leaked, foreign, timed-out, deleting or idle instances are never an excuse; a job that
 //!    waits longer than the latencies the seed's provider can explain, while the fleet is
-//!    not saturated, breaks it;
+//!    not saturated, breaks it. This is each job's latency bound; instances the provider
+//!    refuses to delete (they count against the limit) and listing outages (no scaler sees
+//!    new instances) excuse the wait;
 //! 6. no job waits while an idle slot exists, and no instance of ours that timed out is left
 //!    undeleted past the same grace (a leak);
 //! 7. at least [`SimParams::min_served`] of the jobs get a slot within
 //!    `instance_acquire_timeout` (the workload is sized from the provider's latencies so a
 //!    healthy scaler does);
-//! 8. after shutdown with deletion, none of the scaler's instances remain and foreign ones
-//!    are untouched.
+//! 8. after shutdown with deletion, none of the scaler's instances remain (this host
+//!    excepted: it cannot be deleted) and foreign ones are untouched;
+//! 9. the idle target is kept: whenever the fleet may grow, the slots a job can still have
+//!    (counted with the simulation's own tally of jobs and uses per instance, so a slot
+//!    `max_use_count` no longer allows is not one) on usable and requested instances cover
+//!    `idle_count` (raised by `scale_factor`), within the grace creation failures explain;
+//! 10. billed instance-time: the instances the scaler made and keeps never exceed, for
+//!     longer than an allowance in all ([`SimParams::overprovision_allowance`]), what the
+//!     demand of the recent past needs (running and waiting jobs, reservations, the idle
+//!     target; in a listing outage, all the demand since it began; plus what a glitched
+//!     listing hid). The report sets what was billed against what the workload needed at
+//!     best;
+//! 11. no acquire outlives `instance_acquire_timeout`, whatever the provider does.
 
 mod params;
 mod world;
 
-pub use params::SimParams;
+pub use params::{Profile, SimParams};
 use world::World;
 
 use std::time::Duration;
@@ -53,6 +72,17 @@ pub struct SimReport {
     pub served: u64,
     /// Jobs whose acquire timed out.
     pub timed_out: u64,
+    /// Of those, the ones whose wait overlapped a listing outage (or the grace after one).
+    pub timed_out_in_outage: u64,
+    /// Listings that failed because the seed's provider was in an outage.
+    pub outage_listings: u64,
+    /// Instance-seconds the provider billed (creation to gone).
+    pub billed_instance_secs: f64,
+    /// Instance-seconds the workload needed at best: at every tick, its running and waiting
+    /// jobs, reservations and idle target, in whole instances.
+    pub best_instance_secs: f64,
+    /// Instance-seconds held beyond what the demand of the recent past needed.
+    pub excess_instance_secs: f64,
     /// Jobs that ended with the process at a restart before they got a slot.
     pub interrupted: u64,
     /// Acquires dropped mid-wait by their job source.
@@ -99,7 +129,7 @@ pub struct SimReport {
 impl SimReport {
     /// The share of jobs served within `instance_acquire_timeout`.
     pub fn served_ratio(&self) -> f64 {
-        let wanted = self.served + self.timed_out;
+        let wanted = self.served + self.timed_out - self.timed_out_in_outage;
         if wanted == 0 {
             1.0
         } else {

@@ -1,21 +1,31 @@
 //! Runs simulation seeds one by one and prints what each did (a debugging aid for the
 //! scaler's simulation; `cargo run --release -p flotilla-scaler --example simtime -- FIRST N`).
-//! `SIM_LEGACY=timeouts` or `SIM_LEGACY=missing` puts bug 1 or bug 3 of issue 12 back.
+//! `SIM_LEGACY` puts a fixed bug back (`SimParams::put_back`): `timeouts` or `missing` (bugs
+//! 1 and 3 of issue 12), `permanent`, `reused`, `requests`, `heartbeat` or `idle` (issue 27's
+//! items 1, 2, 3, 6, 8).
+//! `SIM_PROFILE` (`cloud`, `single-host`, `fixed-pool`, `outages`) runs every seed on one
+//! profile.
+
+use flotilla_testkit::sim::{Profile, SimParams};
 
 fn main() {
     let mut args = std::env::args().skip(1);
     let first: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(0);
     let n: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(10);
     let verbose = args.next().is_some();
+    let profile = std::env::var("SIM_PROFILE")
+        .ok()
+        .and_then(|name| Profile::named(&name));
     for seed in first..first + n {
-        let mut p = flotilla_testkit::sim::SimParams::random(seed);
-        match std::env::var("SIM_LEGACY").as_deref() {
-            Ok("timeouts") => {
-                p.provider.creation_timeout_rate = 0.25;
-                p.scaler.legacy.timeouts_never_deleted = true;
-            }
-            Ok("missing") => p.scaler.legacy.forget_missing_at_once = true,
-            _ => {}
+        let mut p = match profile {
+            Some(profile) => SimParams::of(profile, seed),
+            None => SimParams::random(seed),
+        };
+        if let Ok(bug) = std::env::var("SIM_LEGACY")
+            && !p.put_back(&bug)
+        {
+            eprintln!("unknown SIM_LEGACY `{bug}`");
+            std::process::exit(2);
         }
         if verbose {
             println!("{p:#?}");
@@ -23,17 +33,23 @@ fn main() {
         let t = std::time::Instant::now();
         let r = flotilla_testkit::sim::run(&p);
         println!(
-            "seed {seed}: {:?} jobs={} served={} timed_out={} lost={} restarts={} peak={} \
-             increases={} decreases={} checks={} violations={:?}",
+            "seed {seed} {:?}: {:?} jobs={} served={} timed_out={} ({} across outages) lost={} \
+             restarts={} peak={} increases={} decreases={} billed={:.0}s best={:.0}s \
+             excess={:.0}s checks={} violations={:?}",
+            p.profile,
             t.elapsed(),
             r.jobs,
             r.served,
             r.timed_out,
+            r.timed_out_in_outage,
             r.lost,
             r.restarts,
             r.peak_instances,
             r.increases,
             r.decreases,
+            r.billed_instance_secs,
+            r.best_instance_secs,
+            r.excess_instance_secs,
             r.checks,
             r.violations
         );

@@ -55,6 +55,11 @@ pub struct ScalerConfig {
     pub delete_instances_on_shutdown: bool,
     /// Heartbeat an instance before handing it to a job.
     pub acquire_heartbeat: bool,
+    /// How long one such heartbeat may take before the instance counts as failing it and
+    /// the job is offered another (never past the acquire's own deadline). GitLab Runner's
+    /// heartbeat is a connector `exit 0` bounded by the connection's own timeouts; a
+    /// heartbeat that hangs must not cost the job its whole `instance_acquire_timeout`.
+    pub acquire_heartbeat_timeout: Duration,
     /// How long a reservation lives without being acquired or released (flotilla extension;
     /// it must exceed a job request's long poll).
     pub reservation_lease: Duration,
@@ -93,6 +98,21 @@ pub struct Legacy {
     /// Bug 3: an instance missing from one listing is forgotten at once (and comes back as
     /// a new, unused one).
     pub forget_missing_at_once: bool,
+    /// Issue 27 (1): an instance the provider cannot delete (this host) is marked for removal
+    /// by `idle_time` and health failures like any other, and the mark never ends.
+    pub removes_permanent_instances: bool,
+    /// Issue 27 (2): an instance removed on purpose that comes back under its id (a fixed pool
+    /// lending the same host again) is taken for the old one, removal mark and all.
+    pub reused_id_is_the_old_instance: bool,
+    /// Issue 27 (3): requests age with the clock, not with listings, so a listing outage
+    /// gives them up and makes them again, past `max_instances`.
+    pub requests_age_without_listings: bool,
+    /// Issue 27 (6): the heartbeat before an acquisition is not bounded: one that hangs holds
+    /// the job for as long as it hangs.
+    pub unbounded_acquire_heartbeat: bool,
+    /// Issue 27 (8): every slot without a job counts as idle capacity, even those
+    /// `max_use_count` no longer lets the instance take.
+    pub idle_counts_used_up_slots: bool,
 }
 
 impl Default for ScalerConfig {
@@ -111,6 +131,7 @@ impl Default for ScalerConfig {
             scale_throttle: ScaleThrottle::gitlab_default(0),
             delete_instances_on_shutdown: false,
             acquire_heartbeat: false,
+            acquire_heartbeat_timeout: Duration::from_secs(60),
             reservation_lease: Duration::from_secs(10 * 60),
             backoff_base: Duration::from_secs(1),
             backoff_max: Duration::from_secs(5 * 60),

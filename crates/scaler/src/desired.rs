@@ -141,7 +141,8 @@ fn needs_deletion(state: State, config: &ScalerConfig) -> bool {
 
 /// Whether a deletion request is due: never sent; rejected, and its backoff is over
 /// (`backoff_base` doubling per rejection, up to `deletion_retry_interval`); or accepted
-/// without effect for `deletion_retry_interval`.
+/// without effect for `deletion_retry_interval` (never for a pool's machine: given back is
+/// given back, and asking again would give back the same id lent anew).
 fn deletion_due(r: &Removal, config: &ScalerConfig, now: Instant) -> bool {
     let Some(at) = r.last_attempt else {
         return true;
@@ -209,6 +210,7 @@ pub fn desired(input: Inputs<'_>) -> Decision {
                 && ledger.lost_on(&i.id) == 0
                 && needs_deletion(i.state, config)
                 && deletion_due(r, config, now)
+                && !(r.accepted && ledger.accepted_removal_is_final())
                 && !ledger.shutting_down()
             {
                 retry_remove.push(i.id.clone());

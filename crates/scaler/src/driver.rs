@@ -90,13 +90,15 @@ pub(crate) fn observed_events(
     requested_before: usize,
 ) -> Vec<JournalEvent> {
     let mut events = Vec::with_capacity(observed.changed.len() + observed.gone.len() + 1);
+    // Gone first: a pool's machine lent again under its id leaves and arrives in the same
+    // listing, and its new record must be the one the store keeps.
+    for (id, _) in &observed.gone {
+        events.push(JournalEvent::InstanceGone(id.clone()));
+    }
     for id in &observed.changed {
         if let Some(record) = inner.ledger.record_of(id) {
             events.push(JournalEvent::Instance(record));
         }
-    }
-    for (id, _) in &observed.gone {
-        events.push(JournalEvent::InstanceGone(id.clone()));
     }
     for key in &observed.released {
         events.push(JournalEvent::Released { key: key.clone() });
@@ -121,6 +123,12 @@ fn reconcile(
     let observed = inner.ledger.observe(listing, now);
     shared.note_observed(inner, &observed, now);
     let mut events = observed_events(inner, &observed, requested_before);
+    for (id, reason) in &observed.gone {
+        match reason {
+            Some(r) => tracing::info!(instance = %id, reason = %r, "instance removed"),
+            None => tracing::warn!(instance = %id, "instance unexpectedly removed"),
+        }
+    }
     for (id, cause) in &observed.appeared {
         let left_alone = inner
             .ledger
@@ -130,12 +138,6 @@ fn reconcile(
             tracing::warn!(instance = %id, "instance in the group was not created by this scaler; leaving it alone");
         } else {
             tracing::info!(instance = %id, cause = ?cause, "instance appeared");
-        }
-    }
-    for (id, reason) in &observed.gone {
-        match reason {
-            Some(r) => tracing::info!(instance = %id, reason = %r, "instance removed"),
-            None => tracing::warn!(instance = %id, "instance unexpectedly removed"),
         }
     }
     for id in &observed.timed_out {
@@ -430,7 +432,7 @@ pub(crate) async fn tick(shared: &Arc<Shared>) -> TickOutcome {
             Err(e) => {
                 // It may have had an effect: instances that appear soon are ours.
                 let grace = requests_doubt_grace(shared.config.update_interval_when_expecting);
-                inner.ledger.doubt_requested(increase, grace, now);
+                inner.ledger.doubt_requested(increase, grace);
                 let delay = inner.creation.failure(Failure::Increase, now);
                 tracing::warn!(error = %e, backoff = ?delay, "increase failed");
                 retry_at = Some(now + delay);

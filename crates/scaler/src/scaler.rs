@@ -127,8 +127,15 @@ impl ScalerBuilder {
             self.config.failure_threshold,
         )
         .with_preexisting(self.config.preexisting)
-        .with_permanent_instances(!info.capabilities.can_delete_instances())
-        .with_forget_missing_at_once(self.config.legacy.forget_missing_at_once);
+        .with_permanent_instances(
+            !info.capabilities.can_delete_instances()
+                && !self.config.legacy.removes_permanent_instances,
+        )
+        .with_pool_lending(info.capabilities.fixed_pool)
+        .with_listing_interval(crate::ledger::requests_listing_interval(
+            self.config.update_interval_when_expecting,
+        ))
+        .with_legacy(self.config.legacy);
         for i in self.restore.instances {
             // A permanent instance is never being removed: a mark an older flotilla recorded
             // for it would keep it out of service for ever.
@@ -141,7 +148,6 @@ impl ScalerBuilder {
         ledger.doubt_requested(
             self.restore.requested_in_flight,
             crate::ledger::requests_doubt_grace(self.config.update_interval_when_expecting),
-            now,
         );
         let mut released = Vec::with_capacity(self.restore.acquisitions.len());
         for (key, instance, slot) in &self.restore.acquisitions {
@@ -305,13 +311,20 @@ impl Scaler {
                     .shared
                     .hooks
                     .heartbeat(&*self.shared.group, &slot.instance);
-                // The acquire timeout bounds the heartbeat too: one that hangs must not hold
-                // the job (and the slot) past it.
-                let check = match tokio::time::timeout_at(deadline, check).await {
+                // A heartbeat that hangs counts as failed after its own timeout, and never
+                // holds the job (and the slot) past the acquire's deadline: the job is
+                // offered another instance meanwhile.
+                let limit = self.shared.config.acquire_heartbeat_timeout;
+                let bound = if self.shared.config.legacy.unbounded_acquire_heartbeat {
+                    deadline + crate::throttle::NEVER
+                } else {
+                    deadline.min(self.shared.clock.now() + limit)
+                };
+                let check = match tokio::time::timeout_at(bound, check).await {
                     Ok(result) => result,
                     Err(_) => Err(flotilla_fleet::FleetError::provider(
                         "heartbeat",
-                        format!("no answer within the acquire timeout ({timeout:?})"),
+                        format!("no answer within {:?}", limit.min(timeout)),
                     )),
                 };
                 if let Err(e) = check {

@@ -12,6 +12,12 @@ use std::sync::Arc;
 /// `shutdown_deletion_interval` up to `shutdown_deletion_retries` times. Instances left
 /// alone (`Preexisting::Ignore`) are not touched. Returns how many of ours remain.
 pub(crate) async fn delete_all(shared: &Arc<Shared>) -> usize {
+    if shared.lock().ledger.permanent_instances() {
+        // This host is the group's one instance and cannot be deleted: marking it would
+        // only stall the shutdown through every retry (found by the simulation's
+        // single-host profile), and report it as left behind.
+        return 0;
+    }
     let retries = shared.config.shutdown_deletion_retries;
     for attempt in 0..=retries {
         let listed = shared.group.update().await;

@@ -486,6 +486,7 @@ async fn failure_threshold_counts_consecutive_failures() {
 
 /// Issue 27 (6): `instance_acquire_timeout` bounds the heartbeat made before a job gets its
 /// slot. A heartbeat that never answered held `acquire` (and the slot) for as long as it hung.
+/// (With another instance to offer, the job gets it instead: see the next test.)
 #[tokio::test(start_paused = true)]
 async fn a_hanging_heartbeat_ends_with_the_acquire_timeout() {
     struct Hangs;
@@ -516,6 +517,52 @@ async fn a_hanging_heartbeat_ends_with_the_acquire_timeout() {
     .await
     .expect("acquire ends with its 120 s timeout, not after a hung heartbeat");
     assert!(result.is_err(), "no slot without a heartbeat answer");
+}
+
+/// Issue 27 (6), found by the simulation's hanging heartbeats: a heartbeat that hangs costs
+/// the job an `acquire_heartbeat_timeout` (a minute) per try, until the instance is past
+/// `failure_threshold` (three) and the job is offered another: three minutes, not its whole
+/// acquire timeout. Bounded by the acquire's deadline only, the job waited the fifteen
+/// minutes out and failed while a healthy instance sat idle.
+#[tokio::test(start_paused = true)]
+async fn a_hanging_heartbeat_costs_the_job_a_minute_not_its_acquire() {
+    struct HangsOn(String);
+    #[async_trait::async_trait]
+    impl Hooks for HangsOn {
+        async fn heartbeat(
+            &self,
+            _group: &dyn InstanceGroup,
+            instance: &str,
+        ) -> Result<(), flotilla_fleet::FleetError> {
+            if instance == self.0 {
+                std::future::pending::<()>().await;
+            }
+            Ok(())
+        }
+    }
+    let g = fake(FakeConfig::default());
+    let first = g.add_running();
+    g.add_running();
+    let mut cfg = config(1, 2);
+    cfg.acquire_heartbeat = true;
+    let s = ScalerBuilder::new(g, cfg)
+        .schedule(Schedule::single(policy(0, 3600)))
+        .clock(Clock::anchored(monday_noon()))
+        .hooks(Arc::new(HangsOn(first.clone())))
+        .start()
+        .await
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let a = s
+        .acquire("job", Some(Duration::from_secs(15 * 60)))
+        .await
+        .expect("the other instance");
+    assert_ne!(a.instance_id(), first);
+    assert!(
+        started.elapsed() <= Duration::from_secs(3 * 60 + 10),
+        "waited {:?}",
+        started.elapsed()
+    );
 }
 
 /// Issue 27 (3): `max_instances` holds through a listing outage. Requests used to be given up

@@ -6,8 +6,8 @@
 
 use async_trait::async_trait;
 use flotilla_fleet::{
-    ConnectInfo, FleetError, InstanceGroup, InstanceId, InstanceStatus, ProviderInfo, Settings,
-    State,
+    Capabilities, ConnectInfo, FleetError, InstanceGroup, InstanceId, InstanceStatus, ProviderInfo,
+    Settings, State,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -46,6 +46,26 @@ pub struct FakeConfig {
     /// error anyway (the AWS plugin sets the desired capacity and can then fail; fleeting's
     /// `Increase` returns no ids either way).
     pub increase_error_after_create_rate: f64,
+    /// What the group says of itself at `init`. With `single_host` the group is one
+    /// instance that is always there (add it with [`FakeInstanceGroup::add_running`]):
+    /// `increase` makes nothing and `decrease` deletes nothing, as the `local` provider.
+    pub capabilities: Capabilities,
+    /// Lend instances from a fixed pool of this many ids (`host-1` ...) instead of making new
+    /// ones: `increase` lends the lowest free id, and an id given back and gone is lent again,
+    /// as a static pool lends the same host again (and Proxmox reuses VM ids, a StatefulSet
+    /// its pod names). The pool's size caps the group. `None`: every instance is new.
+    pub pool: Option<usize>,
+    /// Probability that a new instance refuses to be deleted for a while (deletion
+    /// protection, a provider error that persists): `decrease` leaves it out of the ids it
+    /// accepts until then.
+    pub deletion_refusal_rate: f64,
+    /// How long a refusing instance refuses, drawn uniformly per instance.
+    pub deletion_refusal: (Duration, Duration),
+    /// Probability that a heartbeat hangs: it answers only after [`Self::heartbeat_hang`],
+    /// and then with a failure.
+    pub heartbeat_hang_rate: f64,
+    /// How long a hanging heartbeat hangs.
+    pub heartbeat_hang: Duration,
 }
 
 impl Default for FakeConfig {
@@ -63,6 +83,12 @@ impl Default for FakeConfig {
             creation_timeout_rate: 0.0,
             heartbeat_failure_rate: 0.0,
             increase_error_after_create_rate: 0.0,
+            capabilities: Capabilities::remote(),
+            pool: None,
+            deletion_refusal_rate: 0.0,
+            deletion_refusal: (Duration::ZERO, Duration::ZERO),
+            heartbeat_hang_rate: 0.0,
+            heartbeat_hang: Duration::ZERO,
         }
     }
 }
@@ -84,6 +110,8 @@ pub struct FakeInstance {
     pub delete_requests: u32,
     /// Added with [`FakeInstanceGroup::add_running`], not created by `increase`.
     pub preexisting: bool,
+    /// Until when `decrease` refuses to delete it.
+    pub refuses_deletion_until: Option<Instant>,
 }
 
 impl FakeInstance {
@@ -151,7 +179,11 @@ impl FakeInstanceGroup {
     pub fn add_running(&self) -> InstanceId {
         let now = Instant::now();
         let mut inner = self.lock();
-        let id = format!("fake-{}", inner.next_id);
+        let id = if self.config.capabilities.single_host {
+            "local".to_string()
+        } else {
+            format!("fake-{}", inner.next_id)
+        };
         inner.next_id += 1;
         inner.instances.insert(
             id.clone(),
@@ -163,6 +195,7 @@ impl FakeInstanceGroup {
                 unhealthy: false,
                 delete_requests: 0,
                 preexisting: true,
+                refuses_deletion_until: None,
             },
         );
         id
@@ -314,10 +347,14 @@ impl InstanceGroup for FakeInstanceGroup {
         self.lock().initialised = true;
         Ok(ProviderInfo {
             id: self.config.id.clone(),
-            max_size: self.config.max_size,
+            max_size: self
+                .config
+                .pool
+                .unwrap_or(usize::MAX)
+                .min(self.config.max_size),
             version: "fake".into(),
             build_info: String::new(),
-            capabilities: flotilla_fleet::Capabilities::remote(),
+            capabilities: self.config.capabilities.clone(),
         })
     }
 
@@ -336,8 +373,12 @@ impl InstanceGroup for FakeInstanceGroup {
         for (id, i) in &inner.instances {
             let state = i.state(now);
             if state == State::Deleted {
-                // Reported once, then it leaves the listing.
+                // Reported once, then it leaves the listing; a pool's host given back just
+                // leaves it (the static provider lists only the hosts it lends).
                 gone.push(id.clone());
+                if self.config.pool.is_some() {
+                    continue;
+                }
             }
             out.push(InstanceStatus::new(id.clone(), state));
         }
@@ -357,15 +398,39 @@ impl InstanceGroup for FakeInstanceGroup {
         if !inner.initialised {
             return Err(FleetError::NotInitialized);
         }
+        if self.config.capabilities.single_host {
+            // The group is this host, always there: nothing more can be had.
+            return Ok(0);
+        }
         if Self::chance(&mut inner.rng, self.config.increase_failure_rate) {
             return Err(FleetError::provider("increase", "injected failure"));
+        }
+        if self.config.pool.is_some() {
+            // A host given back is free to be lent again at once.
+            let returned: Vec<InstanceId> = inner
+                .instances
+                .iter()
+                .filter(|(_, i)| i.state(now) == State::Deleted)
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in returned {
+                if let Some(i) = inner.instances.remove(&id) {
+                    let end = i.deleting.map_or(now, |(_, gone)| gone);
+                    inner.billed_gone += end.saturating_duration_since(i.created_at);
+                }
+            }
         }
         let held = inner
             .instances
             .values()
             .filter(|i| i.state(now) != State::Deleted)
             .count();
-        let mut allowed = n.min(self.config.max_size.saturating_sub(held));
+        let cap = self
+            .config
+            .pool
+            .unwrap_or(usize::MAX)
+            .min(self.config.max_size);
+        let mut allowed = n.min(cap.saturating_sub(held));
         if allowed > 0 && Self::chance(&mut inner.rng, self.config.partial_increase_rate) {
             allowed = inner.rng.random_range(0..allowed);
         }
@@ -374,11 +439,24 @@ impl InstanceGroup for FakeInstanceGroup {
         if error_after {
             allowed = inner.rng.random_range(1..=allowed);
         }
+        let mut made = 0;
         for _ in 0..allowed {
-            let id = format!("fake-{}", inner.next_id);
+            let id = match self.config.pool {
+                Some(size) => match (1..=size)
+                    .map(|k| format!("host-{k}"))
+                    .find(|id| !inner.instances.contains_key(id))
+                {
+                    Some(id) => id,
+                    None => break,
+                },
+                None => format!("fake-{}", inner.next_id),
+            };
             inner.next_id += 1;
             let latency = Self::draw(&mut inner.rng, self.config.create_latency);
             let times_out = Self::chance(&mut inner.rng, self.config.creation_timeout_rate);
+            let refuses_deletion_until =
+                Self::chance(&mut inner.rng, self.config.deletion_refusal_rate)
+                    .then(|| now + Self::draw(&mut inner.rng, self.config.deletion_refusal));
             inner.instances.insert(
                 id,
                 FakeInstance {
@@ -389,8 +467,10 @@ impl InstanceGroup for FakeInstanceGroup {
                     unhealthy: false,
                     delete_requests: 0,
                     preexisting: false,
+                    refuses_deletion_until,
                 },
             );
+            made += 1;
         }
         if error_after {
             return Err(FleetError::provider(
@@ -398,7 +478,7 @@ impl InstanceGroup for FakeInstanceGroup {
                 "injected failure after creating some instances",
             ));
         }
-        Ok(allowed)
+        Ok(made)
     }
 
     async fn decrease(&self, ids: &[InstanceId]) -> Result<Vec<InstanceId>, FleetError> {
@@ -409,8 +489,18 @@ impl InstanceGroup for FakeInstanceGroup {
             return Err(FleetError::NotInitialized);
         }
         let mut ok = Vec::new();
+        if self.config.capabilities.single_host {
+            // This host is never deleted.
+            return Ok(ok);
+        }
         for id in ids {
             if Self::chance(&mut inner.rng, self.config.decrease_failure_rate) {
+                continue;
+            }
+            if let Some(i) = inner.instances.get_mut(id)
+                && i.refuses_deletion_until.is_some_and(|until| now < until)
+            {
+                i.delete_requests += 1;
                 continue;
             }
             let latency = Self::draw(&mut inner.rng, self.config.delete_latency);
@@ -419,6 +509,14 @@ impl InstanceGroup for FakeInstanceGroup {
                 if i.deleting.is_none() {
                     i.deleting = Some((now, now + latency));
                 }
+                ok.push(id.clone());
+            } else if self
+                .config
+                .pool
+                .is_some_and(|size| (1..=size).any(|k| *id == format!("host-{k}")))
+            {
+                // A pool's host that is not lent is given back already (the static
+                // provider's `decrease` says so).
                 ok.push(id.clone());
             }
         }
@@ -442,6 +540,17 @@ impl InstanceGroup for FakeInstanceGroup {
 
     async fn heartbeat(&self, id: &str) -> Result<(), FleetError> {
         self.call("heartbeat").await;
+        let hangs = {
+            let mut inner = self.lock();
+            Self::chance(&mut inner.rng, self.config.heartbeat_hang_rate)
+        };
+        if hangs {
+            tokio::time::sleep(self.config.heartbeat_hang).await;
+            return Err(FleetError::InstanceUnhealthy {
+                id: id.into(),
+                reason: "fake heartbeat hung".into(),
+            });
+        }
         let now = Instant::now();
         let mut inner = self.lock();
         let rate = self.config.heartbeat_failure_rate;
@@ -580,6 +689,94 @@ mod tests {
         assert_eq!(a, b);
         assert_ne!(a, c, "a different seed should behave differently");
         assert!(a.iter().any(|(_, s)| *s == State::Timeout));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pool_lends_the_same_ids_again_and_lists_only_what_it_lends() {
+        let g = FakeInstanceGroup::new(
+            FakeConfig {
+                pool: Some(2),
+                delete_latency: (Duration::ZERO, Duration::ZERO),
+                create_latency: (Duration::ZERO, Duration::ZERO),
+                ..Default::default()
+            },
+            1,
+        );
+        let info = g.init(&settings()).await.unwrap();
+        assert_eq!(info.max_size, 2, "the pool's size caps the group");
+        assert_eq!(g.increase(5).await.unwrap(), 2, "no more than the pool");
+        assert_eq!(g.ids(), vec!["host-1".to_string(), "host-2".to_string()]);
+        let lent_at = g.instance("host-1").unwrap().created_at;
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(
+            g.decrease(&["host-1".into()]).await.unwrap(),
+            vec!["host-1"]
+        );
+        // Given back: gone from the listing at once, never reported "deleted".
+        let l = g.update().await.unwrap();
+        assert_eq!(l, vec![InstanceStatus::new("host-2", State::Running)]);
+        // A host not lent is given back already.
+        assert_eq!(
+            g.decrease(&["host-1".into()]).await.unwrap(),
+            vec!["host-1"]
+        );
+        assert_eq!(g.increase(1).await.unwrap(), 1);
+        let again = g.instance("host-1").expect("lent again under its id");
+        assert!(again.created_at > lent_at, "a new lend");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_single_host_is_neither_made_nor_deleted() {
+        let g = FakeInstanceGroup::new(
+            FakeConfig {
+                capabilities: Capabilities::this_host(),
+                ..Default::default()
+            },
+            1,
+        );
+        assert!(g.init(&settings()).await.unwrap().capabilities.single_host);
+        let id = g.add_running();
+        assert_eq!(id, "local");
+        assert_eq!(g.increase(3).await.unwrap(), 0);
+        assert!(g.decrease(std::slice::from_ref(&id)).await.unwrap().is_empty());
+        assert_eq!(g.state_of(&id), Some(State::Running));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn refused_deletions_and_hanging_heartbeats() {
+        let g = FakeInstanceGroup::new(
+            FakeConfig {
+                deletion_refusal_rate: 1.0,
+                deletion_refusal: (Duration::from_secs(300), Duration::from_secs(300)),
+                heartbeat_hang_rate: 1.0,
+                heartbeat_hang: Duration::from_secs(1800),
+                create_latency: (Duration::ZERO, Duration::ZERO),
+                ..Default::default()
+            },
+            1,
+        );
+        g.init(&settings()).await.unwrap();
+        g.increase(1).await.unwrap();
+        let id = g.ids().remove(0);
+        assert!(
+            g.decrease(std::slice::from_ref(&id))
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(
+            g.instance(&id).unwrap().delete_requests,
+            1,
+            "asked, refused"
+        );
+        let started = Instant::now();
+        assert!(g.heartbeat(&id).await.is_err());
+        assert_eq!(started.elapsed(), Duration::from_secs(1800), "it hung");
+        // The refusal is over by now.
+        assert_eq!(
+            g.decrease(std::slice::from_ref(&id)).await.unwrap(),
+            vec![id]
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -28,6 +28,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// One life of an instance: its id and when it was made (or lent).
+type Incarnation = (InstanceId, Instant);
+
 /// A job holding a slot, as the simulation sees it.
 struct RunningJob {
     job: u64,
@@ -58,9 +61,25 @@ pub(super) struct World {
     leaked: Mutex<HashSet<InstanceId>>,
     /// The policy in force at the last check.
     policy: Mutex<Option<Option<usize>>>,
+    /// When the policy in force last changed.
+    policy_since: Mutex<Instant>,
+    /// Since when the idle slots have been below the policy's target (while the fleet
+    /// could grow), and whether that was reported.
+    deficit_since: Mutex<Option<Instant>>,
+    idle_flagged: Mutex<bool>,
+    /// The fleet the demand of each recent tick needed, for the over-provisioning bound.
+    needs: Mutex<std::collections::VecDeque<(Instant, usize)>>,
+    last_tick: Mutex<Instant>,
+    /// Glitched listings and how many instances each hid.
+    hidden: Mutex<std::collections::VecDeque<(Instant, usize)>>,
+    /// Acquires that will be dropped, and reservations never used, still in flight: demand
+    /// the `waiting` map does not hold.
+    side_demand: AtomicU64,
     last_saturated: Mutex<Instant>,
-    uses: Mutex<HashMap<InstanceId, u32>>,
-    crashed_on: Mutex<HashSet<InstanceId>>,
+    /// Jobs each instance ran, by incarnation: a pool lends the same id again as a new
+    /// machine.
+    uses: Mutex<HashMap<Incarnation, u32>>,
+    crashed_on: Mutex<HashSet<Incarnation>>,
     foreign: Mutex<HashSet<InstanceId>>,
     listings: Mutex<Listings>,
     tasks: Mutex<Vec<(u64, JoinHandle<()>)>>,
@@ -184,7 +203,8 @@ impl World {
             }
             if let Some(i) = self.fake.instance(&id)
                 && i.delete_requests == 0
-                && now.saturating_duration_since(i.ready_at) > self.p.liveness_grace
+                && now.saturating_duration_since(i.ready_at.max(self.outage_excuse(now)))
+                    > self.p.liveness_grace
                 && lock(&self.leaked).insert(id.clone())
             {
                 self.violation(format!(
@@ -203,6 +223,7 @@ impl World {
                     self.report().policy_switches += 1;
                 }
                 *last = Some(d.policy_index);
+                *lock(&self.policy_since) = now;
             }
         }
         if let Err(e) = scaler.check_invariants() {
@@ -220,10 +241,21 @@ impl World {
                 })
                 .count()
         });
-        if max > 0 && busy >= max {
+        // Instances the provider refuses to delete still count against `max_instances`
+        // (deleting ones included): the limit is held by them, not by the scaler.
+        let refused = self
+            .fake
+            .snapshot()
+            .into_iter()
+            .filter_map(|(id, _)| self.fake.instance(&id))
+            .filter(|i| i.delete_requests > 0 && i.refuses_deletion_until.is_some_and(|u| now < u))
+            .count();
+        if max > 0 && busy + refused >= max {
             *lock(&self.last_saturated) = now;
         }
-        let excused_from = (*lock(&self.last_saturated)).max(*lock(&self.restarted_at));
+        let excused_from = (*lock(&self.last_saturated))
+            .max(*lock(&self.restarted_at))
+            .max(self.outage_excuse(now));
         let late: Vec<(u64, Instant)> = lock(&self.waiting)
             .iter()
             .filter(|(_, (since, _))| {
@@ -246,6 +278,206 @@ impl World {
                 ));
             }
         }
+    }
+
+    /// Notes that a glitched listing hid `n` instances: the scaler may replace them, and
+    /// the replacements are surplus once listings are whole again.
+    fn hid(&self, n: usize) {
+        if n > 0 {
+            lock(&self.hidden).push_back((Instant::now(), n));
+        }
+    }
+
+    /// The instance now under `id` (`None` once gone): a pool's id lent again is another.
+    fn incarnation(&self, id: &str) -> Option<Incarnation> {
+        self.fake
+            .instance(id)
+            .map(|i| (id.to_string(), i.created_at))
+    }
+
+    /// The latest moment a listing outage excuses: `now` during one, the end of the last one
+    /// after it (no scaler sees instances the provider cannot list), the start otherwise.
+    fn outage_excuse(&self, now: Instant) -> Instant {
+        let mut excuse = self.start;
+        for (from, to) in &self.p.listing_outages {
+            let (from, to) = (self.start + *from, self.start + *to);
+            if from <= now {
+                excuse = excuse.max(to.min(now));
+            }
+        }
+        excuse
+    }
+
+    /// Whether every listing fails now.
+    fn in_outage(&self, now: Instant) -> bool {
+        self.p
+            .listing_outages
+            .iter()
+            .any(|(a, b)| self.start + *a <= now && now < self.start + *b)
+    }
+
+    /// Whether `[from, to]` overlaps a listing outage or the grace after one.
+    fn overlaps_outage(&self, from: Instant, to: Instant) -> bool {
+        self.p.listing_outages.iter().any(|(a, b)| {
+            let (a, b) = (self.start + *a, self.start + *b + self.p.liveness_grace);
+            from < b && a < to
+        })
+    }
+
+    /// The policy in force (the scaler's last decision says which).
+    fn policy_in_force(&self, scaler: &Scaler) -> Option<&flotilla_scaler::Policy> {
+        let index = scaler.last_decision()?.policy_index?;
+        self.p.policies.get(index).map(|sp| &sp.policy)
+    }
+
+    /// The fleet-level checks, every tick: the idle target is kept (9), and the fleet holds
+    /// no more instances than the recent demand explains (10).
+    fn fleet_checks(&self) {
+        let now = Instant::now();
+        let dt = now
+            .saturating_duration_since(std::mem::replace(&mut *lock(&self.last_tick), now))
+            .as_secs_f64();
+        let Some(scaler) = self.current() else {
+            return;
+        };
+        let Some(policy) = self.policy_in_force(&scaler).cloned() else {
+            return;
+        };
+        let running = lock(&self.registry).len();
+        let target = policy.idle_target(running);
+        let cap = self.p.scaler.capacity_per_instance.max(1);
+        let max_use = self.p.scaler.max_use_count;
+        let foreign = lock(&self.foreign).clone();
+        // Instances of ours in the group (adopted ones and those being deleted included:
+        // `max_instances` counts them), and those that can still serve.
+        let mut held = 0usize;
+        let mut serving = 0usize;
+        for (id, state) in self.fake.snapshot() {
+            if foreign.contains(&id) {
+                continue;
+            }
+            held += 1;
+            // The over-provisioning bound counts the instances the scaler made and has not
+            // asked to delete: not those it found in the group (adopted, or this host).
+            let made_and_kept = self
+                .fake
+                .instance(&id)
+                .is_some_and(|i| i.delete_requests == 0 && !i.preexisting);
+            if matches!(state, State::Creating | State::Running) && made_and_kept {
+                serving += 1;
+            }
+        }
+
+        // 9. The idle target: the slots a job can still have (counted with the world's own
+        // tally of jobs and uses per instance, not the scaler's), on usable instances and
+        // those requested, cover `idle_count` (raised by `scale_factor`) whenever the fleet
+        // may grow, within the grace creation failures explain.
+        let (usable, requested) = scaler.inspect(|l| {
+            let usable: Vec<InstanceId> = l
+                .instances()
+                .filter(|i| l.usable(i))
+                .map(|i| i.id.clone())
+                .collect();
+            (usable, l.requested_in_flight())
+        });
+        let idle = {
+            let registry = lock(&self.registry);
+            let uses = lock(&self.uses);
+            usable
+                .iter()
+                .map(|id| {
+                    let jobs = registry.keys().filter(|(i, _)| i == id).count();
+                    let free = cap.saturating_sub(jobs);
+                    match max_use {
+                        0 => free,
+                        m => {
+                            let used = self
+                                .incarnation(id)
+                                .and_then(|i| uses.get(&i).copied())
+                                .unwrap_or(0);
+                            free.min(m.saturating_sub(used) as usize)
+                        }
+                    }
+                })
+                .sum::<usize>()
+        } + requested * cap;
+        let limit = match (self.p.scaler.max_instances, self.p.provider.pool) {
+            (0, None) => usize::MAX,
+            (0, Some(pool)) => pool,
+            (max, pool) => max.min(pool.unwrap_or(usize::MAX)),
+        };
+        let can_grow = !self.p.provider.capabilities.single_host && held + requested < limit;
+        if can_grow && idle < target {
+            let since = *lock(&self.deficit_since).get_or_insert(now);
+            let from = since
+                .max(*lock(&self.restarted_at))
+                .max(*lock(&self.policy_since))
+                .max(self.outage_excuse(now));
+            if now.saturating_duration_since(from) > self.p.idle_grace
+                && !std::mem::replace(&mut *lock(&self.idle_flagged), true)
+            {
+                self.violation(format!(
+                    "idle target: {idle} slots a job can still have, below the target of \
+                     {target}, for {:.0}s (grace {:?}) while the fleet could grow ({held} \
+                     held, {requested} requested, limit {limit})",
+                    now.saturating_duration_since(since).as_secs_f64(),
+                    self.p.idle_grace
+                ));
+            }
+        } else {
+            *lock(&self.deficit_since) = None;
+        }
+
+        // 10. Billed instance-time: the instances that can serve never exceed, for long, what
+        // the demand of the recent past needs (jobs running and waiting, reservations, and
+        // the idle target, in instances of the slots one may still run). The window covers
+        // an instance's creation, ready-up and `idle_time`, and a slow tick to decide.
+        let side = self.side_demand.load(Ordering::SeqCst) as usize;
+        let waiting = lock(&self.waiting).len() + side;
+        let per_instance = if max_use > 0 { 1 } else { cap };
+        let mut need = (running + waiting + target).div_ceil(per_instance);
+        if self.p.scaler.max_instances > 0 {
+            need = need.min(self.p.scaler.max_instances);
+        }
+        // Instances made for demand during a listing outage cannot be seen, so neither used
+        // nor removed, until listings resume: all the demand since the outage began explains
+        // them until a window after its end. (Not more: requests made again and again
+        // while listings fail are what this bound is for.)
+        let window = self.p.overprovision_window();
+        let since = self
+            .p
+            .listing_outages
+            .iter()
+            .filter(|(a, b)| self.start + *a <= now && now <= self.start + *b + window)
+            .map(|(a, _)| self.start + *a)
+            .min()
+            .unwrap_or(now)
+            .min(now.checked_sub(window).unwrap_or(self.start));
+        let allowed = {
+            let mut needs = lock(&self.needs);
+            needs.push_back((now, need));
+            // Later ticks look back no further than this one does.
+            while needs.front().is_some_and(|(t, _)| *t < since) {
+                needs.pop_front();
+            }
+            needs.iter().map(|(_, n)| *n).max().unwrap_or(need)
+        };
+        // A glitched listing hides instances, and a correct scaler replaces those the jobs
+        // and the idle target need: they explain as many more for a window.
+        let hidden = {
+            let mut hidden = lock(&self.hidden);
+            while hidden
+                .front()
+                .is_some_and(|(t, _)| now.saturating_duration_since(*t) > window)
+            {
+                hidden.pop_front();
+            }
+            hidden.iter().map(|(_, n)| *n).max().unwrap_or(0)
+        };
+        let allowed = allowed + hidden;
+        let mut r = self.report();
+        r.best_instance_secs += need as f64 * dt;
+        r.excess_instance_secs += serving.saturating_sub(allowed) as f64 * dt;
     }
 
     /// Builds and starts a scaler of `generation` from what the store holds.
@@ -294,8 +526,8 @@ impl World {
             let before = reg.len();
             reg.retain(|(inst, _), j| {
                 let keep = j.generation != old_gen;
-                if !keep {
-                    crashed.insert(inst.clone());
+                if !keep && let Some(incarnation) = self.incarnation(inst) {
+                    crashed.insert(incarnation);
                 }
                 keep
             });
@@ -360,6 +592,13 @@ impl World {
             flagged: Mutex::new(HashSet::new()),
             leaked: Mutex::new(HashSet::new()),
             policy: Mutex::new(None),
+            policy_since: Mutex::new(now),
+            deficit_since: Mutex::new(None),
+            idle_flagged: Mutex::new(false),
+            needs: Mutex::new(std::collections::VecDeque::new()),
+            last_tick: Mutex::new(now),
+            hidden: Mutex::new(std::collections::VecDeque::new()),
+            side_demand: AtomicU64::new(0),
             last_saturated: Mutex::new(now),
             uses: Mutex::new(HashMap::new()),
             crashed_on: Mutex::new(HashSet::new()),
@@ -428,10 +667,13 @@ impl World {
             ));
         }
         let foreign = lock(&world.foreign).clone();
+        // This host (a single-host group) is never deleted: it is the machine itself.
+        let permanent = world.p.provider.capabilities.single_host;
         let left: Vec<(InstanceId, State)> = fake
             .snapshot()
             .into_iter()
             .filter(|(id, _)| !foreign.contains(id))
+            .filter(|(id, _)| !(permanent && fake.instance(id).is_some_and(|i| i.preexisting)))
             .collect();
         if report.instances_remaining > 0 || !left.is_empty() {
             world.violation(format!(
@@ -448,7 +690,8 @@ impl World {
         }
         let r = world.report().clone();
         // Not vacuous: the faults this seed was to inject happened.
-        if r.restarts < world.p.restarts.len() as u64 || r.listing_glitches == 0 {
+        let glitchy = world.p.lag_rate + world.p.flap_rate > 0.0;
+        if r.restarts < world.p.restarts.len() as u64 || (glitchy && r.listing_glitches == 0) {
             world.violation(format!(
                 "the seed injected too few faults: {} restarts of {}, {} listing glitches",
                 r.restarts,
@@ -456,12 +699,31 @@ impl World {
                 r.listing_glitches
             ));
         }
+        if !world.p.listing_outages.is_empty() && r.outage_listings == 0 {
+            world.violation("the seed's listing outages never happened".into());
+        }
         if r.served_ratio() < world.p.min_served {
             world.violation(format!(
-                "only {} of {} jobs got a slot within instance_acquire_timeout ({:.1}%)",
+                "only {} of {} jobs got a slot within instance_acquire_timeout ({:.1}%; {} \
+                 timed out across a listing outage are not counted)",
                 r.served,
-                r.served + r.timed_out,
-                100.0 * r.served_ratio()
+                r.served + r.timed_out - r.timed_out_in_outage,
+                100.0 * r.served_ratio(),
+                r.timed_out_in_outage
+            ));
+        }
+        // 10, at the end: the instance-time the fleet held beyond what the recent demand
+        // needed stays small against what the workload needed at best.
+        let allowance = world.p.overprovision_allowance(r.best_instance_secs);
+        if r.excess_instance_secs > allowance {
+            world.violation(format!(
+                "over-provisioned: {:.0} instance-seconds held beyond what the demand of the \
+                 last {:?} needed (allowance {allowance:.0}; the workload needed {:.0} at best, \
+                 {:.0} were billed)",
+                r.excess_instance_secs,
+                world.p.overprovision_window(),
+                r.best_instance_secs,
+                fake.billed_time().as_secs_f64()
             ));
         }
         world.finish()
@@ -469,6 +731,7 @@ impl World {
 
     fn finish(&self) -> SimReport {
         let mut r = self.report().clone();
+        r.billed_instance_secs = self.fake.billed_time().as_secs_f64();
         r.violations = lock(&self.violations).clone();
         r.digest = lock(&self.history).clone().finish();
         r
@@ -512,7 +775,10 @@ impl World {
         }));
         let w = self.clone();
         out.push(tokio::spawn(async move {
-            tokio::time::sleep(w.p.foreign_mid_run_at).await;
+            let Some(at) = w.p.foreign_mid_run_at else {
+                return;
+            };
+            tokio::time::sleep(at).await;
             let id = w.fake.add_running();
             if w.p.scaler.preexisting == Preexisting::Ignore {
                 lock(&w.foreign).insert(id.clone());
@@ -534,6 +800,7 @@ impl World {
             loop {
                 tokio::time::sleep(Duration::from_secs(10)).await;
                 w.check("tick");
+                w.fleet_checks();
             }
         }));
         out
@@ -611,7 +878,9 @@ impl World {
                 if scaler.reserve(&key).is_ok() {
                     self.report().unused_reservations += 1;
                     self.check("reservation");
+                    self.side_demand.fetch_add(1, Ordering::SeqCst);
                     tokio::time::sleep(hold).await;
+                    self.side_demand.fetch_sub(1, Ordering::SeqCst);
                     if unreserve {
                         scaler.unreserve(&key);
                     }
@@ -620,7 +889,10 @@ impl World {
                 return;
             }
             Kind::Dropped(after) => {
-                match tokio::time::timeout(after, scaler.acquire(&key, None)).await {
+                self.side_demand.fetch_add(1, Ordering::SeqCst);
+                let got = tokio::time::timeout(after, scaler.acquire(&key, None)).await;
+                self.side_demand.fetch_sub(1, Ordering::SeqCst);
+                match got {
                     Ok(Ok(acq)) => {
                         self.report().jobs += 1;
                         self.report().served += 1;
@@ -656,9 +928,22 @@ impl World {
                 }
             }
         }
+        let asked = Instant::now();
         let acquired = scaler.acquire(&key, None).await;
         lock(&self.waiting).remove(&spec.id);
         let waited = arrived.elapsed().as_secs_f64();
+        // 11. A hard bound per job: no acquire outlives `instance_acquire_timeout`, whatever
+        // the provider does (a heartbeat that hangs, a listing that never comes).
+        let acquire_took = asked.elapsed();
+        let bound = self.p.scaler.instance_acquire_timeout + Duration::from_secs(1);
+        if acquire_took > bound {
+            self.violation(format!(
+                "job-{} waited {:.0}s in acquire, past instance_acquire_timeout {:?}",
+                spec.id,
+                acquire_took.as_secs_f64(),
+                self.p.scaler.instance_acquire_timeout
+            ));
+        }
         {
             let mut r = self.report();
             r.longest_wait_secs = r.longest_wait_secs.max(waited);
@@ -671,6 +956,9 @@ impl World {
             }
             Err(ScalerError::AcquireTimeout(_)) => {
                 self.report().timed_out += 1;
+                if self.overlaps_outage(arrived, Instant::now()) {
+                    self.report().timed_out_in_outage += 1;
+                }
                 self.record(("timeout", spec.id));
                 scaler.release(&key);
                 self.check("acquire timed out");
@@ -702,7 +990,11 @@ impl World {
         if lock(&self.foreign).contains(&inst) {
             self.violation(format!("{key} got a slot on foreign instance {inst}"));
         }
-        if !self.p.scaler.keep_instance_with_acquisitions && lock(&self.crashed_on).contains(&inst)
+        let incarnation = self.incarnation(&inst);
+        if !self.p.scaler.keep_instance_with_acquisitions
+            && incarnation
+                .as_ref()
+                .is_some_and(|i| lock(&self.crashed_on).contains(i))
         {
             self.violation(format!(
                 "{key} got a slot on {inst}, which ran a job when the scaler crashed"
@@ -711,7 +1003,9 @@ impl World {
         let max_use = self.p.scaler.max_use_count;
         let used = {
             let mut uses = lock(&self.uses);
-            let n = uses.entry(inst.clone()).or_default();
+            let n = uses
+                .entry(incarnation.unwrap_or_else(|| (inst.clone(), self.start)))
+                .or_default();
             *n += 1;
             *n
         };
@@ -835,6 +1129,11 @@ impl InstanceGroup for Watched {
     async fn update(&self) -> Result<Vec<InstanceStatus>, FleetError> {
         let w = &self.0;
         w.check("listing");
+        let now = Instant::now();
+        if w.in_outage(now) {
+            w.report().outage_listings += 1;
+            return Err(FleetError::provider("update", "listing outage"));
+        }
         let listing = match w.fake.update().await {
             Ok(l) => l,
             Err(e) => {
@@ -847,6 +1146,7 @@ impl InstanceGroup for Watched {
             l.empty_done = true;
             w.record("empty listing");
             w.report().listing_glitches += 1;
+            w.hid(listing.len());
             return Ok(Vec::new());
         }
         if w.chance(w.p.lag_rate)
@@ -854,17 +1154,21 @@ impl InstanceGroup for Watched {
         {
             w.record("lagging listing");
             w.report().listing_glitches += 1;
+            w.hid(listing.len().saturating_sub(prev.len()));
             return Ok(prev.clone());
         }
         l.last = Some(listing.clone());
         if w.chance(w.p.flap_rate) {
             let mut rng = lock(&w.rng);
+            let whole = listing.len();
             let partial: Vec<InstanceStatus> = listing
                 .into_iter()
                 .filter(|_| rng.random_bool(0.7))
                 .collect();
             w.record(("partial listing", partial.len()));
             w.report().listing_glitches += 1;
+            drop(rng);
+            w.hid(whole - partial.len());
             return Ok(partial);
         }
         Ok(listing)

@@ -65,12 +65,15 @@ pub struct Ledger {
     /// Lost keys by the instance they were lost on: their jobs may still be tearing down
     /// there, so it is not deleted before they release.
     pub(crate) lost_on: HashMap<InstanceId, usize>,
-    /// Restores the behaviour of bug 3 for the simulation's mutation test: a missing
-    /// instance is forgotten at once and comes back as a new one.
-    pub(crate) forget_missing_at_once: bool,
+    /// Test-only switches putting fixed bugs back for the simulation's mutation tests.
+    pub(crate) legacy: crate::config::Legacy,
     /// When the provider last listed the group (`None`: never in this process): requests
     /// age only with listings that could have shown their instances.
     pub(crate) listed_at: Option<Instant>,
+    /// The longest time between two listings that ages requests by its whole length
+    /// ([`crate::ledger::requests_listing_interval`]): a longer gap means listings failed
+    /// meanwhile.
+    pub(crate) listing_interval: Duration,
 }
 
 impl Ledger {
@@ -83,6 +86,7 @@ impl Ledger {
                 failure_threshold: failure_threshold.max(1),
                 preexisting: Preexisting::Adopt,
                 permanent: false,
+                lends_from_pool: false,
             },
             instances: HashMap::default(),
             free: FreeIndex::default(),
@@ -98,8 +102,9 @@ impl Ledger {
             reserved_total: 0,
             lost_keys: 0,
             lost_on: HashMap::new(),
-            forget_missing_at_once: false,
+            legacy: crate::config::Legacy::default(),
             listed_at: None,
+            listing_interval: Duration::from_secs(60),
         }
     }
 
@@ -109,11 +114,33 @@ impl Ledger {
         self
     }
 
+    /// Sets how much one listing may age requests at most (60 s unless set), so a gap in
+    /// listings does not age them.
+    pub fn with_listing_interval(mut self, interval: Duration) -> Self {
+        self.listing_interval = interval;
+        self
+    }
+
     /// Says the provider cannot delete its instances: its one instance is the host flotilla
     /// runs on (`Capabilities::can_delete_instances`).
     pub fn with_permanent_instances(mut self, on: bool) -> Self {
         self.rules.permanent = on;
         self
+    }
+
+    /// Says the group lends machines from a fixed pool (`Capabilities::fixed_pool`): a
+    /// removal it accepted gave the machine back, and the same id listed live again is a new
+    /// instance, even if no listing in between showed it gone.
+    pub fn with_pool_lending(mut self, on: bool) -> Self {
+        self.rules.lends_from_pool = on;
+        self
+    }
+
+    /// Whether a removal the provider accepted is done, so it is never asked again: a pool
+    /// that lends machines gives one back at once, and its id may be lent anew the next
+    /// moment (a second request would give that one back).
+    pub fn accepted_removal_is_final(&self) -> bool {
+        self.rules.lends_from_pool && !self.legacy.reused_id_is_the_old_instance
     }
 
     /// Whether the provider cannot delete its instances. No instance is then ever marked for
@@ -126,9 +153,9 @@ impl Ledger {
     }
 
     #[doc(hidden)]
-    /// Test-only: forget an instance the first time a listing misses it (bug 3 restored).
-    pub fn with_forget_missing_at_once(mut self, on: bool) -> Self {
-        self.forget_missing_at_once = on;
+    /// Test-only: puts the fixed bugs `legacy` names back (see [`crate::Legacy`]).
+    pub fn with_legacy(mut self, legacy: crate::config::Legacy) -> Self {
+        self.legacy = legacy;
         self
     }
 
@@ -213,6 +240,7 @@ impl Ledger {
     pub fn takeable_slots(&self, i: &Instance) -> usize {
         let free = i.not_acquired();
         match self.rules.max_use_count {
+            _ if self.legacy.idle_counts_used_up_slots => free,
             0 => free,
             max => free.min(max.saturating_sub(i.use_count) as usize),
         }

@@ -36,5 +36,7 @@ pub use instance::{Instance, Key, Readiness, Removal, Slot, SlotRef};
 pub use keys::{KeyState, TryAcquire};
 pub use ledgers::{Ledger, MISSING_FOR, MISSING_LISTINGS};
 pub use observe::{Departure, Observed};
-pub(crate) use requests::doubt_grace as requests_doubt_grace;
+pub(crate) use requests::{
+    doubt_grace as requests_doubt_grace, listing_interval as requests_listing_interval,
+};
 pub use slots::ReserveOptions;

@@ -92,33 +92,33 @@ impl Ledger {
 
     /// Reconciles the ledger with a provider listing (the truth).
     pub fn observe(&mut self, listing: &[InstanceStatus], now: Instant) -> Observed {
+        self.requested
+            .age(self.listed_at, now, self.listing_interval);
         self.listed_at = Some(now);
         let mut out = Observed::default();
         self.epoch = self.epoch.wrapping_add(1);
         let epoch = self.epoch;
+        let mut lent_again = Vec::new();
         for entry in listing {
             // One lookup per listed instance: this runs over the whole fleet every listing.
             let dying = match self.instances.get_mut(&entry.id) {
-                Some(i) => note(&self.rules, &mut self.free, i, entry, epoch, now, &mut out),
-                None => {
-                    if entry.state == State::Deleted {
-                        continue;
-                    }
-                    let mut i = self.arrival(entry, now);
-                    out.appeared.push((entry.id.clone(), i.cause));
-                    out.changed.push(entry.id.clone());
-                    let dying = note(
-                        &self.rules,
-                        &mut self.free,
-                        &mut i,
-                        entry,
-                        epoch,
-                        now,
-                        &mut out,
-                    );
-                    self.instances.insert(entry.id.clone(), i);
-                    dying
+                Some(i)
+                    if self.rules.lends_from_pool
+                        && !self.legacy.reused_id_is_the_old_instance
+                        && entry.state.is_live()
+                        && i.removal.as_ref().is_some_and(|r| r.accepted)
+                        && self.requested.total() > 0 =>
+                {
+                    // A pool's machine given back and lent again under its id for a request:
+                    // the old one is gone (settled below with the absent ones), this one
+                    // arrives after. (With nothing requested it can only be a stale listing:
+                    // no one else lends from flotilla's pool.)
+                    i.state = State::Deleted;
+                    lent_again.push(entry);
+                    continue;
                 }
+                Some(i) => note(&self.rules, &mut self.free, i, entry, epoch, now, &mut out),
+                None => self.arrive(entry, epoch, now, &mut out),
             };
             if dying {
                 // Its jobs are lost, its reservations move.
@@ -129,8 +129,32 @@ impl Ledger {
             }
         }
         self.settle_missing(epoch, now, &mut out);
+        for entry in lent_again {
+            // New, not the one given back: no removal mark, no use count carried over.
+            self.departed.remove(&entry.id);
+            self.arrive(entry, epoch, now, &mut out);
+        }
         self.prune_departed(now);
         out
+    }
+
+    /// Takes a listed instance the ledger does not hold into it; returns whether it is dying.
+    fn arrive(
+        &mut self,
+        entry: &InstanceStatus,
+        epoch: u64,
+        now: Instant,
+        out: &mut Observed,
+    ) -> bool {
+        if entry.state == State::Deleted {
+            return false;
+        }
+        let mut i = self.arrival(entry, now);
+        out.appeared.push((entry.id.clone(), i.cause));
+        out.changed.push(entry.id.clone());
+        let dying = note(&self.rules, &mut self.free, &mut i, entry, epoch, now, out);
+        self.instances.insert(entry.id.clone(), i);
+        dying
     }
 
     /// A new entry in the listing: one that departed and came back, one we requested, or
@@ -141,9 +165,10 @@ impl Ledger {
         // the same host again, Proxmox VM ids, StatefulSet pods) made it anew. Taking it for
         // the old one would bring back its removal mark, and it would never serve.
         let requested = self.requested.total() > 0;
+        let reused_ids = !self.legacy.reused_id_is_the_old_instance;
         let departed = self.departed.remove(&entry.id).filter(|d| {
             let reused = d.removal.is_some() && entry.state.is_live() && requested;
-            !reused
+            !(reused && reused_ids)
         });
         if let Some(d) = departed {
             let mut i = Instance::new(entry.id.clone(), entry.state, d.cause, self.capacity, now);
@@ -183,13 +208,19 @@ impl Ledger {
             .map(|i| i.id.clone())
             .collect();
         let mut orphaned = Vec::new();
+        let pool_final = self.accepted_removal_is_final();
         for id in absent {
             let Some(i) = self.instances.get_mut(&id) else {
                 continue;
             };
             // Only the provider saying "deleted" confirms a deletion: an accepted request
-            // may still be in progress, and a partial listing proves nothing.
-            let confirmed = i.state == State::Deleted || self.forget_missing_at_once;
+            // may still be in progress, and a partial listing proves nothing. A pool that
+            // lends machines lists what it lends: one we were removing that it no longer
+            // lists was given back (perhaps before a restart), and must not be asked again
+            // once its id is lent anew.
+            let given_back = i.removal.is_some() && pool_final;
+            let confirmed =
+                i.state == State::Deleted || given_back || self.legacy.forget_missing_at_once;
             if !confirmed {
                 i.missing += 1;
                 let since = *i.missing_since.get_or_insert(now);
@@ -215,7 +246,7 @@ impl Ledger {
                     Slot::Reserved(k) => Some(k.clone()),
                     _ => None,
                 }));
-                if !self.foreign_cause(i.cause) && !self.forget_missing_at_once {
+                if !self.foreign_cause(i.cause) && !self.legacy.forget_missing_at_once {
                     self.departed.insert(
                         id.clone(),
                         Departed {

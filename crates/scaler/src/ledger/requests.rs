@@ -12,6 +12,14 @@
 //! waits long for instances that will not come. Requests given up on (doubted past their
 //! grace, or older than `request_timeout`) are still matched to instances that show up
 //! late, so those are recognised as ours rather than taken for someone else's.
+//!
+//! Requests age only with listings that could have shown their instances: each listing adds
+//! the time since the previous one (or since the request), but no more than one listing
+//! interval. While the provider cannot list (an outage, throttling, a missing permission)
+//! nothing says the instances did not come, so they keep counting against `max_instances`
+//! and none is made in their place (issue 27: a group with `max_instances = 2` held six
+//! after a two-hour outage; a restart during an outage gave the restored requests up at the
+//! first listing after it).
 
 use std::time::Duration;
 use tokio::time::Instant;
@@ -19,8 +27,10 @@ use tokio::time::Instant;
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct Request {
     at: Instant,
-    /// Set for the requests of a failed `increase`: matched only until then.
-    doubted_until: Option<Instant>,
+    /// How long listings have had the chance to show it.
+    aged: Duration,
+    /// Set for the requests of a failed `increase`: matched only until it has aged so long.
+    doubted_until: Option<Duration>,
     count: usize,
 }
 
@@ -44,6 +54,7 @@ impl Requests {
         if n > 0 {
             self.pending.push(Request {
                 at: now,
+                aged: Duration::ZERO,
                 doubted_until: None,
                 count: n,
             });
@@ -65,8 +76,17 @@ impl Requests {
         }
     }
 
-    /// Shortens the deadline of the `n` newest to `deadline` (an increase that failed).
-    pub(crate) fn doubt(&mut self, n: usize, deadline: Instant) {
+    /// Ages the requests by a listing made at `now`, the previous one at `previous`: by the
+    /// time between them (or since the request), at most `most`.
+    pub(crate) fn age(&mut self, previous: Option<Instant>, now: Instant, most: Duration) {
+        for r in &mut self.pending {
+            let from = previous.map_or(r.at, |p| p.max(r.at));
+            r.aged += now.saturating_duration_since(from).min(most);
+        }
+    }
+
+    /// Gives the `n` newest only `grace` more listing time (an increase that failed).
+    pub(crate) fn doubt(&mut self, n: usize, grace: Duration) {
         let mut left = n;
         let mut split = Vec::new();
         while left > 0 {
@@ -78,7 +98,8 @@ impl Requests {
             left -= take;
             split.push(Request {
                 at: last.at,
-                doubted_until: Some(deadline),
+                aged: last.aged,
+                doubted_until: Some(last.aged + grace),
                 count: take,
             });
             if last.count == 0 {
@@ -88,16 +109,21 @@ impl Requests {
         self.pending.extend(split.into_iter().rev());
     }
 
-    /// Gives up on requests older than `timeout`, and doubted ones past their grace;
-    /// returns how many instances that forgot. They are still recognised if they show up
-    /// within another `timeout`.
-    pub(crate) fn expire(&mut self, timeout: Duration, now: Instant) -> usize {
+    /// Gives up on requests listings have had `timeout` to show, and doubted ones past
+    /// their grace; returns how many instances that forgot. They are still recognised if
+    /// they show up within another `timeout`. With `by_clock` (a fixed bug put back for the
+    /// simulation) requests age with the clock instead, listings or not.
+    pub(crate) fn expire(&mut self, timeout: Duration, now: Instant, by_clock: bool) -> usize {
         let before = self.total();
         let mut given_up = 0;
         let mut oldest = now;
         self.pending.retain(|r| {
-            let keep = now.saturating_duration_since(r.at) < timeout
-                && r.doubted_until.is_none_or(|d| d > now);
+            let aged = if by_clock {
+                now.saturating_duration_since(r.at)
+            } else {
+                r.aged
+            };
+            let keep = aged < timeout && r.doubted_until.is_none_or(|d| aged < d);
             if !keep {
                 given_up += r.count;
                 oldest = oldest.min(r.at);
@@ -145,6 +171,14 @@ impl Requests {
         }
         None
     }
+}
+
+/// The longest gap between two listings that ages requests by its whole length. While
+/// requests are outstanding the driver lists every `update_interval_when_expecting`,
+/// backing off after a failure; a gap of several intervals means listings failed, and counts
+/// as this much only.
+pub(crate) fn listing_interval(update_interval_when_expecting: Duration) -> Duration {
+    (update_interval_when_expecting * 5).max(Duration::from_secs(10))
 }
 
 /// How long the requests of a failed `increase` (or restored from before a crash, when the

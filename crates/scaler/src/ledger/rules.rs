@@ -14,6 +14,9 @@ pub(crate) struct Rules {
     /// The instances cannot be deleted (this host): a failed health streak ends with the next
     /// passing check, since the instance can never be replaced.
     pub(crate) permanent: bool,
+    /// The group lends machines from a fixed pool: a removal the provider accepted gave the
+    /// machine back at once, and the same id listed live later is the machine lent again.
+    pub(crate) lends_from_pool: bool,
 }
 
 impl Rules {

@@ -505,21 +505,18 @@ impl Ledger {
     /// The `n` newest requests belong to an `increase` that failed: they may still have had
     /// an effect, so instances that appear within `grace` are matched to them; after that
     /// they are forgotten.
-    pub fn doubt_requested(&mut self, n: usize, grace: Duration, now: Instant) {
-        self.requested.doubt(n, now + grace);
+    pub fn doubt_requested(&mut self, n: usize, grace: Duration) {
+        self.requested.doubt(n, grace);
     }
 
-    /// Forgets requests older than `timeout` (and doubted ones past their grace) that never
-    /// appeared; returns how many instances that forgot. Age is measured up to the last
-    /// listing, not to `now`: while the provider cannot list (an outage, throttling, a missing
-    /// permission) nothing says the instances did not come, so the requests keep counting
-    /// against `max_instances` and no new ones are made in their place (issue 27: a group
-    /// with `max_instances = 2` held six after a two-hour listing outage).
+    /// Forgets requests that listings have had `timeout` to show (and doubted ones past
+    /// their grace) and that never appeared; returns how many instances that forgot.
+    /// Requests age only with listings (see `requests.rs`): while the provider cannot list,
+    /// nothing says the instances did not come, so they keep counting against
+    /// `max_instances` and no new ones are made in their place.
     pub fn expire_requested(&mut self, timeout: Duration, now: Instant) -> usize {
-        let Some(listed) = self.listed_at else {
-            return 0;
-        };
-        self.requested.expire(timeout, listed.min(now))
+        self.requested
+            .expire(timeout, now, self.legacy.requests_age_without_listings)
     }
 
     /// Notes that a job held `key` on `instance` when the previous process stopped.

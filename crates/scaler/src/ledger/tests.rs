@@ -263,7 +263,7 @@ async fn pending_cancel_and_unassign() {
 async fn a_request_never_served_ages_out() {
     let now = Instant::now();
     let timeout = Duration::from_secs(600);
-    let mut l = Ledger::new(1, 0, 3);
+    let mut l = Ledger::new(1, 0, 3).with_listing_interval(Duration::from_secs(100));
     l.add_requested(1, now);
     let mut listed = Vec::new();
     for k in 1..=5u64 {
@@ -277,6 +277,47 @@ async fn a_request_never_served_ages_out() {
     l.observe(&listed, now + timeout);
     assert_eq!(l.expire_requested(timeout, now + timeout), 1);
     assert_eq!(l.requested_in_flight(), 0);
+}
+
+/// Issue 27 (3): requests age only with listings. Two hours without a listing (an outage)
+/// age a request by one listing interval, not by two hours: it still counts against
+/// `max_instances` when listings resume, and is given up only after listings have had
+/// `request_timeout` to show it. With the bug put back it is given up at the first listing.
+#[tokio::test(start_paused = true)]
+async fn requests_age_only_with_listings() {
+    let now = Instant::now();
+    let timeout = Duration::from_secs(20 * 60);
+    for clock in [false, true] {
+        let mut l = Ledger::new(1, 0, 3).with_legacy(crate::config::Legacy {
+            requests_age_without_listings: clock,
+            ..Default::default()
+        });
+        l.observe(&[], now);
+        l.add_requested(2, now);
+        let after_outage = now + Duration::from_secs(2 * 3600);
+        l.observe(&[], after_outage);
+        let expired = l.expire_requested(timeout, after_outage);
+        if clock {
+            assert_eq!(expired, 2, "the bug put back gives them up");
+            continue;
+        }
+        assert_eq!(expired, 0, "an outage does not age requests");
+        assert_eq!(l.requested_in_flight(), 2);
+        // Listings every minute: given up once they have had the timeout to show them.
+        let mut t = after_outage;
+        let mut listings = 0;
+        while l.requested_in_flight() > 0 {
+            t += Duration::from_secs(60);
+            l.observe(&[], t);
+            l.expire_requested(timeout, t);
+            listings += 1;
+            assert!(listings < 100, "never given up");
+        }
+        assert_eq!(
+            listings, 19,
+            "20 minutes of listings, the gap counted as one interval"
+        );
+    }
 }
 
 /// Issue 27 (2): a static pool lends the same host again under the same id. Given back
