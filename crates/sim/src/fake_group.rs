@@ -738,7 +738,12 @@ mod tests {
         let id = g.add_running();
         assert_eq!(id, "local");
         assert_eq!(g.increase(3).await.unwrap(), 0);
-        assert!(g.decrease(std::slice::from_ref(&id)).await.unwrap().is_empty());
+        assert!(
+            g.decrease(std::slice::from_ref(&id))
+                .await
+                .unwrap()
+                .is_empty()
+        );
         assert_eq!(g.state_of(&id), Some(State::Running));
     }
 

@@ -351,6 +351,44 @@ async fn a_removed_instance_lent_again_under_its_id_is_new() {
     l.check_invariants().unwrap();
 }
 
+/// Issue 27 (2), found by the simulation's fixed-pool profile: a pool's host given back is
+/// given back, even when no listing saw it gone (they failed meanwhile, or the process
+/// restarted). Listed live again while a request waits, it is the host lent anew; missing
+/// from a listing while being removed, it is gone at once; and the accepted give-back is never
+/// asked again (that would give back the new lend). With the bug put back it is taken for the
+/// old one and asked to go again.
+#[tokio::test(start_paused = true)]
+async fn a_pool_host_given_back_is_final() {
+    for bug in [false, true] {
+        let now = Instant::now();
+        let mut l = ready_ledger(1, &["host-1", "host-2"], now).with_pool_lending(true);
+        l.legacy.reused_id_is_the_old_instance = bug;
+        assert!(l.mark_removal("host-1", crate::cause::RemovalReason::IdleTime, now));
+        l.removal_attempted("host-1", true, now);
+        assert_eq!(l.accepted_removal_is_final(), !bug);
+        // No listing in between; a job needs an instance and the pool lends host-1 again.
+        let later = now + Duration::from_secs(30);
+        l.add_requested(1, later);
+        let seen = l.observe(&running(&["host-1", "host-2"]), later);
+        let i = l.instance("host-1").expect("listed");
+        if bug {
+            assert!(i.removal.is_some(), "the bug: still being removed");
+            continue;
+        }
+        assert!(i.removal.is_none(), "lent again, it is not being removed");
+        assert_eq!(i.cause, crate::cause::Cause::Requested);
+        assert_eq!(seen.gone.len(), 1, "the old lend is gone");
+        assert_eq!(seen.appeared.len(), 1, "the new one arrived");
+        assert_eq!(l.requested_in_flight(), 0);
+        // Missing while being removed: gone at the first listing without it.
+        assert!(l.mark_removal("host-2", crate::cause::RemovalReason::IdleTime, later));
+        let seen = l.observe(&running(&["host-1"]), later);
+        assert_eq!(seen.gone.len(), 1, "given back");
+        assert!(l.instance("host-2").is_none());
+        l.check_invariants().unwrap();
+    }
+}
+
 /// The memory of departed instances still serves its purpose: one that dropped out of the
 /// listings while removed, with no request waiting, keeps its mark when it shows up again.
 #[tokio::test(start_paused = true)]
