@@ -25,7 +25,11 @@ async fn run_takes_jobs_and_stops_gracefully() {
         TOKEN,
         JobBuilder::new("ok")
             .masked_variable("SECRET", "s3cr3t-value-123")
-            .script(["echo hello from $CI_JOB_NAME", "echo the secret is $SECRET"]),
+            .script([
+                "echo hello from $CI_JOB_NAME",
+                "echo the secret is $SECRET",
+                "echo runner says $RUNNER_GREETING",
+            ]),
     );
     let bad = gl.enqueue(TOKEN, JobBuilder::new("bad").script(["exit 3"]));
     assert!(
@@ -38,6 +42,13 @@ async fn run_takes_jobs_and_stops_gracefully() {
     assert_eq!(f.state, "success");
     assert!(okj.trace_text().contains("hello from ok"));
     assert!(okj.trace_text().contains("the secret is [MASKED]"));
+    // `[[runners]] environment` reaches the job.
+    assert!(
+        okj.trace_text()
+            .contains("runner says hello from config.toml"),
+        "{}",
+        okj.trace_text()
+    );
     assert!(!okj.trace_text().contains("s3cr3t-value-123"));
     let badj = gl.job(bad).unwrap();
     let f = badj.final_update.clone().unwrap();

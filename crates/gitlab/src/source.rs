@@ -36,6 +36,7 @@ use super::job_status::RemoteJobState;
 use super::trace::{JobTrace, TraceOptions};
 use super::wire::UpdateJobRequest;
 use flotilla_fleet::Secret;
+use flotilla_job::model::Variable;
 use flotilla_job::{FailureReason, JobCancel, JobPayload, Outcome};
 use flotilla_scaler::{Acquisition, Reservation, ScalerError};
 use std::collections::HashMap;
@@ -94,6 +95,11 @@ pub struct SourceConfig {
     pub shutdown_timeout: Duration,
     /// Trace upload and final update tunables.
     pub trace: TraceOptions,
+    /// The runner's `environment` entries, given to every job before its own variables, as
+    /// GitLab Runner's `RunnerConfig.GetVariables` does (`common/config.go`): a variable of
+    /// the job's with the same name wins, and services get them too. Like GitLab, flotilla
+    /// does not mask them.
+    pub environment: Vec<Variable>,
 }
 
 impl Default for SourceConfig {
@@ -109,6 +115,7 @@ impl Default for SourceConfig {
             unhealthy_interval: DEFAULT_UNHEALTHY_INTERVAL,
             shutdown_timeout: Duration::from_secs(30),
             trace: TraceOptions::default(),
+            environment: Vec::new(),
         }
     }
 }
@@ -682,7 +689,7 @@ async fn handle_job(
     if (immediately || received.payload.is_err()) && !job.accept(&cancel).await {
         return;
     }
-    let payload: JobPayload = match received.payload {
+    let mut payload: JobPayload = match received.payload {
         Ok(p) => p.payload,
         Err(e) => {
             job.reservation.release();
@@ -713,6 +720,10 @@ async fn handle_job(
             return;
         }
     };
+    // The runner's `environment` comes first, so the job's own variables win.
+    payload
+        .variables
+        .splice(0..0, inner.config.environment.iter().cloned());
     tracing::info!(runner = %inner.config.name, job = id, name = %name, "received a job");
 
     let mut trace = immediately.then(|| {

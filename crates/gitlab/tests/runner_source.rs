@@ -140,6 +140,47 @@ async fn jobs_run_and_are_reported_with_state_exit_code_and_checksum() {
     assert_eq!(report.jobs_failed, 1);
 }
 
+/// `[[runners]] environment` reaches every job, before the job's own variables: a job
+/// variable of the same name wins, and the values expand like any variable (GitLab Runner's
+/// `RunnerConfig.GetVariables`, ahead of the job's in `Build.GetAllVariables`). Before, the
+/// entries were parsed and dropped.
+#[tokio::test]
+async fn the_runners_environment_reaches_the_job_and_the_job_wins() {
+    let fake = fake().start().await.unwrap();
+    let c = client(&fake);
+    let exec = LocalExecutor::new(local_scaler(1, true).await, None);
+    let config = flotilla_gitlab::SourceConfig {
+        environment: vec![
+            flotilla_job::model::Variable::new("HTTP_PROXY_HOST", "proxy.internal"),
+            flotilla_job::model::Variable::new("OVERRIDDEN", "from the runner"),
+            flotilla_job::model::Variable::new("PROXY_URL", "http://$HTTP_PROXY_HOST:3128"),
+        ],
+        ..source_config()
+    };
+    let source = Arc::new(flotilla_gitlab::JobSource::new(c, exec.clone(), config));
+    let s = source.clone();
+    let run = tokio::spawn(async move { s.run().await });
+    let id = fake.enqueue(
+        RUNNER_TOKEN,
+        JobBuilder::new("env")
+            .variable("OVERRIDDEN", "from the job")
+            .script([
+                "echo host=$HTTP_PROXY_HOST",
+                "echo overridden=$OVERRIDDEN",
+                "echo url=$PROXY_URL",
+            ]),
+    );
+    assert!(fake.wait_finished(&[id], Duration::from_secs(60)).await);
+    let j = fake.job(id).unwrap();
+    assert_eq!(j.state, FakeJobState::Success);
+    let text = j.trace_text();
+    assert!(text.contains("host=proxy.internal"), "{text}");
+    assert!(text.contains("overridden=from the job"), "{text}");
+    assert!(text.contains("url=http://proxy.internal:3128"), "{text}");
+    source.stop_handle().graceful();
+    run.await.unwrap();
+}
+
 fn j_token(fake: &flotilla_testkit::fake_gitlab::FakeGitLab, id: i64) -> String {
     fake.job(id).unwrap().token
 }

@@ -275,6 +275,11 @@ async fn start_fleet(
             .as_ref()
             .map(|a| a.instance_acquire_timeout),
         shutdown_timeout: shared.config.shutdown_timeout,
+        environment: runner
+            .environment_pairs()
+            .into_iter()
+            .map(|(key, value)| flotilla_job::model::Variable::new(key, value))
+            .collect(),
         ..SourceConfig::default()
     };
     let mut executor: Arc<dyn SlotExecutor> = fleet.dispatcher.clone();

@@ -121,6 +121,7 @@ state_dir = "{state}"
   url = "{url}"
   token = "{token}"
   executor = "shell"
+  environment = ["RUNNER_GREETING=hello from config.toml"]
 "#,
             state = dir.join("state").display(),
         ),

@@ -80,6 +80,7 @@ pub(crate) fn source_config() -> SourceConfig {
         unhealthy_interval: Duration::from_secs(2),
         shutdown_timeout: Duration::from_secs(10),
         trace: trace_options(),
+        environment: Vec::new(),
     }
 }
 
