@@ -1,5 +1,5 @@
 //! What only docker isolation does: services with their own network namespaces, pull
-//! policies, and sweeping what a crashed manager left on an instance.
+//! policies, `volumes`, and sweeping what a crashed manager left on an instance.
 
 mod common;
 
@@ -352,4 +352,65 @@ async fn infra_docker_slot_cgroups_and_privileged_reach_the_engine() {
             "{t}"
         ),
     }
+}
+
+/// `[runners.docker] volumes`, as GitLab Runner binds them: a host path on the instance and a
+/// cache volume, in the build container and in the services (a `docker:dind` service shares
+/// `/certs/client` with the job this way), the cache volume kept for the project's next job
+/// on the slot. Before, only the slot directory was bound and `volumes` was dropped.
+#[tokio::test]
+async fn infra_docker_volumes_reach_the_build_and_service_containers() {
+    if !require(Infra::Docker) {
+        return;
+    }
+    let volume = |v: &str| flotilla_isolate::docker::volumes::Volume::parse(v).unwrap();
+    let config = flotilla_isolate::DockerIsolationConfig {
+        volumes: vec![
+            volume("/srv/flotilla-volumes:/host-data"),
+            volume("/shared"),
+        ],
+        ..Default::default()
+    };
+    let f = DockerFleet::start(flotilla_testkit::docker_fleet::FleetOptions::new(
+        "volumes",
+        flotilla_testkit::docker_fleet::FleetIsolation::Docker(Box::new(config)),
+    ))
+    .await;
+    let mut first = job_at(
+        Level::Docker,
+        &[
+            "for i in $(seq 1 100); do [ -s /shared/from-service ] && break; sleep 0.1; done",
+            "echo \"service wrote: $(cat /shared/from-service)\"",
+            "echo kept-for-the-next-job > /shared/from-job",
+            "echo on-the-instance > /host-data/file",
+        ],
+    );
+    first.services = vec![Image {
+        name: busybox_image(),
+        alias: "writer".into(),
+        command: vec![
+            "sh".into(),
+            "-c".into(),
+            "echo hello-from-the-service > /shared/from-service && exec sleep 300".into(),
+        ],
+        ..Default::default()
+    }];
+    let (r, t) = dispatch(&f.dispatcher, &first).await;
+    assert_eq!(r.outcome, Outcome::Success, "{t}");
+    assert!(t.contains("service wrote: hello-from-the-service"), "{t}");
+
+    let second = job_at(
+        Level::Docker,
+        &["cat /shared/from-job", "cat /host-data/file"],
+    );
+    let (r, t) = dispatch(&f.dispatcher, &second).await;
+    assert_eq!(r.outcome, Outcome::Success, "{t}");
+    assert!(
+        t.contains("kept-for-the-next-job"),
+        "the cache volume was kept: {t}"
+    );
+    assert!(
+        t.contains("on-the-instance"),
+        "the instance's directory: {t}"
+    );
 }

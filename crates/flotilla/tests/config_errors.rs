@@ -49,6 +49,17 @@ fn wrong_type() {
     );
 }
 
+/// A `[runners.docker] volumes` entry GitLab Runner's parser refuses is refused at its place,
+/// not bound wrong or dropped.
+#[test]
+fn bad_volume() {
+    assert_eq!(
+        only_error("bad-volume.toml"),
+        "F:10:48: volume `/var/run/docker.sock:/var/run/docker.sock:bogus`: unknown option \
+         `bogus`; GitLab takes ro, rw, O, z and a bind propagation"
+    );
+}
+
 #[test]
 fn bad_duration() {
     assert_eq!(

@@ -230,6 +230,11 @@ fn check_runner(f: &mut Findings, path: &KeyPath, runner: &RunnerConfig) {
                 "services_limit must be -1 (no limit) or more",
             );
         }
+        for (j, entry) in docker.volumes.iter().enumerate() {
+            if let Err(e) = flotilla_isolate::docker::volumes::Volume::parse(entry) {
+                f.error(docker_path.key("volumes").index(j), e.to_string());
+            }
+        }
     }
     match (&runner.autoscaler, executor) {
         (None, e) if e.requires_autoscaler() => f.error(

@@ -89,8 +89,14 @@ pub fn docker(cx: &LevelContext<'_>) -> Result<Arc<dyn Isolation>> {
             .clone()
             .unwrap_or_else(|| cx.runner.slot_cgroup_template.clone()),
     });
+    let volumes = docker
+        .volumes
+        .iter()
+        .map(|v| flotilla_isolate::docker::volumes::Volume::parse(v))
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(Arc::new(DockerIsolation::new(DockerIsolationConfig {
         default_image: docker.image.clone(),
+        volumes,
         pull_policy: policies.iter().map(pull).collect(),
         owner: format!("flotilla-{}", cx.runner.name),
         privileged: docker.privileged,

@@ -65,6 +65,8 @@ pub struct DockerEnvironment {
     image: Option<Image>,
     services: Vec<Image>,
     service_env: Vec<Vec<String>>,
+    /// The binds of `[runners.docker] volumes` for this job.
+    volume_binds: Vec<String>,
     made: Arc<Mutex<Made>>,
     /// Docker calls that make something (the network, the containers). They run as tasks of
     /// their own, so that a canceled `prepare` does not abandon one half done on the daemon:
@@ -130,6 +132,9 @@ impl DockerEnvironment {
             .iter()
             .map(|s| service_env(p.job, s, &p.layout.paths, p.slot, "docker"))
             .collect();
+        let unique =
+            super::volumes::unique_name(&p.config.owner, p.job.job_info.project_id, p.slot);
+        let volume_binds = p.config.volumes.iter().map(|v| v.bind(&unique)).collect();
         DockerEnvironment {
             docker: p.docker,
             connector: p.connector,
@@ -141,6 +146,7 @@ impl DockerEnvironment {
             image,
             services,
             service_env,
+            volume_binds,
             made: Arc::new(Mutex::new(Made::default())),
             in_flight: TaskTracker::new(),
             warm: tokio::sync::Mutex::new(None),
@@ -317,6 +323,7 @@ impl DockerEnvironment {
                 .slot_cgroups
                 .as_ref()
                 .map(|t| SlotCgroupTemplates::parent(template(t), self.labels.slot)),
+            binds: self.volume_binds.clone(),
         };
         let (build_settings, service_settings) =
             (settings(|t| &t.build), settings(|t| &t.services));

@@ -18,6 +18,8 @@
 //!   [`DockerIsolationConfig::wait_for_services_timeout`]), with a warning for a service
 //!   that never listened.
 //! - **Pull policies** ([`pull`]): `always`, `if-not-present`, `never`, tried in order.
+//! - **Volumes** ([`volumes`]): GitLab's `volumes`, host paths and named volumes bound as
+//!   written and cache volumes kept per project and slot, in the build and service containers.
 //! - **Labels** ([`labels`]): everything carries `flotilla.managed`, `flotilla.owner`,
 //!   `flotilla.job`, `flotilla.slot`, `flotilla.env` and the manager process's host and pid,
 //!   so cleanup after success, failure or cancellation finds it, and
@@ -33,6 +35,7 @@ pub mod labels;
 pub mod pull;
 pub mod services;
 pub mod spec;
+pub mod volumes;
 mod warm;
 
 pub use environment::DockerEnvironment;
@@ -74,6 +77,9 @@ pub struct DockerIsolationConfig {
     /// Slot cgroups (GitLab's `use_slot_cgroups`): the templates of the build container's and
     /// the services' cgroup parents, `${slot}` replaced by the slot; `None` when off.
     pub slot_cgroups: Option<SlotCgroupTemplates>,
+    /// `[runners.docker] volumes`: bound into the build container and every service
+    /// container ([`volumes`]).
+    pub volumes: Vec<volumes::Volume>,
 }
 
 /// Where a job's containers go in the cgroup tree when slot cgroups are on (GitLab's
@@ -111,6 +117,7 @@ impl Default for DockerIsolationConfig {
             owner: "flotilla".into(),
             privileged: false,
             slot_cgroups: None,
+            volumes: Vec::new(),
         }
     }
 }

@@ -55,6 +55,8 @@ pub struct HostSettings {
     pub privileged: bool,
     /// The cgroup the container's own cgroup is made under (`--cgroup-parent`), absolute.
     pub cgroup_parent: Option<String>,
+    /// Binds every container of the job gets (`[runners.docker] volumes`).
+    pub binds: Vec<String>,
 }
 
 impl HostSettings {
@@ -64,6 +66,11 @@ impl HostSettings {
             host.privileged = Some(true);
         }
         host.cgroup_parent.clone_from(&self.cgroup_parent);
+        if !self.binds.is_empty() {
+            host.binds
+                .get_or_insert_with(Vec::new)
+                .extend(self.binds.iter().cloned());
+        }
         host
     }
 }
