@@ -315,6 +315,14 @@ pub struct DockerConfig {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub pull_policy: Vec<PullPolicy>,
+    /// The pull policies a job's `pull_policy` may name; empty means those of `pull_policy`
+    /// (GitLab's `GetAllowedPullPolicies`), so by default a job cannot ask for more than the
+    /// runner pulls with.
+    #[serde(
+        deserialize_with = "pull_policies",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub allowed_pull_policies: Vec<PullPolicy>,
     /// Most services per job; -1 or unset is no limit.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub services_limit: Option<i64>,
@@ -343,6 +351,15 @@ impl DockerConfig {
             vec![PullPolicy::Always]
         } else {
             self.pull_policy.clone()
+        }
+    }
+
+    /// The pull policies a job may ask for: `allowed_pull_policies`, else those in effect.
+    pub fn allowed_pull_policies(&self) -> Vec<PullPolicy> {
+        if self.allowed_pull_policies.is_empty() {
+            self.effective_pull_policies()
+        } else {
+            self.allowed_pull_policies.clone()
         }
     }
 }
@@ -593,6 +610,27 @@ mod tests {
         assert!(
             e.message().contains("unknown pull_policy `sometimes`"),
             "{e}"
+        );
+    }
+
+    /// Issue 32 (3): a job may ask only for what `allowed_pull_policies` lists, or else for
+    /// what the runner's `pull_policy` is (GitLab's `GetAllowedPullPolicies`); before, it
+    /// could ask for any.
+    #[test]
+    fn a_job_chooses_among_the_runners_pull_policies() {
+        let d: DockerConfig = toml::from_str("pull_policy = \"if-not-present\"").unwrap();
+        assert_eq!(d.allowed_pull_policies(), vec![PullPolicy::IfNotPresent]);
+        assert_eq!(
+            DockerConfig::default().allowed_pull_policies(),
+            vec![PullPolicy::Always]
+        );
+        let d: DockerConfig = toml::from_str(
+            "pull_policy = \"if-not-present\"\nallowed_pull_policies = [\"always\", \"if-not-present\"]",
+        )
+        .unwrap();
+        assert_eq!(
+            d.allowed_pull_policies(),
+            vec![PullPolicy::Always, PullPolicy::IfNotPresent]
         );
     }
 }

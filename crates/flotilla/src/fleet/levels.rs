@@ -98,6 +98,7 @@ pub fn docker(cx: &LevelContext<'_>) -> Result<Arc<dyn Isolation>> {
         default_image: docker.image.clone(),
         volumes,
         pull_policy: policies.iter().map(pull).collect(),
+        allowed_pull_policies: docker.allowed_pull_policies().iter().map(pull).collect(),
         owner: format!("flotilla-{}", cx.runner.name),
         privileged: docker.privileged,
         slot_cgroups,

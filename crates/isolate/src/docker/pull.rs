@@ -68,17 +68,27 @@ fn names(p: &[PullPolicy]) -> String {
     p.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(", ")
 }
 
+/// A list as Go's `%v` prints it: `[always if-not-present]`.
+fn go_list(p: &[PullPolicy]) -> String {
+    let names: Vec<&str> = p.iter().map(|p| p.as_str()).collect();
+    format!("[{}]", names.join(" "))
+}
+
 /// The policies to try for an image whose job asks for `requested` (may be empty), given the
-/// configured default and the allowed ones (empty `allowed` means: those of the default).
+/// configured default (empty: `if-not-present`) and the allowed ones (empty: those of the
+/// default), as GitLab Runner's `ComputeEffectivePullPolicies` does
+/// (`helpers/pull_policies/pull_policies.go`): the chosen policies that are allowed, in their
+/// order; an error, in GitLab's words, only when none is.
 pub fn effective(
     requested: &[String],
     default: &[PullPolicy],
     allowed: &[PullPolicy],
 ) -> Result<Vec<PullPolicy>, String> {
-    let default: Vec<PullPolicy> = if default.is_empty() {
-        vec![PullPolicy::IfNotPresent]
-    } else {
+    let configured = !default.is_empty();
+    let default: Vec<PullPolicy> = if configured {
         default.to_vec()
+    } else {
+        vec![PullPolicy::IfNotPresent]
     };
     let allowed: &[PullPolicy] = if allowed.is_empty() {
         &default
@@ -90,18 +100,24 @@ pub fn effective(
         .filter(|s| !s.trim().is_empty())
         .map(|s| s.parse::<PullPolicy>())
         .collect::<Result<Vec<_>, _>>()?;
-    let chosen = if requested.is_empty() {
-        default.clone()
-    } else {
-        requested
+    let (chosen, source) = match (requested.is_empty(), configured) {
+        (false, _) => (requested, "GitLab pipeline config"),
+        (true, true) => (default.clone(), "Runner config"),
+        (true, false) => (default.clone(), "Runner config (default)"),
     };
-    if let Some(bad) = chosen.iter().find(|p| !allowed.contains(p)) {
+    let kept: Vec<PullPolicy> = chosen
+        .iter()
+        .copied()
+        .filter(|p| allowed.contains(p))
+        .collect();
+    if kept.is_empty() {
         return Err(format!(
-            "pull policy {bad} is not one of the allowed pull policies ({})",
-            names(allowed)
+            "pull_policy ({}) defined in {source} is not one of the allowed_pull_policies ({})",
+            go_list(&chosen),
+            go_list(allowed)
         ));
     }
-    Ok(chosen)
+    Ok(kept)
 }
 
 /// `fromImage` and `tag` for pulling `name`: the tag split off (`latest` when there is none);
@@ -223,10 +239,29 @@ mod tests {
             effective(&s(&["always", "if-not-present"]), &[], &PullPolicy::ALL).unwrap(),
             vec![Always, IfNotPresent]
         );
+        // Without allowed_pull_policies, the runner's pull_policy is the list a job chooses
+        // from (GitLab's GetAllowedPullPolicies); GitLab's words when nothing is left.
         let e = effective(&s(&["never"]), &[Always], &[]).unwrap_err();
-        assert!(
-            e.contains("not one of the allowed pull policies (always)"),
-            "{e}"
+        assert_eq!(
+            e,
+            "pull_policy ([never]) defined in GitLab pipeline config is not one of the \
+             allowed_pull_policies ([always])"
+        );
+        // Those allowed are kept, in the job's order; the rest dropped, as GitLab does.
+        assert_eq!(
+            effective(
+                &s(&["never", "if-not-present"]),
+                &[Always],
+                &[IfNotPresent, Always]
+            )
+            .unwrap(),
+            vec![IfNotPresent]
+        );
+        let e = effective(&[], &[Always], &[Never]).unwrap_err();
+        assert_eq!(
+            e,
+            "pull_policy ([always]) defined in Runner config is not one of the \
+             allowed_pull_policies ([never])"
         );
         let e = effective(&s(&["sometimes"]), &[], &[]).unwrap_err();
         assert!(e.contains("unknown pull policy \"sometimes\""), "{e}");

@@ -231,10 +231,18 @@ mod tests {
         let settings = HostSettings {
             privileged: true,
             cgroup_parent: Some("/gitlab-runner/slot-3".into()),
+            binds: vec!["vol:/certs/client".into()],
         };
         let b = build_container(&image, &[], "", "/b/3", Some("n"), &labels(), &settings);
         let s = service_container(&image, 0, vec![], "n", &labels(), &settings);
-        for host in [b.host_config.unwrap(), s.host_config.unwrap()] {
+        let (bh, sh) = (b.host_config.unwrap(), s.host_config.unwrap());
+        assert_eq!(
+            bh.binds.clone().unwrap(),
+            vec!["/b/3:/b/3", "vol:/certs/client"],
+            "the slot directory, then the volumes"
+        );
+        assert_eq!(sh.binds.clone().unwrap(), vec!["vol:/certs/client"]);
+        for host in [bh, sh] {
             assert_eq!(host.privileged, Some(true));
             assert_eq!(host.cgroup_parent.as_deref(), Some("/gitlab-runner/slot-3"));
         }
