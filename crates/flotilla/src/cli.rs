@@ -19,9 +19,9 @@ pub struct Cli {
     /// directive. Overrides `RUST_LOG`.
     #[arg(long, global = true, value_name = "LEVEL")]
     pub log_level: Option<String>,
-    /// Log line format.
-    #[arg(long, global = true, value_enum, default_value_t = LogOutput::Text)]
-    pub log_format: LogOutput,
+    /// Log line format (default text; `run` takes the configuration's `log_format`).
+    #[arg(long, global = true, value_enum)]
+    pub log_format: Option<LogOutput>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -182,11 +182,27 @@ pub fn main() -> ExitCode {
     };
     // `exec`, `simulate` and `migrate` talk to a person: only warnings and errors unless
     // asked for more (a simulation's scaler decides thousands of times a simulated day).
-    let default_level = match cli.command {
+    let mut default_level = match cli.command {
         Command::Exec(_) | Command::Simulate(_) | Command::Migrate(_) | Command::Debug(_) => "warn",
         _ => "info",
     };
-    if let Err(message) = init_logging(cli.log_level.as_deref(), cli.log_format, default_level) {
+    let mut format = cli.log_format;
+    // `run` takes the configuration's `log_level` and `log_format`, as `gitlab-runner run`
+    // does; the command line (and `RUST_LOG`) still win.
+    if let Command::Run(args) = &cli.command
+        && let Ok(path) = crate::config::location::find(args.config.as_deref())
+        && let Ok(loaded) = crate::config::Config::load(&path)
+    {
+        if let Some(level) = loaded.config.log_level {
+            default_level = level.as_filter();
+        }
+        format = format.or(loaded.config.log_format.map(|f| match f {
+            crate::config::LogFormat::Json => LogOutput::Json,
+            crate::config::LogFormat::Runner | crate::config::LogFormat::Text => LogOutput::Text,
+        }));
+    }
+    let format = format.unwrap_or(LogOutput::Text);
+    if let Err(message) = init_logging(cli.log_level.as_deref(), format, default_level) {
         eprintln!("error: {message}");
         return ExitCode::from(2);
     }

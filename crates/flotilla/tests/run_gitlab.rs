@@ -83,6 +83,52 @@ async fn run_takes_jobs_and_stops_gracefully() {
     );
 }
 
+/// Issue 32 (4): `log_level` and `log_format` of `config.toml` apply to `flotilla run`, in
+/// the spellings GitLab Runner takes (`Debug`); before, they were parsed and never applied.
+/// (`--log-level`, `--log-format` and `RUST_LOG` still win; this run sets none.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_logs_as_the_configuration_says() {
+    let gl = gitlab().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_local_config(dir.path(), gl.url(), TOKEN, 1);
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        format!("log_level = \"Debug\"\nlog_format = \"json\"\n{text}"),
+    )
+    .unwrap();
+    let stderr = dir.path().join("stderr");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_flotilla"))
+        .args(["run", "--config"])
+        .arg(&config)
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .unwrap();
+    let read = || std::fs::read_to_string(&stderr).unwrap_or_default();
+    for _ in 0..200 {
+        if read().contains("\"level\":\"DEBUG\"") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    let _ = child.wait();
+    let log = read();
+    assert!(log.contains("\"level\":\"DEBUG\""), "no debug line:\n{log}");
+    for line in log.lines().filter(|l| !l.trim().is_empty()) {
+        assert!(
+            serde_json::from_str::<serde_json::Value>(line).is_ok(),
+            "not a JSON line: {line}"
+        );
+    }
+}
+
 /// A token GitLab refuses does not stop `flotilla run` (GitLab Runner's `run` does not even
 /// verify; GitLab may be fixed meanwhile): it says so clearly, without the token, keeps
 /// trying, and stops cleanly when told.

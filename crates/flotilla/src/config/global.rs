@@ -9,10 +9,13 @@ use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// GitLab Runner's log levels.
+/// GitLab Runner's log levels, read as logrus's `ParseLevel` reads them (any case; `warning`
+/// for `warn`), which is what GitLab Runner takes for `log_level`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "lowercase", try_from = "String")]
 pub enum LogLevel {
+    /// `trace`.
+    Trace,
     /// `debug`.
     Debug,
     /// `info`.
@@ -27,10 +30,33 @@ pub enum LogLevel {
     Panic,
 }
 
+impl TryFrom<String> for LogLevel {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, String> {
+        Ok(match s.to_ascii_lowercase().as_str() {
+            "trace" => LogLevel::Trace,
+            "debug" => LogLevel::Debug,
+            "info" => LogLevel::Info,
+            "warn" | "warning" => LogLevel::Warn,
+            "error" => LogLevel::Error,
+            "fatal" => LogLevel::Fatal,
+            "panic" => LogLevel::Panic,
+            _ => {
+                return Err(format!(
+                    "unknown log_level `{s}`; expected trace, debug, info, warn, error, fatal \
+                     or panic"
+                ));
+            }
+        })
+    }
+}
+
 impl LogLevel {
     /// The matching `tracing` filter directive.
     pub fn as_filter(self) -> &'static str {
         match self {
+            LogLevel::Trace => "trace",
             LogLevel::Debug => "debug",
             LogLevel::Info => "info",
             LogLevel::Warn => "warn",
@@ -142,5 +168,24 @@ mod tests {
     fn log_levels_map_to_filters() {
         assert_eq!(LogLevel::Fatal.as_filter(), "error");
         assert_eq!(LogLevel::Debug.as_filter(), "debug");
+    }
+
+    /// Issue 32 (4): the spellings GitLab Runner takes (logrus `ParseLevel`) load; before,
+    /// `warning`, `trace` and capitalised values were load errors.
+    #[test]
+    fn log_levels_as_gitlab_reads_them() {
+        for (written, level) in [
+            ("warning", LogLevel::Warn),
+            ("Warn", LogLevel::Warn),
+            ("trace", LogLevel::Trace),
+            ("DEBUG", LogLevel::Debug),
+            ("Info", LogLevel::Info),
+            ("panic", LogLevel::Panic),
+        ] {
+            let c: Config = toml::from_str(&format!("log_level = \"{written}\"")).unwrap();
+            assert_eq!(c.log_level, Some(level), "{written}");
+        }
+        let e = toml::from_str::<Config>("log_level = \"loud\"").unwrap_err();
+        assert!(e.message().contains("unknown log_level `loud`"), "{e}");
     }
 }
