@@ -414,3 +414,53 @@ async fn infra_docker_volumes_reach_the_build_and_service_containers() {
         "the instance's directory: {t}"
     );
 }
+
+/// `[runners.docker] cpus` and `memory` limit the build container, and `services_limit`
+/// refuses a job with more services, in GitLab's words (`executors/docker/services.go`).
+/// Before, all three were parsed and dropped.
+#[tokio::test]
+async fn infra_docker_cpus_memory_and_services_limit_reach_the_engine() {
+    if !require(Infra::Docker) {
+        return;
+    }
+    let config = flotilla_isolate::DockerIsolationConfig {
+        build_limits: flotilla_isolate::docker::limits::BuildLimits::parse(
+            Some("0.5"),
+            Some("64m"),
+        )
+        .unwrap(),
+        services_limit: Some(1),
+        ..Default::default()
+    };
+    let f = DockerFleet::start(flotilla_testkit::docker_fleet::FleetOptions::new(
+        "limits",
+        flotilla_testkit::docker_fleet::FleetIsolation::Docker(Box::new(config)),
+    ))
+    .await;
+    let (r, t) = dispatch(
+        &f.dispatcher,
+        &job_at(
+            Level::Docker,
+            &[
+                "echo memory=$(cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max)",
+                "echo cpu=$(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us 2>/dev/null || cat /sys/fs/cgroup/cpu.max)",
+            ],
+        ),
+    )
+    .await;
+    assert_eq!(r.outcome, Outcome::Success, "{t}");
+    assert!(t.contains("memory=67108864"), "{t}");
+    assert!(t.contains("cpu=50000"), "{t}");
+
+    let mut two = job_at(Level::Docker, &["true"]);
+    two.services = vec![web_service("one", "a"), web_service("two", "b")];
+    let (r, t) = dispatch(&f.dispatcher, &two).await;
+    assert!(
+        matches!(r.outcome, Outcome::Failed { .. }),
+        "two services with services_limit = 1 ran: {t}"
+    );
+    assert!(
+        t.contains("too many services requested: 2, only 1 allowed"),
+        "{t}"
+    );
+}

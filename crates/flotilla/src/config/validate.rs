@@ -230,6 +230,12 @@ fn check_runner(f: &mut Findings, path: &KeyPath, runner: &RunnerConfig) {
                 "services_limit must be -1 (no limit) or more",
             );
         }
+        if let Err(e) = flotilla_isolate::docker::limits::BuildLimits::parse(
+            docker.cpus.as_deref(),
+            docker.memory.as_deref(),
+        ) {
+            f.error(docker_path.key(e.key), e.to_string());
+        }
         for (j, entry) in docker.volumes.iter().enumerate() {
             if let Err(e) = flotilla_isolate::docker::volumes::Volume::parse(entry) {
                 f.error(docker_path.key("volumes").index(j), e.to_string());

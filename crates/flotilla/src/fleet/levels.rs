@@ -94,9 +94,15 @@ pub fn docker(cx: &LevelContext<'_>) -> Result<Arc<dyn Isolation>> {
         .iter()
         .map(|v| flotilla_isolate::docker::volumes::Volume::parse(v))
         .collect::<Result<Vec<_>, _>>()?;
+    let build_limits = flotilla_isolate::docker::limits::BuildLimits::parse(
+        docker.cpus.as_deref(),
+        docker.memory.as_deref(),
+    )?;
     Ok(Arc::new(DockerIsolation::new(DockerIsolationConfig {
         default_image: docker.image.clone(),
         volumes,
+        build_limits,
+        services_limit: docker.services_limit,
         pull_policy: policies.iter().map(pull).collect(),
         allowed_pull_policies: docker.allowed_pull_policies().iter().map(pull).collect(),
         owner: format!("flotilla-{}", cx.runner.name),

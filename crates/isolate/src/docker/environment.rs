@@ -237,6 +237,11 @@ impl DockerEnvironment {
                 unsupported.join(", ")
             )));
         }
+        if let Some(refused) =
+            super::limits::too_many_services(self.services.len(), self.config.services_limit)
+        {
+            return Err(EnvError::Configuration(refused));
+        }
         let docker_opts = image.executor_opts.docker.clone().unwrap_or_default();
         let build_policies = self.policies(image)?;
         let service_policies = self
@@ -324,9 +329,11 @@ impl DockerEnvironment {
                 .as_ref()
                 .map(|t| SlotCgroupTemplates::parent(template(t), self.labels.slot)),
             binds: self.volume_binds.clone(),
+            limits: Default::default(),
         };
-        let (build_settings, service_settings) =
+        let (mut build_settings, service_settings) =
             (settings(|t| &t.build), settings(|t| &t.services));
+        build_settings.limits = self.config.build_limits;
         if let Some(parent) = &build_settings.cgroup_parent {
             say(
                 log,

@@ -32,6 +32,7 @@ mod cleanup;
 mod client;
 mod environment;
 pub mod labels;
+pub mod limits;
 pub mod pull;
 pub mod services;
 pub mod spec;
@@ -80,6 +81,11 @@ pub struct DockerIsolationConfig {
     /// `[runners.docker] volumes`: bound into the build container and every service
     /// container ([`volumes`]).
     pub volumes: Vec<volumes::Volume>,
+    /// `[runners.docker] cpus` and `memory`: the build container's limits ([`limits`]).
+    pub build_limits: limits::BuildLimits,
+    /// `[runners.docker] services_limit`: most services a job may start (`None` or negative:
+    /// no limit); a job with more fails, in GitLab's words.
+    pub services_limit: Option<i64>,
 }
 
 /// Where a job's containers go in the cgroup tree when slot cgroups are on (GitLab's
@@ -118,6 +124,8 @@ impl Default for DockerIsolationConfig {
             privileged: false,
             slot_cgroups: None,
             volumes: Vec::new(),
+            build_limits: limits::BuildLimits::default(),
+            services_limit: None,
         }
     }
 }

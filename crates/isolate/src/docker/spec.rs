@@ -57,6 +57,8 @@ pub struct HostSettings {
     pub cgroup_parent: Option<String>,
     /// Binds every container of the job gets (`[runners.docker] volumes`).
     pub binds: Vec<String>,
+    /// CPU and memory limits (the build container's `cpus` and `memory`).
+    pub limits: super::limits::BuildLimits,
 }
 
 impl HostSettings {
@@ -66,6 +68,8 @@ impl HostSettings {
             host.privileged = Some(true);
         }
         host.cgroup_parent.clone_from(&self.cgroup_parent);
+        host.nano_cpus = self.limits.nano_cpus;
+        host.memory = self.limits.memory;
         if !self.binds.is_empty() {
             host.binds
                 .get_or_insert_with(Vec::new)
@@ -232,6 +236,7 @@ mod tests {
             privileged: true,
             cgroup_parent: Some("/gitlab-runner/slot-3".into()),
             binds: vec!["vol:/certs/client".into()],
+            limits: Default::default(),
         };
         let b = build_container(&image, &[], "", "/b/3", Some("n"), &labels(), &settings);
         let s = service_container(&image, 0, vec![], "n", &labels(), &settings);
@@ -242,6 +247,21 @@ mod tests {
             "the slot directory, then the volumes"
         );
         assert_eq!(sh.binds.clone().unwrap(), vec!["vol:/certs/client"]);
+        // cpus and memory are the build container's (services have keys of their own).
+        let limited = HostSettings {
+            limits: crate::docker::limits::BuildLimits {
+                nano_cpus: Some(500_000_000),
+                memory: Some(64 << 20),
+            },
+            ..settings.clone()
+        };
+        let b = build_container(&image, &[], "", "/b/3", Some("n"), &labels(), &limited);
+        let bh2 = b.host_config.unwrap();
+        assert_eq!(
+            (bh2.nano_cpus, bh2.memory),
+            (Some(500_000_000), Some(64 << 20))
+        );
+        assert_eq!((sh.nano_cpus, sh.memory), (None, None));
         for host in [bh, sh] {
             assert_eq!(host.privileged, Some(true));
             assert_eq!(host.cgroup_parent.as_deref(), Some("/gitlab-runner/slot-3"));
