@@ -409,6 +409,7 @@ async fn execute(
             ..RunOptions::default()
         },
         durable: None,
+        local_slots: None,
     };
     let provider = fleet::provider(runner, Some(&state)).await?;
     let fleet = fleet::from_runner(runner, provider, parts).await?;

@@ -83,6 +83,51 @@ async fn run_takes_jobs_and_stops_gracefully() {
     );
 }
 
+/// Issue 32 (5): a shell runner without `[runners.autoscaler]` runs as many jobs at once as
+/// `limit`, else `concurrent`, says, as GitLab Runner does, whatever the cores. Before, it ran
+/// one per core: here every job waits at a barrier for all the others, which only passes when
+/// they all run at once, two more than this machine has cores.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shell_runner_runs_concurrent_jobs_whatever_the_cores() {
+    let gl = gitlab().await;
+    let dir = tempfile::tempdir().unwrap();
+    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get()) + 2;
+    let config = write_local_config(dir.path(), gl.url(), TOKEN, jobs as u32);
+    let barrier = dir.path().join("barrier");
+    std::fs::create_dir_all(&barrier).unwrap();
+    let mut m = Manager::start(&config, &[]);
+    let ids: Vec<i64> = (0..jobs)
+        .map(|i| {
+            gl.enqueue(
+                TOKEN,
+                JobBuilder::new(&format!("wait-{i}"))
+                    .variable("BARRIER", barrier.display().to_string())
+                    .variable("JOBS", jobs.to_string())
+                    .script([
+                        "touch \"$BARRIER/$CI_JOB_ID\"",
+                        "for i in $(seq 1 300); do [ \"$(ls \"$BARRIER\" | wc -l)\" -ge \"$JOBS\" ] && exit 0; sleep 0.1; done; echo only $(ls \"$BARRIER\" | wc -l) of $JOBS ran at once; exit 1",
+                    ]),
+            )
+        })
+        .collect();
+    assert!(
+        gl.wait_finished(&ids, Duration::from_secs(90)).await,
+        "jobs did not finish; manager log:\n{}",
+        m.log_tail()
+    );
+    for id in ids {
+        let j = gl.job(id).unwrap();
+        assert_eq!(
+            j.final_update.clone().unwrap().state,
+            "success",
+            "{}",
+            j.trace_text()
+        );
+    }
+    m.signal(libc::SIGTERM);
+    let _ = m.wait(Duration::from_secs(30)).await;
+}
+
 /// Issue 32 (4): `log_level` and `log_format` of `config.toml` apply to `flotilla run`, in
 /// the spellings GitLab Runner takes (`Debug`); before, they were parsed and never applied.
 /// (`--log-level`, `--log-format` and `RUST_LOG` still win; this run sets none.)

@@ -80,6 +80,10 @@ pub struct FleetParts {
     pub run_options: RunOptions,
     /// Durable ledger state, for fleets that survive restarts.
     pub durable: Option<Durable>,
+    /// How many jobs this host runs at once when a runner sets no `[runners.autoscaler]`:
+    /// GitLab Runner's `limit`, else `concurrent` (a shell or docker runner runs that many
+    /// whatever the cores). `None`: one per core, the embedded default's rule.
+    pub local_slots: Option<usize>,
 }
 
 impl std::fmt::Debug for FleetParts {
@@ -232,7 +236,7 @@ pub async fn from_runner(
         );
     }
     if capabilities.single_host && runner.autoscaler.is_none() {
-        config.capacity_per_instance = default_slots();
+        config.capacity_per_instance = parts.local_slots.unwrap_or_else(default_slots).max(1);
     }
     let connectors = registry::connectors(capabilities.connector, group.clone());
     let builds_dir = match &runner.builds_dir {

@@ -246,6 +246,11 @@ async fn start_fleet(
             .to_string_lossy()
             .into_owned(),
         run_options,
+        local_slots: Some(if runner.limit > 0 {
+            runner.limit as usize
+        } else {
+            shared.config.concurrent.max(1) as usize
+        }),
         durable: Some(Durable {
             persisted,
             journal: store.journal(scope),

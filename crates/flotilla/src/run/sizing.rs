@@ -160,6 +160,7 @@ impl SizedFleets {
             local_builds_dir: self.parts.local_builds_dir.clone(),
             run_options: self.parts.run_options.clone(),
             durable: None,
+            local_slots: None,
         };
         let fleet = fleet::from_runner(&self.runner, provider, parts).await?;
         tracing::info!(runner = %self.runner.name, shape = %shape, "a fleet of pods sized {shape}");
