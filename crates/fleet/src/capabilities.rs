@@ -26,8 +26,8 @@ pub enum ConnectorKind {
 #[serde(default)]
 pub struct Capabilities {
     /// The group is the host flotilla runs on, as its only instance: jobs' builds live in
-    /// flotilla's own state directory, and a runner that sets no autoscaler gets one slot per
-    /// core.
+    /// flotilla's own state directory, and a runner that sets no autoscaler gets as many slots
+    /// as its `limit`, else `concurrent`, allows (one per core under `flotilla exec`).
     pub single_host: bool,
     /// Instances the group holds that flotilla has no record of (it did not create them, or
     /// its state was lost) may be adopted and used. Otherwise they are someone else's and
