@@ -464,3 +464,46 @@ async fn infra_docker_cpus_memory_and_services_limit_reach_the_engine() {
         "{t}"
     );
 }
+
+/// Issue 31 (0): a job's `hooks:pre_get_sources_script` and `post_get_sources_script` are
+/// its own commands, and at the docker level they run in the job's container, never in the
+/// instance's shell that other jobs share (GitLab runs them in the helper container, the
+/// job's too). Before, they ran on the instance, outside the container.
+#[tokio::test]
+async fn infra_docker_get_sources_hooks_run_in_the_jobs_container() {
+    if !require(Infra::Docker) {
+        return;
+    }
+    let f = DockerFleet::start(flotilla_testkit::docker_fleet::FleetOptions::docker(
+        "hooks",
+    ))
+    .await;
+    let mut j = job_at(
+        Level::Docker,
+        &["ls /pre-hook-was-here /post-hook-was-here && echo both-hooks-ran-in-the-container"],
+    );
+    j.hooks = vec![
+        flotilla_job::model::Hook {
+            name: flotilla_job::model::HOOK_PRE_GET_SOURCES.into(),
+            script: vec!["touch /pre-hook-was-here".into()],
+        },
+        flotilla_job::model::Hook {
+            name: flotilla_job::model::HOOK_POST_GET_SOURCES.into(),
+            script: vec!["touch /post-hook-was-here".into()],
+        },
+    ];
+    let (r, t) = dispatch(&f.dispatcher, &j).await;
+    assert_eq!(r.outcome, Outcome::Success, "{t}");
+    assert!(t.contains("both-hooks-ran-in-the-container"), "{t}");
+    let instance = f.instances()[0].clone();
+    let on_host = on_instance(
+        &f,
+        &instance,
+        "ls /pre-hook-was-here /post-hook-was-here 2>&1 || true",
+    )
+    .await;
+    assert!(
+        on_host.contains("No such file"),
+        "a hook ran on the instance: {on_host}"
+    );
+}

@@ -451,7 +451,29 @@ impl Run<'_, '_> {
         let since = self
             .begin("get_sources", "Getting source from Git repository")
             .await;
-        let script = self.script_context(&self.vars).get_sources_script(self.job);
+        // The job's hooks are its own commands: where the build place is the job's own
+        // container or VM, the helper place (the instance's shell, shared with other jobs) is
+        // outside it, and they run in the build place instead (GitLab runs them in the helper
+        // container, which is the job's too).
+        let hooks_apart = self.runner.env.disposable();
+        if hooks_apart
+            && let Some(pre) = self
+                .script_context(&self.vars)
+                .pre_get_sources_script(self.job)
+        {
+            self.say(
+                "Running hooks:pre_get_sources_script in the job's container (the sources are \
+                 fetched on the instance, outside it; its git settings do not reach the fetch)",
+            )
+            .await;
+            if !self.hook_script(Place::Build, pre).await {
+                self.end("get_sources", since, false).await;
+                return;
+            }
+        }
+        let script = self
+            .script_context(&self.vars)
+            .get_sources_script(self.job, !hooks_apart);
         let script = match script {
             Ok(s) => s,
             Err(e) => {
@@ -492,16 +514,25 @@ impl Run<'_, '_> {
         }
         if ok && self.job.local_sources.is_some() {
             ok = self.local_sources().await;
+        } else if ok
+            && hooks_apart
+            && let Some(post) = self
+                .script_context(&self.vars)
+                .post_get_sources_script(self.job)
+        {
+            ok = self.hook_script(Place::Build, post).await;
         }
         self.end("get_sources", since, ok).await;
     }
 
     /// Runs one `get_sources` script in the helper place.
     async fn sources_script(&self, script: String) -> Result<(), SourcesFailure> {
-        match self
-            .script(Place::Helper, script, self.pre_limits(None))
-            .await
-        {
+        self.sources_script_at(Place::Helper, script).await
+    }
+
+    /// A `get_sources` script at `place`.
+    async fn sources_script_at(&self, place: Place, script: String) -> Result<(), SourcesFailure> {
+        match self.script(place, script, self.pre_limits(None)).await {
             Ok(Ok(status)) if status.success() => Ok(()),
             Ok(Ok(status)) => Err(SourcesFailure::Failed(
                 FailureReason::ScriptFailure,
@@ -537,7 +568,18 @@ impl Run<'_, '_> {
         else {
             return true;
         };
-        match self.sources_script(script).await {
+        let place = if self.runner.env.disposable() {
+            Place::Build
+        } else {
+            Place::Helper
+        };
+        self.hook_script(place, script).await
+    }
+
+    /// Runs a `get_sources` hook script at `place`; whether it succeeded (a failure or a stop
+    /// is recorded).
+    async fn hook_script(&mut self, place: Place, script: String) -> bool {
+        match self.sources_script_at(place, script).await {
             Ok(()) => true,
             Err(SourcesFailure::Failed(reason, message)) => {
                 self.error(&message).await;

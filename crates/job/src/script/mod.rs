@@ -101,17 +101,39 @@ impl ScriptContext<'_> {
         w.finish()
     }
 
-    /// The `get_sources` script for this job (see [`SourcesPlan`]).
-    pub fn get_sources_script(&self, job: &JobPayload) -> Result<String, ScriptError> {
+    /// The `get_sources` script for this job (see [`SourcesPlan`]), with the job's
+    /// `hooks:pre_get_sources_script` and `post_get_sources_script` in it when `with_hooks`;
+    /// otherwise they run apart ([`Self::pre_get_sources_script`],
+    /// [`Self::post_get_sources_script`]).
+    pub fn get_sources_script(
+        &self,
+        job: &JobPayload,
+        with_hooks: bool,
+    ) -> Result<String, ScriptError> {
         let plan = SourcesPlan::new(job, self.vars)?;
         let mut w = self.writer(true);
-        plan.write(&mut w, job, self.builds_dir, self.project_dir);
+        plan.write(&mut w, job, self.builds_dir, self.project_dir, with_hooks);
         Ok(w.finish())
     }
 
-    /// The second half of `get_sources` for a job whose sources come as an archive
-    /// ([`crate::model::LocalSources`]): `hooks:post_get_sources_script` in the project
-    /// directory, once the archive is extracted. `None` when the job has no such hook.
+    /// `hooks:pre_get_sources_script` alone, in the builds directory. `None` when the job has
+    /// no such hook.
+    pub fn pre_get_sources_script(&self, job: &JobPayload) -> Option<String> {
+        if job.hook(crate::model::HOOK_PRE_GET_SOURCES).is_empty() {
+            return None;
+        }
+        let mut w = self.writer(false);
+        let qbuilds = flotilla_shell::quote(self.builds_dir);
+        w.line(&format!("[ -d {qbuilds} ] || mkdir -p {qbuilds}"));
+        w.cd(self.builds_dir);
+        sources::write_pre_hooks(&mut w, job);
+        Some(w.finish())
+    }
+
+    /// `hooks:post_get_sources_script` alone, in the project directory: the second half of
+    /// `get_sources` for a job whose sources come as an archive
+    /// ([`crate::model::LocalSources`]), once the archive is extracted, or where the hooks run
+    /// apart from the fetch. `None` when the job has no such hook.
     pub fn post_get_sources_script(&self, job: &JobPayload) -> Option<String> {
         if job.hook(crate::model::HOOK_POST_GET_SOURCES).is_empty() {
             return None;

@@ -154,8 +154,16 @@ impl SourcesPlan {
         )
     }
 
-    /// Writes the stage's commands.
-    pub fn write(&self, w: &mut ScriptWriter, job: &JobPayload, builds_dir: &str, dir: &str) {
+    /// Writes the stage's commands; the job's `hooks` too unless they run elsewhere
+    /// (`with_hooks` false: in the job's container or VM, see the runner's `get_sources`).
+    pub fn write(
+        &self,
+        w: &mut ScriptWriter,
+        job: &JobPayload,
+        builds_dir: &str,
+        dir: &str,
+        with_hooks: bool,
+    ) {
         w.export("GIT_TERMINAL_PROMPT", "0");
         w.export("GCM_INTERACTIVE", "Never");
         if let Some((user, password)) = &self.credentials {
@@ -166,8 +174,8 @@ impl SourcesPlan {
         let qbuilds = quote(builds_dir);
         w.line(&format!("[ -d {qbuilds} ] || mkdir -p {qbuilds}"));
         w.cd(builds_dir);
-        for c in job.hook(HOOK_PRE_GET_SOURCES) {
-            w.command(c);
+        if with_hooks {
+            write_pre_hooks(w, job);
         }
         let qdir = quote(dir);
         if let Some(local) = &job.local_sources {
@@ -192,10 +200,13 @@ impl SourcesPlan {
             }
             GitStrategy::Clone | GitStrategy::Fetch => self.write_git(w, job, &qdir),
         }
-        if self.strategy != GitStrategy::None || !job.hook(HOOK_POST_GET_SOURCES).is_empty() {
+        let post = with_hooks && !job.hook(HOOK_POST_GET_SOURCES).is_empty();
+        if self.strategy != GitStrategy::None || post {
             w.cd(dir);
         }
-        write_post_hooks(w, job);
+        if with_hooks {
+            write_post_hooks(w, job);
+        }
     }
 
     fn write_git(&self, w: &mut ScriptWriter, job: &JobPayload, qdir: &str) {
@@ -282,6 +293,13 @@ impl SourcesPlan {
                 w.line(&format!("{git} submodule update --init --recursive"));
             }
         }
+    }
+}
+
+/// `hooks:pre_get_sources_script`, run in the builds directory.
+pub(super) fn write_pre_hooks(w: &mut ScriptWriter, job: &JobPayload) {
+    for c in job.hook(HOOK_PRE_GET_SOURCES) {
+        w.command(c);
     }
 }
 

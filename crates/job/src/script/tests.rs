@@ -267,7 +267,7 @@ fn get_sources_script_uses_a_credential_helper_not_the_url() {
         builds_dir: "/b",
         project_dir: "/b/p",
     };
-    let s = ctx.get_sources_script(&job).unwrap();
+    let s = ctx.get_sources_script(&job, true).unwrap();
     assert!(
         s.contains("git remote add origin https://gitlab.example.com/g/p.git"),
         "{s}"
