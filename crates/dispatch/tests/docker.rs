@@ -507,3 +507,51 @@ async fn infra_docker_get_sources_hooks_run_in_the_jobs_container() {
         "a hook ran on the instance: {on_host}"
     );
 }
+
+/// Issue 32 (security controls): `allowed_images` and `allowed_services` refuse a job that
+/// names an image or a service off the list, in GitLab's words, before anything is pulled;
+/// the runner's default image is always allowed. Before, both were ignored (failing open).
+#[tokio::test]
+async fn infra_docker_allowed_images_and_services_refuse_the_job() {
+    if !require(Infra::Docker) {
+        return;
+    }
+    use flotilla_isolate::docker::allowed::AllowedImages;
+    let config = flotilla_isolate::DockerIsolationConfig {
+        allowed_images: AllowedImages::new(&["registry.example/**/*:*".to_string()]).unwrap(),
+        allowed_services: AllowedImages::new(&["registry.example/**/*:*".to_string()]).unwrap(),
+        default_image: Some(busybox_image()),
+        ..Default::default()
+    };
+    let f = DockerFleet::start(flotilla_testkit::docker_fleet::FleetOptions::new(
+        "allowed",
+        flotilla_testkit::docker_fleet::FleetIsolation::Docker(Box::new(config)),
+    ))
+    .await;
+    // The runner's own default image is allowed.
+    let (r, t) = dispatch(&f.dispatcher, &job_at(Level::Docker, &["echo allowed"])).await;
+    assert_eq!(r.outcome, Outcome::Success, "{t}");
+
+    let mut off_list = job_at(Level::Docker, &["echo must-not-run"]);
+    off_list.image = Some(Image {
+        name: "evil/miner:latest".into(),
+        ..Default::default()
+    });
+    let (r, t) = dispatch(&f.dispatcher, &off_list).await;
+    assert!(matches!(r.outcome, Outcome::Failed { .. }), "{t}");
+    assert!(
+        t.contains("The \"evil/miner:latest\" image is not present on list of allowed images:")
+            && t.contains("- registry.example/**/*:*"),
+        "{t}"
+    );
+    assert!(!t.contains("must-not-run") && !t.contains("Pulling"), "{t}");
+
+    let mut service = job_at(Level::Docker, &["echo must-not-run"]);
+    service.services = vec![web_service("svc", "x")];
+    let (r, t) = dispatch(&f.dispatcher, &service).await;
+    assert!(matches!(r.outcome, Outcome::Failed { .. }), "{t}");
+    assert!(
+        t.contains("image is not present on list of allowed services:"),
+        "{t}"
+    );
+}

@@ -323,6 +323,13 @@ pub struct DockerConfig {
         skip_serializing_if = "Vec::is_empty"
     )]
     pub allowed_pull_policies: Vec<PullPolicy>,
+    /// The images a job may name (doublestar patterns); empty: any. The default `image` is
+    /// always allowed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allowed_images: Vec<String>,
+    /// The services a job may name (doublestar patterns); empty: any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allowed_services: Vec<String>,
     /// Most services per job; -1 or unset is no limit.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub services_limit: Option<i64>,

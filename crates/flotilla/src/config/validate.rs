@@ -236,6 +236,18 @@ fn check_runner(f: &mut Findings, path: &KeyPath, runner: &RunnerConfig) {
         ) {
             f.error(docker_path.key(e.key), e.to_string());
         }
+        for (key, patterns) in [
+            ("allowed_images", &docker.allowed_images),
+            ("allowed_services", &docker.allowed_services),
+        ] {
+            for (j, pattern) in patterns.iter().enumerate() {
+                if let Err(e) = flotilla_isolate::docker::allowed::AllowedImages::new(
+                    std::slice::from_ref(pattern),
+                ) {
+                    f.error(docker_path.key(key).index(j), e.to_string());
+                }
+            }
+        }
         for (j, entry) in docker.volumes.iter().enumerate() {
             if let Err(e) = flotilla_isolate::docker::volumes::Volume::parse(entry) {
                 f.error(docker_path.key("volumes").index(j), e.to_string());

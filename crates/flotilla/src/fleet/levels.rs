@@ -5,6 +5,7 @@ use crate::config::{PullPolicy, RunnerConfig};
 use anyhow::{Context, Result};
 use flotilla_isolate::cgroup::{DEFAULT_ROOT, SlotLimits};
 use flotilla_isolate::docker::SlotCgroupTemplates;
+use flotilla_isolate::docker::allowed::AllowedImages;
 use flotilla_isolate::vm::{VmLevel, VmLevelConfig};
 use flotilla_isolate::{
     CgroupConfig, CgroupIsolation, DockerIsolation, DockerIsolationConfig, InstanceIsolation,
@@ -103,6 +104,8 @@ pub fn docker(cx: &LevelContext<'_>) -> Result<Arc<dyn Isolation>> {
         volumes,
         build_limits,
         services_limit: docker.services_limit,
+        allowed_images: AllowedImages::new(&docker.allowed_images)?,
+        allowed_services: AllowedImages::new(&docker.allowed_services)?,
         pull_policy: policies.iter().map(pull).collect(),
         allowed_pull_policies: docker.allowed_pull_policies().iter().map(pull).collect(),
         owner: format!("flotilla-{}", cx.runner.name),

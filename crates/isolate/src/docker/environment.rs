@@ -242,6 +242,19 @@ impl DockerEnvironment {
         {
             return Err(EnvError::Configuration(refused));
         }
+        // allowed_images and allowed_services; the runner's own default image is always
+        // allowed (GitLab's internal images).
+        let default = self.config.default_image.as_deref();
+        self.config
+            .allowed_images
+            .verify(&image.name, "images", default.as_slice())
+            .map_err(EnvError::Configuration)?;
+        for s in &self.services {
+            self.config
+                .allowed_services
+                .verify(&s.name, "services", &[])
+                .map_err(EnvError::Configuration)?;
+        }
         let docker_opts = image.executor_opts.docker.clone().unwrap_or_default();
         let build_policies = self.policies(image)?;
         let service_policies = self

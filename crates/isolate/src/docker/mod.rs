@@ -28,6 +28,7 @@
 //!   process and those of other manager processes still running on this host
 //!   ([`labels::sweepable`]).
 
+pub mod allowed;
 mod cleanup;
 mod client;
 mod environment;
@@ -86,6 +87,10 @@ pub struct DockerIsolationConfig {
     /// `[runners.docker] services_limit`: most services a job may start (`None` or negative:
     /// no limit); a job with more fails, in GitLab's words.
     pub services_limit: Option<i64>,
+    /// `[runners.docker] allowed_images`: the images a job may name ([`allowed`]).
+    pub allowed_images: allowed::AllowedImages,
+    /// `[runners.docker] allowed_services`: the services a job may name.
+    pub allowed_services: allowed::AllowedImages,
 }
 
 /// Where a job's containers go in the cgroup tree when slot cgroups are on (GitLab's
@@ -126,6 +131,8 @@ impl Default for DockerIsolationConfig {
             volumes: Vec::new(),
             build_limits: limits::BuildLimits::default(),
             services_limit: None,
+            allowed_images: allowed::AllowedImages::default(),
+            allowed_services: allowed::AllowedImages::default(),
         }
     }
 }
