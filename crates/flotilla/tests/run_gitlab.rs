@@ -100,7 +100,7 @@ async fn a_shell_runner_runs_concurrent_jobs_whatever_the_cores() {
         .map(|i| {
             gl.enqueue(
                 TOKEN,
-                JobBuilder::new(&format!("wait-{i}"))
+                JobBuilder::new(format!("wait-{i}"))
                     .variable("BARRIER", barrier.display().to_string())
                     .variable("JOBS", jobs.to_string())
                     .script([
