@@ -4,7 +4,8 @@
 //! 1 and 3 of issue 12), `permanent`, `reused`, `requests`, `heartbeat` or `idle` (issue 27's
 //! items 1, 2, 3, 6, 8).
 //! `SIM_PROFILE` (`cloud`, `single-host`, `fixed-pool`, `outages`) runs every seed on one
-//! profile.
+//! profile; with `SIM_LEGACY` and no `SIM_PROFILE`, the profile that shows that bug
+//! (`SimParams::BUGS`).
 
 use flotilla_testkit::sim::{Profile, SimParams};
 
@@ -13,18 +14,27 @@ fn main() {
     let first: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(0);
     let n: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(10);
     let verbose = args.next().is_some();
+    let bug = std::env::var("SIM_LEGACY").ok();
     let profile = std::env::var("SIM_PROFILE")
         .ok()
-        .and_then(|name| Profile::named(&name));
+        .and_then(|name| Profile::named(&name))
+        .or_else(|| {
+            let bug = bug.as_deref()?;
+            SimParams::BUGS
+                .iter()
+                .find(|(name, _)| *name == bug)
+                .map(|(_, profile)| *profile)
+        });
     for seed in first..first + n {
         let mut p = match profile {
             Some(profile) => SimParams::of(profile, seed),
             None => SimParams::random(seed),
         };
-        if let Ok(bug) = std::env::var("SIM_LEGACY")
-            && !p.put_back(&bug)
+        if let Some(bug) = &bug
+            && !p.put_back(bug)
         {
-            eprintln!("unknown SIM_LEGACY `{bug}`");
+            let known: Vec<&str> = SimParams::BUGS.iter().map(|(name, _)| *name).collect();
+            eprintln!("unknown SIM_LEGACY `{bug}`; known: {}", known.join(", "));
             std::process::exit(2);
         }
         if verbose {

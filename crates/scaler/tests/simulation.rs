@@ -203,6 +203,21 @@ fn replay() {
     assert!(r.violations.is_empty(), "seed {seed}: {:#?}", r.violations);
 }
 
+/// The table of fixed bugs and the switches that put them back agree: every name is known.
+#[test]
+fn every_listed_bug_can_be_put_back() {
+    for (name, profile) in SimParams::BUGS {
+        let mut p = SimParams::of(profile, 0);
+        assert!(p.put_back(name), "{name}");
+        assert_ne!(
+            p.scaler.legacy,
+            flotilla_scaler::Legacy::default(),
+            "{name}"
+        );
+    }
+    assert!(!SimParams::random(0).put_back("no-such-bug"));
+}
+
 #[test]
 fn same_seed_same_history() {
     for seed in [3, 17, 99] {
