@@ -33,6 +33,15 @@ fn web_service(alias: &str, word: &str) -> Image {
     }
 }
 
+/// A docker fleet whose docker isolation has `config`.
+async fn docker_fleet(name: &str, config: flotilla_isolate::DockerIsolationConfig) -> DockerFleet {
+    DockerFleet::start(flotilla_testkit::docker_fleet::FleetOptions::new(
+        name,
+        flotilla_testkit::docker_fleet::FleetIsolation::Docker(Box::new(config)),
+    ))
+    .await
+}
+
 /// The job networks left on the instances.
 async fn job_networks(f: &DockerFleet) -> Vec<String> {
     let mut out = Vec::new();
@@ -112,11 +121,7 @@ async fn infra_docker_a_service_that_never_listens_is_warned_about() {
         wait_for_services_timeout: Duration::from_secs(2),
         ..Default::default()
     };
-    let f = DockerFleet::start(flotilla_testkit::docker_fleet::FleetOptions::new(
-        "deaf",
-        flotilla_testkit::docker_fleet::FleetIsolation::Docker(Box::new(config)),
-    ))
-    .await;
+    let f = docker_fleet("deaf", config).await;
     let mut j = job_at(Level::Docker, &["echo job ran"]);
     j.services = vec![Image {
         name: busybox_image(),
@@ -286,11 +291,7 @@ async fn infra_docker_slot_cgroups_and_privileged_reach_the_engine() {
         }),
         ..Default::default()
     };
-    let f = DockerFleet::start(flotilla_testkit::docker_fleet::FleetOptions::new(
-        "slotcg",
-        flotilla_testkit::docker_fleet::FleetIsolation::Docker(Box::new(config)),
-    ))
-    .await;
+    let f = docker_fleet("slotcg", config).await;
     let (r, t) = dispatch(
         &f.dispatcher,
         &job_at(Level::Docker, &["cat /proc/self/cgroup"]),
@@ -328,11 +329,7 @@ async fn infra_docker_slot_cgroups_and_privileged_reach_the_engine() {
         privileged: true,
         ..Default::default()
     };
-    let f = DockerFleet::start(flotilla_testkit::docker_fleet::FleetOptions::new(
-        "privileged",
-        flotilla_testkit::docker_fleet::FleetIsolation::Docker(Box::new(privileged)),
-    ))
-    .await;
+    let f = docker_fleet("privileged", privileged).await;
     let (r, t) = dispatch(
         &f.dispatcher,
         &job_at(Level::Docker, &["grep CapEff /proc/self/status"]),
@@ -371,11 +368,7 @@ async fn infra_docker_volumes_reach_the_build_and_service_containers() {
         ],
         ..Default::default()
     };
-    let f = DockerFleet::start(flotilla_testkit::docker_fleet::FleetOptions::new(
-        "volumes",
-        flotilla_testkit::docker_fleet::FleetIsolation::Docker(Box::new(config)),
-    ))
-    .await;
+    let f = docker_fleet("volumes", config).await;
     let mut first = job_at(
         Level::Docker,
         &[
@@ -432,11 +425,7 @@ async fn infra_docker_cpus_memory_and_services_limit_reach_the_engine() {
         services_limit: Some(1),
         ..Default::default()
     };
-    let f = DockerFleet::start(flotilla_testkit::docker_fleet::FleetOptions::new(
-        "limits",
-        flotilla_testkit::docker_fleet::FleetIsolation::Docker(Box::new(config)),
-    ))
-    .await;
+    let f = docker_fleet("limits", config).await;
     let (r, t) = dispatch(
         &f.dispatcher,
         &job_at(
@@ -523,11 +512,7 @@ async fn infra_docker_allowed_images_and_services_refuse_the_job() {
         default_image: Some(busybox_image()),
         ..Default::default()
     };
-    let f = DockerFleet::start(flotilla_testkit::docker_fleet::FleetOptions::new(
-        "allowed",
-        flotilla_testkit::docker_fleet::FleetIsolation::Docker(Box::new(config)),
-    ))
-    .await;
+    let f = docker_fleet("allowed", config).await;
     // The runner's own default image is allowed.
     let (r, t) = dispatch(&f.dispatcher, &job_at(Level::Docker, &["echo allowed"])).await;
     assert_eq!(r.outcome, Outcome::Success, "{t}");
