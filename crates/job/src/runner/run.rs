@@ -451,11 +451,7 @@ impl Run<'_, '_> {
         let since = self
             .begin("get_sources", "Getting source from Git repository")
             .await;
-        // The job's hooks are its own commands: where the build place is the job's own
-        // container or VM, the helper place (the instance's shell, shared with other jobs) is
-        // outside it, and they run in the build place instead (GitLab runs them in the helper
-        // container, which is the job's too).
-        let hooks_apart = self.runner.env.disposable();
+        let hooks_apart = self.hooks_place() == Place::Build;
         if hooks_apart
             && let Some(pre) = self
                 .script_context(&self.vars)
@@ -568,12 +564,19 @@ impl Run<'_, '_> {
         else {
             return true;
         };
-        let place = if self.runner.env.disposable() {
+        self.hook_script(self.hooks_place(), script).await
+    }
+
+    /// Where the job's `get_sources` hooks run. They are its own commands: where the build
+    /// place is the job's own container or VM, the helper place (the instance's shell, shared
+    /// with other jobs) is outside it, and they run in the build place instead (GitLab runs
+    /// them in the helper container, which is the job's too).
+    fn hooks_place(&self) -> Place {
+        if self.runner.env.disposable() {
             Place::Build
         } else {
             Place::Helper
-        };
-        self.hook_script(place, script).await
+        }
     }
 
     /// Runs a `get_sources` hook script at `place`; whether it succeeded (a failure or a stop
