@@ -159,7 +159,7 @@ pub fn run(params: &SimParams) -> SimReport {
 /// The one-line command that replays `seed` with logs.
 pub fn replay_command(seed: u64) -> String {
     format!(
-        "SIM_SEED={seed} cargo nextest run -p flotilla-scaler --test simulation replay --no-capture"
+        "SIM_SEED={seed} cargo nextest run -p flotilla-scaler -E 'test(=simulation::replay)' --no-capture"
     )
 }
 

@@ -1,6 +1,6 @@
 //! The docker-exec connector against containers of the real Docker engine.
 
-mod common;
+use crate::common;
 
 use bollard::Docker;
 use common::{Cleanup, conformance, docker};

@@ -1,6 +1,6 @@
 //! The local connector: real bash processes on this host.
 
-mod common;
+use crate::common;
 
 use common::conformance;
 use flotilla_connect::local::LocalConnector;

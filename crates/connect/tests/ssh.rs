@@ -1,6 +1,6 @@
 //! The SSH connector against real OpenSSH in instance containers made by the docker provider.
 
-mod common;
+use crate::common;
 
 use async_trait::async_trait;
 use common::{CountingSink, conformance, docker, fleet, within};

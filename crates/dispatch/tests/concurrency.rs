@@ -1,7 +1,7 @@
 //! Eight concurrent jobs on a fleet of two instances with four slots each, at both isolation
 //! levels: every job in its own slot, directory (and containers), all running at once.
 
-mod common;
+use crate::common;
 
 use async_trait::async_trait;
 use common::*;

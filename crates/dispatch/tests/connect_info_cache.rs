@@ -3,7 +3,7 @@
 //! without another provider call (for the docker provider a Docker API call per job, for a
 //! cloud provider a cloud API call per job).
 
-mod common;
+use crate::common;
 
 use common::*;
 use flotilla_dispatch::{Dispatcher, DispatcherConfig, LocalConnectors};

@@ -1,7 +1,7 @@
 //! What only docker isolation does: services with their own network namespaces, pull
 //! policies, `volumes`, and sweeping what a crashed manager left on an instance.
 
-mod common;
+use crate::common;
 
 use bollard::query_parameters::ListNetworksOptions;
 use common::*;

@@ -1,7 +1,7 @@
 //! End to end through the dispatcher: the docker provider, SSH, and both isolation levels.
 //! Every scenario runs once per level.
 
-mod common;
+use crate::common;
 
 use common::*;
 use flotilla_job::model::{Artifact, Cache, CachePolicy, When};

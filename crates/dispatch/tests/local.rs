@@ -2,7 +2,7 @@
 //! (what `flotilla exec` runs with no configuration), and the dispatcher's own failure paths
 //! with a fake provider. Real bash, real files; no Docker needed.
 
-mod common;
+use crate::common;
 
 use common::*;
 use flotilla_dispatch::{Dispatcher, DispatcherConfig, LocalConnectors};

@@ -6,7 +6,7 @@
 //! background process also writes stderr, must arrive with every line whole and every
 //! secret masked.
 
-mod common;
+use crate::common;
 
 use common::*;
 use flotilla_job::{Outcome, Variable};

@@ -4,7 +4,7 @@
 //! stage scripts against GitLab Runner's own script form; this one judges the whole path (the
 //! `.gitlab-ci.yml` compiler, the job runner, the level) the way a user meets it.
 
-mod exec_support;
+use crate::exec_support;
 
 use exec_support::{Project, Run};
 use flotilla_conformance::{CASES, Case, Expect, PIPELINES, header, pipeline_yaml};

@@ -16,9 +16,9 @@
 //! on purpose that they cannot (for example `changed_files`, which a local run cannot know).
 //!
 //! To rewrite the job lines after a deliberate change: `UPDATE_OUTCOMES=1 cargo test -p
-//! flotilla --test exec_corpus`, then review the diff.
+//! flotilla --test integration exec_corpus::`, then review the diff.
 
-mod exec_support;
+use crate::exec_support;
 
 use exec_support::Project;
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! that take the reporting job's artifacts (through `needs` or `dependencies`), ranked above
 //! their own `.gitlab-ci.yml` variables; not to jobs that do not take them.
 
-mod exec_support;
+use crate::exec_support;
 
 use exec_support::{Project, statuses};
 

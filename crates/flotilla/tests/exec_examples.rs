@@ -2,7 +2,7 @@
 //! (this host, shell isolation) in a temporary copy of each, and the `services` example on a
 //! docker fleet with docker isolation (`infra_`).
 
-mod exec_support;
+use crate::exec_support;
 
 use exec_support::{Project, statuses};
 use flotilla_testkit::infra::{Infra, require};

@@ -1,7 +1,7 @@
 //! `flotilla exec` end to end, one feature at a time: the real binary on small pipelines in a
 //! temporary git repository, on the embedded default (this host, shell isolation).
 
-mod exec_support;
+use crate::exec_support;
 
 use exec_support::{Project, statuses};
 

@@ -4,7 +4,7 @@
 //! the working tree's uncommitted changes on top; and `hooks:pre_get_sources_script` runs
 //! before the sources are fetched (docs.gitlab.com/ci/yaml/#hooks).
 
-mod exec_support;
+use crate::exec_support;
 
 use exec_support::{Project, statuses};
 

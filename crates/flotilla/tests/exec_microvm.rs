@@ -3,7 +3,7 @@
 //! image, runs the job's script in it (the checkout made on the instance is there), and
 //! reports the script's output and exit status as any other job's; no VM is left after.
 
-mod exec_support;
+use crate::exec_support;
 
 use exec_support::{Project, statuses};
 use flotilla_testkit::images::busybox_image;

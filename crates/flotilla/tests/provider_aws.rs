@@ -10,7 +10,7 @@
 //! connection, and static credentials passed through.
 #![cfg(feature = "aws")]
 
-mod run_support;
+use crate::run_support;
 
 use flotilla_ssh_machine::GroupKey;
 use flotilla_testkit::fake_gitlab::{FakeJobState, JobBuilder};

@@ -5,8 +5,8 @@
 
 #![cfg(feature = "plugin")]
 
-mod exec_support;
-mod run_support;
+use crate::exec_support;
+use crate::run_support;
 
 use exec_support::{Project, statuses};
 use flotilla_testkit::fake_gitlab::{FakeJobState, JobBuilder};

@@ -7,8 +7,8 @@
 //! No VM outlives a test: a guard kills what is left when the test ends, and each VM powers
 //! itself off after `max_lifetime` if even the test process was killed.
 
-mod exec_support;
-mod run_support;
+use crate::exec_support;
+use crate::run_support;
 
 use exec_support::{Project, statuses};
 use flotilla_testkit::fake_gitlab::{FakeJobState, JobBuilder};

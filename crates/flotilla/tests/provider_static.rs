@@ -3,8 +3,8 @@
 //! published port), at shell and docker isolation; and `max_use_count` refused, by
 //! capability, before any host is contacted.
 
-mod exec_support;
-mod run_support;
+use crate::exec_support;
+use crate::run_support;
 
 use exec_support::{Project, statuses};
 use flotilla_ssh_machine::GroupKey;

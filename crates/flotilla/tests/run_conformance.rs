@@ -3,7 +3,7 @@
 //! `exec` compiles) is enqueued as a job on a shell runner, and the final update GitLab
 //! receives must carry the case's state and exit code, the trace its output.
 
-mod run_support;
+use crate::run_support;
 
 use flotilla_conformance::{CASES, Case};
 use run_support::{Manager, write_local_config};

@@ -14,7 +14,7 @@
 //! Set `FLOTILLA_CRASH_SEED` to replay a crash run's choices (timing still varies), and
 //! `FLOTILLA_CRASH_KILLS` (default 12) for a longer soak.
 
-mod run_support;
+use crate::run_support;
 
 use flotilla_store::{JobOutcome, ScopeId, Store, StoreOptions};
 use flotilla_testkit::fake_gitlab::{FakeGitLab, FakeJob, JobBuilder};

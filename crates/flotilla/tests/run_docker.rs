@@ -12,7 +12,7 @@
 //! job to its dependant, and two services listening on the same port. Every container of
 //! both groups is removed at the end, even when the test fails.
 
-mod run_support;
+use crate::run_support;
 
 use flotilla_provider_docker::GROUP_LABEL;
 use flotilla_testkit::containers::{LabelGuard, labelled};

@@ -3,7 +3,7 @@
 //! manager refused, and `kill -9` mid-job followed by a restart that reports the job failed
 //! exactly once.
 
-mod run_support;
+use crate::run_support;
 
 use flotilla_testkit::fake_gitlab::{FakeGitLab, JobBuilder};
 use run_support::{Manager, write_local_config};

@@ -10,7 +10,7 @@
 //! message, and sized pods a killed manager left are deleted by the next one.
 #![cfg(feature = "kubernetes")]
 
-mod run_support;
+use crate::run_support;
 
 use flotilla_testkit::fake_gitlab::{FakeJobState, JobBuilder};
 use flotilla_testkit::fake_kube::FakeKube;

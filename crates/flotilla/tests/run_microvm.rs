@@ -3,7 +3,7 @@
 //! a later job starts from that snapshot with the services running, and `flotilla debug
 //! --project` restores it from the runner's store after the instance's copy is gone.
 
-mod run_support;
+use crate::run_support;
 
 use flotilla_testkit::fake_gitlab::{FakeJobState, JobBuilder};
 use flotilla_testkit::images::busybox_image;

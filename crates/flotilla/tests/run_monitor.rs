@@ -6,7 +6,7 @@
 //! On a docker fleet, the fleeting and taskscaler histograms and the removals follow real
 //! instances' lives; the status page is checked in Chromium.
 
-mod run_support;
+use crate::run_support;
 
 use flotilla_testkit::fake_gitlab::JobBuilder;
 use flotilla_testkit::infra::{self, Infra};

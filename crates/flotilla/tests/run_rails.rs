@@ -10,7 +10,7 @@
 //! connections dropped before or after being processed), and with every final update
 //! answered 202 for a minute (live trace on, `backoff.rb`'s intervals).
 
-mod run_support;
+use crate::run_support;
 
 use flotilla_testkit::fake_gitlab::{FakeGitLab, FakeJobState, FaultConfig, JobBuilder};
 use run_support::{Manager, write_local_config};

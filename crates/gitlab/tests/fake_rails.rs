@@ -2,7 +2,7 @@
 //! Rails code that the fake copies (the source is named at each), so that the client's tests
 //! judge the client against GitLab, not against a fake that drifted.
 
-mod runner_support;
+use crate::runner_support;
 
 use flotilla_gitlab::JobRequestOutcome;
 use flotilla_testkit::fake_gitlab::{FakeGitLab, FakeJobState, JobBuilder};

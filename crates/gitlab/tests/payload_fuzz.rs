@@ -16,7 +16,7 @@
 //! both are read, even if the payload does not decode (so the job can be reported failed).
 //! Each property prints how many inputs it ran.
 
-mod runner_support;
+use crate::runner_support;
 
 use flotilla_gitlab::ReceivedJob;
 use flotilla_testkit::fake_gitlab::JobBuilder;

@@ -3,7 +3,7 @@
 //! job's token and `direct_download=true`, directly or through object storage (which never
 //! sees the token); a 404 fails the job; uploads follow a 307 and nothing else.
 
-mod runner_support;
+use crate::runner_support;
 
 use flotilla_testkit::fake_gitlab::{FakeGitLab, FakeJobState, JobBuilder, Scripted};
 use runner_support::*;

@@ -2,7 +2,7 @@
 //! `canceled` (forced), noticed on trace PATCHes or on keep-alives of silent jobs; the job
 //! timeout; the source's graceful and forced stop.
 
-mod runner_support;
+use crate::runner_support;
 
 use flotilla_job::{FailureReason, Outcome};
 use flotilla_testkit::fake_gitlab::{FakeJobState, GITLAB_FAILURE_REASONS, JobBuilder};

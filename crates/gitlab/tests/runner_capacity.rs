@@ -2,7 +2,7 @@
 //! slot back, not only after `check_interval`: with one slot, a queue of jobs and a
 //! `check_interval` of ten minutes, the jobs still run one after another.
 
-mod runner_support;
+use crate::runner_support;
 
 use flotilla_testkit::fake_gitlab::{FakeJobState, JobBuilder};
 use runner_support::*;

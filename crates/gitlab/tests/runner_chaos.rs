@@ -3,7 +3,7 @@
 //! out, which no runner can recover): no job is lost, none runs twice, and no trace byte is
 //! lost or duplicated; with two-phase acceptance off (GitLab as installed) and on.
 
-mod runner_support;
+use crate::runner_support;
 
 use flotilla_testkit::fake_gitlab::{FakeJobState, FaultConfig, JobBuilder};
 use runner_support::*;

@@ -1,7 +1,7 @@
 //! The job source with the real dispatcher: the local provider, shell isolation, and the
 //! GitLab artifact store, against the fake GitLab.
 
-mod runner_support;
+use crate::runner_support;
 
 use flotilla_dispatch::{Dispatcher, DispatcherConfig, LocalConnectors};
 use flotilla_gitlab::JobSource;

@@ -29,7 +29,7 @@
 //! - **features**: jobs only for runners advertising `refspecs`; `system_id` must be exactly
 //!   14 characters (asserted, panicking the mock).
 
-mod runner_support;
+use crate::runner_support;
 
 use flotilla_gitlab::{Client, JobSource};
 use gitlab_runner_mock::{

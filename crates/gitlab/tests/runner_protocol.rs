@@ -2,7 +2,7 @@
 //! features, `last_update` and Workhorse's long polling), the runner's health after refused
 //! requests, and how 204, 409, 422, 429, 5xx and dropped connections are handled.
 
-mod runner_support;
+use crate::runner_support;
 
 use flotilla_gitlab::{Client, ClientError, FeaturesInfo, JobRequestOutcome};
 use flotilla_testkit::fake_gitlab::{FaultKind, JobBuilder, Scripted};

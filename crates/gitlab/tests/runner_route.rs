@@ -3,7 +3,7 @@
 //! notes in its log; a job the executor refuses fails as a system failure with the reason
 //! in its log and runs nowhere; other jobs run as before.
 
-mod runner_support;
+use crate::runner_support;
 
 use async_trait::async_trait;
 use flotilla_gitlab::{Route, SlotExecutor, SourceConfig};

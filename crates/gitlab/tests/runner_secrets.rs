@@ -2,7 +2,7 @@
 //! runner token, job tokens and masked values all in play, failures and retries included)
 //! is captured and searched.
 
-mod runner_support;
+use crate::runner_support;
 
 use flotilla_gitlab::Client;
 use flotilla_testkit::fake_gitlab::{FaultKind, JobBuilder, Scripted};

@@ -4,7 +4,7 @@
 //! and payloads with informational fields of unexpected types, 50 jobs each ending exactly
 //! once, hooks, cancellation while waiting for a slot.
 
-mod runner_support;
+use crate::runner_support;
 
 use async_trait::async_trait;
 use flotilla_gitlab::{FinalReport, JobHooks, StartedJob};

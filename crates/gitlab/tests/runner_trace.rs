@@ -3,7 +3,7 @@
 //! backoff, failures counted and backed off, every PATCH accepted before the PUT, the 412
 //! reset of older GitLab.
 
-mod runner_support;
+use crate::runner_support;
 
 use flotilla_testkit::fake_gitlab::{FakeJobState, FaultKind, JobBuilder, RecordedBody, Scripted};
 use runner_support::*;

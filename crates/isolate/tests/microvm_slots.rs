@@ -4,7 +4,7 @@
 //! script's output and exit status come back, and the VM is gone after cleanup; a VM a dead
 //! manager left is killed by the next manager's sweep.
 
-mod vm_support;
+use crate::vm_support;
 
 use flotilla_connect::Connector;
 use flotilla_connect::local::LocalConnector;

@@ -5,7 +5,7 @@
 //! copy, then from its own copy without fetching again. A job of another project cannot
 //! restore it, and `flotilla debug`'s restore brings it from the store too.
 
-mod vm_support;
+use crate::vm_support;
 
 use flotilla_connect::local::LocalConnector;
 use flotilla_connect::{Connector, ConnectorExt};

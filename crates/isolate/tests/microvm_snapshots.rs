@@ -4,7 +4,7 @@
 //! one setup) each find the setup's state and write only to their own layer; a job asking
 //! for a snapshot that does not exist fails with the reason.
 
-mod vm_support;
+use crate::vm_support;
 
 use flotilla_isolate::microvm::snapshot::{RESTORE_VARIABLE, SNAPSHOT_VARIABLE};
 use flotilla_isolate::microvm::{MicrovmConfig, MicrovmIsolation};

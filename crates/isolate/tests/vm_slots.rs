@@ -4,7 +4,7 @@
 //! stomped; the VM is deleted after the job; an image the configuration does not allow is
 //! refused with the reason.
 
-mod vm_support;
+use crate::vm_support;
 
 use flotilla_isolate::vm::{VmLevel, VmLevelConfig};
 use flotilla_job::model::{Image, JobInfo};

@@ -1,7 +1,7 @@
 //! A minimal instance: nothing but busybox (ash, tar, find...) on the PATH. Job images for
 //! docker isolation may have no bash and no GNU tools.
 
-mod common;
+use crate::common;
 
 use common::{Harness, job};
 use flotilla_fleet::Secret;

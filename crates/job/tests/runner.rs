@@ -1,6 +1,6 @@
 //! The job runner end to end with a real local bash.
 
-mod common;
+use crate::common;
 
 use common::{Harness, has_section, job, with_after_script};
 use flotilla_job::model::RunnerInfo;

@@ -1,6 +1,6 @@
 //! get_sources against a real local git repository.
 
-mod common;
+use crate::common;
 
 use common::{Harness, git, job};
 use flotilla_fleet::Secret;

@@ -1,6 +1,6 @@
 //! Artifacts and caches through the local stores, with real tar and real files.
 
-mod common;
+use crate::common;
 
 use common::{Harness, has_section, job};
 use flotilla_fleet::Secret;

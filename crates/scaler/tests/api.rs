@@ -1,6 +1,6 @@
 //! The job-source API beyond acquire and release by key.
 
-mod common;
+use crate::common;
 
 use common::*;
 use flotilla_testkit::FakeConfig;

@@ -2,7 +2,7 @@
 //! here failed on the scaler before its fix. They run the real scaler and driver against
 //! the fake provider in virtual time.
 
-mod common;
+use crate::common;
 
 use common::*;
 use flotilla_fleet::{InstanceGroup, Settings, State};

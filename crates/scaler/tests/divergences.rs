@@ -2,7 +2,7 @@
 //! before the fix. Sources: fleeting-taskscaler-nesting.md §2.3 (taskscaler !60), §2.5
 //! (taskscaler !109), §1.3 (deletion_retry_interval).
 
-mod common;
+use crate::common;
 
 use common::*;
 use flotilla_scaler::{

@@ -1,7 +1,7 @@
 //! The journal hears of every change that matters before it takes effect outside, and a
 //! scaler restored from it adopts what it knew.
 
-mod common;
+use crate::common;
 
 use common::*;
 use flotilla_fleet::{InstanceGroup, InstanceId, InstanceStatus, ProviderInfo, Settings, State};

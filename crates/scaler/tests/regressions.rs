@@ -2,7 +2,7 @@
 //! §2.3–2.7 and §8), each named after the behaviour it pins. They run the real scaler and
 //! driver against the fake provider in virtual time.
 
-mod common;
+use crate::common;
 
 use common::*;
 use flotilla_fleet::{InstanceGroup, State};

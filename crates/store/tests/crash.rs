@@ -320,7 +320,7 @@ fn kill_9_at_random_moments_loses_nothing() {
         let mut child = Command::new(&exe)
             .args([
                 "--exact",
-                "crash_child_writer",
+                "crash::crash_child_writer",
                 "--ignored",
                 "--nocapture",
                 "--test-threads=1",
