@@ -32,22 +32,37 @@ PACKAGES=(
   chromium nodejs npm  # the status page in a real browser (playwright-core from npm)
 )
 
-missing=()
-for p in "${PACKAGES[@]}"; do
-  # A Node.js from elsewhere (NodeSource's nodejs bundles npm and conflicts with Debian's
-  # npm package) serves as well as Debian's: asking apt for npm then would fail.
-  case "$p" in
-    nodejs | npm) command -v "${p/nodejs/node}" >/dev/null 2>&1 && continue ;;
-  esac
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  log "installing: ${missing[*]}"
+# The packages of PACKAGES not installed now.
+missing_packages() {
+  local p
+  for p in "${PACKAGES[@]}"; do
+    # A Node.js from elsewhere (NodeSource's nodejs bundles npm and conflicts with Debian's
+    # npm package) serves as well as Debian's: asking apt for npm then would fail.
+    case "$p" in
+      nodejs | npm) command -v "${p/nodejs/node}" >/dev/null 2>&1 && continue ;;
+    esac
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"
+  done
+}
+
+# Twice: installing one package can remove another the machine had (a qemu-utils from
+# backports goes when Debian's qemu-system-x86 comes, their versions being tied), so what the
+# first pass took away is put back by the second, in versions that fit together.
+for pass in 1 2; do
+  mapfile -t missing < <(missing_packages)
+  if [ ${#missing[@]} -eq 0 ]; then
+    [ "$pass" = 1 ] && log "all packages present"
+    break
+  fi
+  log "installing (pass $pass): ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
+  [ "$pass" = 1 ] && $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-else
-  log "all packages present"
+done
+mapfile -t missing < <(missing_packages)
+if [ ${#missing[@]} -gt 0 ]; then
+  log "still missing after installing: ${missing[*]}"
+  exit 1
 fi
 
 # Start dockerd unless something already answers on the socket.
