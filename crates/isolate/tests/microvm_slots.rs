@@ -135,6 +135,60 @@ async fn infra_microvm_a_job_runs_in_its_own_vm_and_its_files_follow_the_stages(
         "built-in-the-vm\n"
     );
 
+    // The job is root in its VM. What it writes in the project's .git (a hook the
+    // instance's git would run) never reaches the instance; the instance keeps its own.
+    let (st, _) = stage(
+        &*env,
+        Place::Helper,
+        &format!("cd {project} && mkdir -p .git/hooks && echo ours > .git/config"),
+    )
+    .await;
+    assert!(st.success());
+    let (st, out) = stage(
+        &*env,
+        Place::Build,
+        &format!(
+            "cd {project} && printf '#!/bin/sh\\necho owned\\n' > .git/hooks/post-checkout \
+             && echo theirs > .git/config && echo kept > kept.txt"
+        ),
+    )
+    .await;
+    assert!(st.success(), "{out}");
+    let (st, out) = stage(
+        &*env,
+        Place::Helper,
+        &format!("cd {project} && cat kept.txt .git/config && ls .git/hooks"),
+    )
+    .await;
+    assert!(st.success(), "{out}");
+    assert_eq!(out, "kept\nours\n", "the instance's .git is its own");
+
+    // A device node and a setuid file the job made as root in its VM come back as nothing
+    // and as a plain file: with the old copy, the instance's root tar made the device (a
+    // block device reads the instance's disk) and kept the setuid bit.
+    let (st, out) = stage(
+        &*env,
+        Place::Build,
+        &format!(
+            "cd {project} && mknod disk b 8 0 && cp /bin/busybox suid && chmod 4755 suid && ls -l disk suid"
+        ),
+    )
+    .await;
+    assert!(st.success(), "{out}");
+    let (st, out) = stage(&*env, Place::Helper, "true").await;
+    assert!(st.success(), "{out}");
+    let project_path = Path::new(&project);
+    assert!(
+        std::fs::symlink_metadata(project_path.join("disk")).is_err(),
+        "a device node reached the instance"
+    );
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(project_path.join("suid"))
+            .unwrap()
+            .permissions(),
+    );
+    assert_eq!(mode & 0o7777, 0o755, "the setuid bit reached the instance");
+
     env.cleanup().await.unwrap();
     for _ in 0..200 {
         if !alive(pid) {

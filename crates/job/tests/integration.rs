@@ -7,6 +7,7 @@ mod common;
 
 mod busybox;
 mod conformance;
+mod extract_fuzz;
 mod runner;
 mod sources;
 mod transfer;

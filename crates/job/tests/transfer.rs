@@ -225,14 +225,13 @@ async fn zip_slip_archives_are_refused_before_anything_is_extracted() {
             "is an absolute path",
         ),
         (
-            "symlink",
-            &[("good.txt", "good", false), ("link", "../../..", true)],
-            "is a symbolic link pointing outside",
-        ),
-        (
-            "absolute symlink",
-            &[("good.txt", "good", false), ("link", "/etc", true)],
-            "is a symbolic link to the absolute path",
+            "an entry under the archive's own link",
+            &[
+                ("good.txt", "good", false),
+                ("link", "/tmp", true),
+                ("link/flotilla-evil.txt", "evil", false),
+            ],
+            "lies under the archive's own symbolic link \"link\"",
         ),
     ];
     for (i, (what, entries, message)) in cases.iter().enumerate() {
@@ -260,6 +259,115 @@ async fn zip_slip_archives_are_refused_before_anything_is_extracted() {
         assert!(!h.builds().join("evil.txt").exists());
     }
     assert!(!std::path::Path::new("/tmp/flotilla-evil.txt").exists());
+}
+
+/// Runs a job needing the dependencies `ids` in the environment `env`.
+async fn run_with_dependencies(h: &Harness, env: &str, id: i64, ids: &[i64]) -> (Outcome, String) {
+    let mut j = job(id, &["echo script ran"]);
+    j.dependencies = ids.iter().map(|d| dependency_on(*d)).collect();
+    let (r, trace) = h.run(env, &j).await;
+    (r.outcome, trace)
+}
+
+#[tokio::test]
+async fn links_are_extracted_as_links_and_nothing_is_written_through_one() {
+    let h = Harness::new();
+    let outside = h.root.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    let outside_s = outside.to_str().unwrap();
+    // A link pointing out is kept as a link, as GitLab Runner keeps it (a virtualenv's
+    // interpreter): alone it writes nothing outside.
+    write_zip(
+        &h.artifacts.archive_path(500, "archive"),
+        &[
+            ("ok.txt", "ok", false),
+            ("venv/bin/python", "/usr/bin/python3", true),
+            ("esc", outside_s, true),
+        ],
+    );
+    // A later dependency's file through that link.
+    write_zip(
+        &h.artifacts.archive_path(501, "archive"),
+        &[("esc/evil.txt", "evil", false)],
+    );
+    // A chain where every link, read alone, stays inside: a/b -> .. is the project, then
+    // a/b/c -> .. is the project's parent once a/b is followed on disk.
+    write_zip(
+        &h.artifacts.archive_path(502, "archive"),
+        &[("a/b", "..", true)],
+    );
+    write_zip(
+        &h.artifacts.archive_path(503, "archive"),
+        &[("a/b/c", "..", true)],
+    );
+    write_zip(
+        &h.artifacts.archive_path(504, "archive"),
+        &[("a/b/c/evil.txt", "evil", false)],
+    );
+
+    let (outcome, trace) = run_with_dependencies(&h, "l", 510, &[500]).await;
+    assert!(outcome.is_success(), "{trace}");
+    let project = h.project("l");
+    assert_eq!(
+        std::fs::read_to_string(project.join("ok.txt")).unwrap(),
+        "ok"
+    );
+    assert_eq!(
+        std::fs::read_link(project.join("venv/bin/python")).unwrap(),
+        std::path::Path::new("/usr/bin/python3")
+    );
+    assert_eq!(std::fs::read_link(project.join("esc")).unwrap(), outside);
+
+    let (outcome, trace) = run_with_dependencies(&h, "l", 511, &[500, 501]).await;
+    assert!(!outcome.is_success(), "{trace}");
+    assert!(
+        trace.contains("\"esc\" is a symbolic link on disk leading out of the destination"),
+        "{trace}"
+    );
+    assert!(!trace.contains("script ran\n"), "{trace}");
+    assert!(
+        !outside.join("evil.txt").exists(),
+        "written through the link"
+    );
+
+    let (outcome, trace) = run_with_dependencies(&h, "c", 512, &[502, 503, 504]).await;
+    assert!(!outcome.is_success(), "{trace}");
+    assert!(
+        trace.contains("\"a/b/c\" is a symbolic link on disk leading out"),
+        "{trace}"
+    );
+    assert!(
+        !h.builds().join("evil.txt").exists(),
+        "written through the chain"
+    );
+}
+
+#[tokio::test]
+async fn a_project_directory_a_job_replaced_by_a_link_is_never_extracted_into() {
+    let h = Harness::new();
+    let outside = h.root.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    write_zip(
+        &h.artifacts.archive_path(520, "archive"),
+        &[("evil.txt", "evil", false)],
+    );
+    // The first job leaves its project directory as a link to somewhere else, as a job at
+    // the docker level can in the directory the instance's helper later extracts into.
+    let swap = format!("cd .. && rm -rf p && ln -s {} p", outside.to_str().unwrap());
+    let (r, trace) = h.run("p", &job(521, &[&swap])).await;
+    assert!(r.outcome.is_success(), "{trace}");
+    assert!(h.project("p").is_symlink());
+
+    let (outcome, trace) = run_with_dependencies(&h, "p", 522, &[520]).await;
+    assert!(!outcome.is_success(), "{trace}");
+    assert!(
+        trace.contains("is a symbolic link on disk leading out of the destination"),
+        "{trace}"
+    );
+    assert!(
+        !outside.join("evil.txt").exists(),
+        "extracted through the link"
+    );
 }
 
 #[tokio::test]

@@ -636,17 +636,22 @@ impl MicrovmEnvironment {
                     &*guest,
                     &dirs,
                     mode,
+                    None,
                     "copying the job's files into the VM",
                     cancel,
                 )
                 .await?;
             }
             Side::Instance => {
+                // The VM's side is the job's: what it sends is checked before the
+                // instance extracts it.
+                let rules = sync::rules_out_of_vm(&dirs, &self.layout.paths.project_dir);
                 sync::copy(
                     &*guest,
                     &*self.connector,
                     &dirs,
                     mode,
+                    Some(rules),
                     "copying the job's files out of the VM",
                     cancel,
                 )

@@ -1,7 +1,8 @@
 //! Extracting a zip archive from the manager into a directory of the environment.
 
 use super::ArchiveError;
-use super::paths::{PathRejection, check_symlink, normalize_relative};
+use super::on_disk;
+use super::paths::{PathRejection, normalize_relative};
 use super::ziptime::unix_time;
 use crate::env::{Environment, ExecCommand, ExecSpec, Place};
 use crate::script::quote;
@@ -37,7 +38,10 @@ struct PlannedEntry {
 }
 
 /// Checks every entry of a zip archive (blocking). Any entry that is absolute, climbs out
-/// with `..`, or is a symbolic link pointing out refuses the whole archive.
+/// with `..`, or lies under a symbolic link of the same archive refuses the whole archive.
+/// Symbolic links are kept as links wherever they point, as GitLab Runner extracts them (a
+/// virtualenv's `bin/python` points to `/usr/bin`): nothing is ever written through one, here
+/// or, by [`on_disk::check`], through one already on disk.
 fn plan(zip_path: &Path) -> Result<Vec<PlannedEntry>, ArchiveError> {
     let file = File::open(zip_path)
         .map_err(ArchiveError::io(format!("opening {}", zip_path.display())))?;
@@ -65,7 +69,9 @@ fn plan(zip_path: &Path) -> Result<Vec<PlannedEntry>, ArchiveError> {
             let mut target = String::new();
             f.read_to_string(&mut target)
                 .map_err(ArchiveError::io(format!("reading the target of {raw}")))?;
-            check_symlink(&name, &target).map_err(unsafe_entry)?;
+            if target.is_empty() || target.contains('\0') {
+                return Err(unsafe_entry(PathRejection::BadName));
+            }
             Kind::Symlink(target)
         } else if f.is_dir() {
             Kind::Dir
@@ -80,13 +86,42 @@ fn plan(zip_path: &Path) -> Result<Vec<PlannedEntry>, ArchiveError> {
         out.push(PlannedEntry {
             index,
             name,
-            mode: f.unix_mode().map(|m| m & 0o7777).unwrap_or(default_mode),
+            // Permission bits only: no setuid, setgid or sticky bit comes from an archive.
+            mode: f.unix_mode().map(|m| m & 0o777).unwrap_or(default_mode),
             mtime: f.last_modified().map(unix_time).unwrap_or(0),
             size: f.size(),
             kind,
         });
     }
+    refuse_entries_under_links(&out)?;
     Ok(out)
+}
+
+/// Refuses an archive where an entry lies under one of its own symbolic links (`l -> /etc`,
+/// then `l/cron.d/x`): extracted in order, the second would be written through the first.
+fn refuse_entries_under_links(entries: &[PlannedEntry]) -> Result<(), ArchiveError> {
+    let links: std::collections::HashSet<&str> = entries
+        .iter()
+        .filter(|e| matches!(e.kind, Kind::Symlink(_)))
+        .map(|e| e.name.as_str())
+        .collect();
+    if links.is_empty() {
+        return Ok(());
+    }
+    for e in entries {
+        let mut end = 0;
+        while let Some(i) = e.name[end..].find('/') {
+            let above = &e.name[..end + i];
+            if links.contains(above) {
+                return Err(ArchiveError::UnsafeEntry {
+                    name: e.name.clone(),
+                    reason: PathRejection::UnderLink(above.to_owned()),
+                });
+            }
+            end += i + 1;
+        }
+    }
+    Ok(())
 }
 
 /// Checks a zip archive on the manager without extracting it: the number of entries, or why
@@ -174,6 +209,12 @@ pub async fn extract_zip(
     if count == 0 {
         return Ok(ExtractReport::default());
     }
+    let through = on_disk::directories(
+        entries
+            .iter()
+            .map(|e| (e.name.as_str(), matches!(e.kind, Kind::Dir))),
+    );
+    on_disk::check(env, dir, &through, log, cancel).await?;
     let (our_side, env_side) = tokio::io::duplex(256 * 1024);
     let writer = SyncIoBridge::new(our_side);
     let path = zip_path.to_path_buf();

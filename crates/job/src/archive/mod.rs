@@ -9,14 +9,17 @@
 
 mod collect;
 mod extract;
+mod on_disk;
 mod paths;
 mod report;
+mod stream;
 mod ziptime;
 
 pub use collect::{ArchiveSpec, CollectReport, collect_zip};
 pub use extract::{ExtractReport, extract_zip, inspect_zip};
 pub use paths::{PathFilter, PathRejection, check_symlink, normalize_pattern, normalize_relative};
 pub use report::{ReportFormat, zip_to_gzip, zip_to_raw};
+pub use stream::{StreamRules, filter_tar};
 pub use ziptime::{unix_time, zip_time};
 
 use crate::env::{EnvError, Environment, ExecCommand, ExecSpec, ExitStatus, Place};
@@ -50,6 +53,25 @@ pub enum ArchiveError {
         name: String,
         /// Why it is refused.
         reason: PathRejection,
+    },
+    /// A directory an entry would be written through is a symbolic link on disk leading out
+    /// of the destination, or the destination itself is reached through one.
+    #[error(
+        "{name:?} is a symbolic link on disk leading out of the destination; nothing is extracted through it, the archive is refused"
+    )]
+    LinkOnDisk {
+        /// The link: relative to the destination, or absolute when it is one of the
+        /// destination's own directories.
+        name: String,
+    },
+    /// A tar stream from where the job controls what is written holds an entry that would
+    /// land outside the job's directories.
+    #[error("the job's files hold {name:?}, which {reason}; the copy is refused")]
+    UnsafeStreamEntry {
+        /// The entry's name.
+        name: String,
+        /// Why it is refused.
+        reason: String,
     },
     /// A tar or zip stream could not be read or written.
     #[error("{context}: {source}")]

@@ -24,6 +24,9 @@ pub enum PathRejection {
     /// A glob that does not parse.
     #[error("is not a valid glob: {0}")]
     BadGlob(String),
+    /// An entry under a symbolic link of the same archive.
+    #[error("lies under the archive's own symbolic link {0:?}")]
+    UnderLink(String),
     /// A NUL byte or a name that is not UTF-8.
     #[error("contains a NUL byte or is not valid UTF-8")]
     BadName,

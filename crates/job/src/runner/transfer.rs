@@ -37,9 +37,10 @@ fn check_cache_key(key: &str) -> Result<(), String> {
 fn archive_failure(e: &ArchiveError) -> FailureReason {
     match e {
         ArchiveError::Env { source, .. } => env_failure(source),
-        ArchiveError::Command { .. } | ArchiveError::UnsafeEntry { .. } => {
-            FailureReason::ScriptFailure
-        }
+        ArchiveError::Command { .. }
+        | ArchiveError::UnsafeEntry { .. }
+        | ArchiveError::UnsafeStreamEntry { .. }
+        | ArchiveError::LinkOnDisk { .. } => FailureReason::ScriptFailure,
         ArchiveError::Canceled => FailureReason::JobCanceled,
         ArchiveError::Io { .. } | ArchiveError::Zip { .. } => FailureReason::RunnerSystemFailure,
     }
@@ -277,7 +278,10 @@ impl Run<'_, '_> {
         let _ = tokio::fs::remove_file(&file).await;
         extracted.map(|_| ()).map_err(|e| Attempt::Failed {
             reason: archive_failure(&e),
-            retry: !matches!(e, ArchiveError::UnsafeEntry { .. }),
+            retry: !matches!(
+                e,
+                ArchiveError::UnsafeEntry { .. } | ArchiveError::LinkOnDisk { .. }
+            ),
             message: format!("extracting artifacts of {} ({}): {e}", dep.name, dep.id),
         })
     }
