@@ -170,6 +170,28 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// The same error naming `path` as the file (an error met while building a new store
+    /// under its temporary name names the store's real path).
+    pub(crate) fn at(mut self, path: &std::path::Path) -> StoreError {
+        match &mut self {
+            StoreError::Io { path: p, .. }
+            | StoreError::Open { path: p, .. }
+            | StoreError::NoWal { path: p, .. }
+            | StoreError::NotOurs { path: p, .. }
+            | StoreError::Corrupt { path: p, .. }
+            | StoreError::TooNew { path: p, .. }
+            | StoreError::Migrate { path: p, .. }
+            | StoreError::Write { path: p, .. }
+            | StoreError::Read { path: p, .. }
+            | StoreError::LeaseHeld { path: p, .. }
+            | StoreError::LeaseLost { path: p, .. }
+            | StoreError::UnknownScope { path: p, .. }
+            | StoreError::UnknownJob { path: p, .. }
+            | StoreError::JobConflict { path: p, .. } => *p = path.to_path_buf(),
+        }
+        self
+    }
+
     /// Whether this is SQLite's "database or disk is full" (the write was rolled back).
     pub fn is_disk_full(&self) -> bool {
         match self {

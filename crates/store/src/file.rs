@@ -118,6 +118,60 @@ pub(crate) fn create_private(path: &Path) -> Result<(), StoreError> {
     }
 }
 
+/// The temporary name a new store is built under before it is published at `path`.
+pub(crate) fn building_name(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_os_string();
+    name.push(format!(".building-{}", std::process::id()));
+    PathBuf::from(name)
+}
+
+/// Removes `path` and its companions where they exist (a store left half-built by a process
+/// that was killed).
+pub(crate) fn remove_with_companions(path: &Path) -> Result<(), StoreError> {
+    for p in std::iter::once(path.to_path_buf()).chain(companions(path)) {
+        match fs::remove_file(&p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(StoreError::Io {
+                    path: p,
+                    what: "remove the half-built store",
+                    source: e,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Puts the complete store built at `building` at `path` (a hard link, which never replaces
+/// a file another process put there first) and removes the temporary name.
+pub(crate) fn publish(building: &Path, path: &Path) -> Result<(), StoreError> {
+    let linked = fs::hard_link(building, path);
+    remove_with_companions(building)?;
+    match linked {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => {
+            return Err(StoreError::Io {
+                path: path.to_path_buf(),
+                what: "publish the new store at",
+                source: e,
+            });
+        }
+    }
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| StoreError::Io {
+                path: dir.to_path_buf(),
+                what: "sync the directory of",
+                source: e,
+            })?;
+    }
+    Ok(())
+}
+
 /// Sets mode 0600 on the database and its existing companions where they are more open.
 pub(crate) fn tighten(path: &Path) -> Result<(), StoreError> {
     for p in std::iter::once(path.to_path_buf()).chain(existing_companions(path)) {

@@ -40,6 +40,11 @@ impl Identity {
     pub fn normalized_url(&self) -> &str {
         self.runner_url.trim_end_matches('/')
     }
+
+    /// The URL as shown in messages and `status`: without a `user:password@` or a query.
+    pub fn shown_url(&self) -> String {
+        flotilla_fleet::redact_url(self.normalized_url())
+    }
 }
 
 impl fmt::Display for Identity {
@@ -48,7 +53,7 @@ impl fmt::Display for Identity {
             f,
             "runner {} at {} on provider {}",
             self.runner_id,
-            self.normalized_url(),
+            self.shown_url(),
             self.provider_id
         )
     }

@@ -94,8 +94,10 @@ impl Store {
     pub fn open_read_only(path: impl AsRef<Path>) -> Result<Store, StoreError> {
         let path = path.as_ref().to_path_buf();
         let options = StoreOptions::default();
-        if let Found::NotSqlite(reason) = file::inspect(&path)? {
-            return Err(StoreError::NotOurs { path, reason });
+        match file::inspect(&path)? {
+            Found::NotSqlite(reason) => return Err(StoreError::NotOurs { path, reason }),
+            Found::Empty => return Err(truncated(path)),
+            Found::Missing | Found::Sqlite => {}
         }
         let conn = Connection::open_with_flags(
             &path,
@@ -240,13 +242,6 @@ fn is_corruption(e: &rusqlite::Error) -> bool {
 /// Opens `path` if it is (or can become) a flotilla store, never writing to a file that is
 /// not ours.
 fn open_checked(path: &Path, options: &StoreOptions) -> Result<Connection, StoreError> {
-    let open_err = |what| {
-        move |source| StoreError::Open {
-            path: path.to_path_buf(),
-            what,
-            source,
-        }
-    };
     match file::inspect(path)? {
         Found::Missing => {
             if let Some(stale) = file::existing_companions(path).first() {
@@ -259,9 +254,12 @@ fn open_checked(path: &Path, options: &StoreOptions) -> Result<Connection, Store
                     ),
                 });
             }
-            file::create_private(path)?;
+            create(path, options)?;
         }
-        Found::Empty | Found::Sqlite => {}
+        // A store appears at its path only complete (see `create`): an empty file there was
+        // truncated, and starting empty would forget the fleet's instances and jobs.
+        Found::Empty => return Err(truncated(path.to_path_buf())),
+        Found::Sqlite => {}
         Found::NotSqlite(reason) => {
             return Err(StoreError::NotOurs {
                 path: path.to_path_buf(),
@@ -269,6 +267,40 @@ fn open_checked(path: &Path, options: &StoreOptions) -> Result<Connection, Store
             });
         }
     }
+    open_ours(path, options)
+}
+
+/// The error for an empty file at the store's path.
+fn truncated(path: PathBuf) -> StoreError {
+    StoreError::Corrupt {
+        path,
+        reason: "it is empty (0 bytes), though a store is never empty once created".into(),
+    }
+}
+
+/// Makes a new store at `path` that appears there only once complete: it is built and
+/// migrated under a temporary name, closed (SQLite folds its write-ahead log in), then
+/// hard-linked into place, which fails rather than replace a store another process made
+/// first. So a zero-byte file at the store's path is never one of ours.
+fn create(path: &Path, options: &StoreOptions) -> Result<(), StoreError> {
+    let building = file::building_name(path);
+    file::remove_with_companions(&building)?;
+    file::create_private(&building)?;
+    let conn = open_ours(&building, options).map_err(|e| e.at(path))?;
+    drop(conn);
+    file::publish(&building, path)
+}
+
+/// Opens a file that is empty or holds an SQLite database, and makes it a store of this
+/// schema version if it is one of ours.
+fn open_ours(path: &Path, options: &StoreOptions) -> Result<Connection, StoreError> {
+    let open_err = |what| {
+        move |source| StoreError::Open {
+            path: path.to_path_buf(),
+            what,
+            source,
+        }
+    };
     // No CREATE flag: SQLite never creates the main file (we did, with the right mode).
     let mut conn = Connection::open_with_flags(
         path,

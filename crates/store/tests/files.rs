@@ -255,16 +255,36 @@ fn a_newer_schema_is_refused_with_a_clear_message() {
 }
 
 #[test]
-fn an_empty_file_becomes_a_store() {
-    // What a kill between creating the file and writing the schema leaves.
+fn a_store_truncated_to_nothing_is_refused_and_a_new_one_appears_complete() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("state.db");
-    std::fs::write(&path, b"").unwrap();
     let store = Store::open(&path, StoreOptions::default()).unwrap();
+    assert_eq!(mode(&path), 0o600);
     let scope = store.scope(&identity()).unwrap();
     store.record(scope, &instance("i-1")).unwrap();
-    assert_eq!(store.moved_aside(), None);
-    assert_eq!(mode(&path), 0o600);
+    drop(store);
+    // Only the store itself is in the directory: it was built under another name and
+    // published complete, so an empty file at its path is never one flotilla made.
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.contains("building"))
+        .collect();
+    assert!(names.is_empty(), "{names:?}");
+
+    // Truncated (a full disk, a careless copy): starting empty would forget the fleet.
+    std::fs::write(&path, b"").unwrap();
+    let err = Store::open(&path, StoreOptions::default()).unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("empty (0 bytes)"), "{text}");
+    assert!(text.contains(path.to_str().unwrap()), "{text}");
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 0, "left untouched");
+    // Rebuild moves it aside and starts over.
+    let store = Store::open(&path, rebuild()).unwrap();
+    assert!(store.moved_aside().is_some());
+    let scope = store.scope(&identity()).unwrap();
+    assert!(store.load_fleet(scope).unwrap().instances.is_empty());
 }
 
 #[test]
