@@ -5,6 +5,7 @@
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
+use super::budget::deep_size;
 use super::error::{CiError, CompileError, Diagnostics, Location};
 use super::extends::resolve_extends;
 use super::include::{Loader, SkippedInclude};
@@ -105,6 +106,12 @@ fn compile_into(
     diag.check()?;
 
     let globals = read_globals(&config, diag);
+    // Every job instance carries its own copy of `default:` and the global `variables:`.
+    let shared_cost: usize = ["default", "variables"]
+        .iter()
+        .filter_map(|k| config.get(k))
+        .map(deep_size)
+        .sum();
     let mut specs: Vec<JobSpec> = Vec::new();
     let mut visible: HashSet<String> = HashSet::new();
     for (key, node) in config.iter() {
@@ -127,7 +134,10 @@ fn compile_into(
             partial.contains(&key.name),
             diag,
         ) {
-            specs.push(spec);
+            specs.push(JobSpec {
+                cost: spec.cost + shared_cost,
+                ..spec
+            });
         }
     }
     if visible.is_empty()
@@ -281,6 +291,11 @@ impl Compiler<'_> {
                 None => vec![(spec.name.clone(), None)],
             };
             for (name, instance) in list {
+                if !self.diag.charge(spec.cost, &spec.at) {
+                    return Err(self.diag.check().err().unwrap_or_else(|| {
+                        CiError::invalid(&spec.at, "the configuration is too big")
+                    }));
+                }
                 defined.insert(name.clone());
                 match self.decide(index, spec, &name, instance, &global_variables) {
                     Outcome::In(c) => candidates.push(*c),

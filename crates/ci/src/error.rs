@@ -267,6 +267,14 @@ pub enum CiError {
         /// The skipped includes, with their positions.
         includes: String,
     },
+    /// The configuration is larger than a compile may build ([`crate::budget`]'s limits).
+    #[error("{location}: {message}")]
+    TooBig {
+        /// Where the limit was passed.
+        location: Location,
+        /// Which limit.
+        message: String,
+    },
     /// Several of the above, in file order.
     #[error("{} errors in the pipeline:\n{}", errors.len(), errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
     Many {
@@ -282,6 +290,7 @@ impl CiError {
             CiError::Read { .. } | CiError::Selection { .. } | CiError::Many { .. } => None,
             CiError::FromSkippedInclude { error, .. } => error.location(),
             CiError::Syntax { location, .. }
+            | CiError::TooBig { location, .. }
             | CiError::Include { location, .. }
             | CiError::UnknownStage { location, .. }
             | CiError::MissingNeed { location, .. }
@@ -351,6 +360,8 @@ impl CompileError {
 /// Errors collected while compiling, so that one run reports as many problems as it can.
 #[derive(Debug, Default)]
 pub(crate) struct Diagnostics {
+    /// What the compile has built so far, against its limit.
+    pub budget: super::budget::Budget,
     /// Errors found so far.
     pub errors: Vec<CiError>,
     /// Warnings found so far.
@@ -363,6 +374,21 @@ pub(crate) struct Diagnostics {
 }
 
 impl Diagnostics {
+    /// Spends `bytes` of the budget for what is built at `at`; false when it is spent (the
+    /// error is recorded once).
+    pub(crate) fn charge(&mut self, bytes: usize, at: &Location) -> bool {
+        let reported = self.budget.is_exhausted();
+        match self.budget.charge(bytes, at) {
+            Ok(()) => true,
+            Err(error) => {
+                if !reported {
+                    self.errors.push(error);
+                }
+                false
+            }
+        }
+    }
+
     /// Record an error.
     pub(crate) fn error(&mut self, error: CiError) {
         self.errors.push(error);

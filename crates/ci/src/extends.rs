@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 
+use super::budget::{Budget, deep_size};
 use super::error::{CiError, Diagnostics, Location};
 use super::merge::deep_merge;
 use super::yaml::{Mapping, Node, Value};
@@ -35,6 +36,7 @@ pub(crate) fn resolve_extends(
     }
     let mut resolver = Resolver {
         config,
+        budget: &mut diag.budget,
         reserved,
         skipped,
         warnings: Vec::new(),
@@ -45,18 +47,23 @@ pub(crate) fn resolve_extends(
         cycles: HashSet::new(),
     };
     let mut results = Vec::new();
+    let mut errors = Vec::new();
     for name in &names {
         let mut stack = Vec::new();
         match resolver.resolve(name, &mut stack) {
             Ok(node) => results.push((name.clone(), node)),
-            Err(Some(error)) => diag.error(error),
+            Err(Some(error)) => errors.push(error),
             Err(None) => {}
         }
     }
-    for (at, message) in std::mem::take(&mut resolver.warnings) {
+    let warnings = std::mem::take(&mut resolver.warnings);
+    let partial = std::mem::take(&mut resolver.partial);
+    for error in errors {
+        diag.error(error);
+    }
+    for (at, message) in warnings {
         diag.warn(&at, message);
     }
-    let partial = std::mem::take(&mut resolver.partial);
     for (name, node) in results {
         if let Some(slot) = config
             .iter_mut()
@@ -71,6 +78,8 @@ pub(crate) fn resolve_extends(
 
 struct Resolver<'a> {
     config: &'a Mapping,
+    /// The compile's budget: every resolved entry is a copy of its templates.
+    budget: &'a mut Budget,
     reserved: &'a [&'a str],
     /// The includes local runs skipped, when there are any.
     skipped: Option<&'a str>,
@@ -213,6 +222,11 @@ impl Resolver<'_> {
         merged.at = at;
         if let Value::Map(m) = &mut merged.value {
             m.remove("extends");
+        }
+        let reported = self.budget.is_exhausted();
+        if let Err(error) = self.budget.charge(deep_size(&merged), &merged.at) {
+            self.failed.insert(name.to_string());
+            return Err((!reported).then_some(error));
         }
         self.resolved.insert(name.to_string(), merged.clone());
         Ok(merged)

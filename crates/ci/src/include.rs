@@ -75,6 +75,9 @@ impl Loader<'_> {
             message: "the file is not valid UTF-8".into(),
         })?;
         let loaded = load(&text, &name)?;
+        self.diag
+            .budget
+            .charge(loaded.size, &Location::new(name.clone(), 1, 1))?;
         self.diag.warnings.extend(loaded.warnings);
         let root = self.document(loaded.documents, &name)?;
         let mut root = match root.value {

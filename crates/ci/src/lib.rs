@@ -26,6 +26,7 @@
 //! expanded; `$$` is left for the runner.
 
 mod artifacts;
+mod budget;
 mod cache;
 mod compile;
 mod duration;

@@ -2,6 +2,7 @@
 //! stands after `include` and `extends`. A referenced value may hold references itself, up to
 //! GitLab's limit of ten levels.
 
+use super::budget::deep_size;
 use super::error::{CiError, Diagnostics};
 use super::yaml::{Mapping, Node, Value};
 
@@ -39,7 +40,14 @@ impl References<'_> {
             Value::Reference(path) => {
                 let path = path.clone();
                 match lookup(&path, node, self.root, depth) {
-                    Ok(mut found) => {
+                    Ok(found) => {
+                        // Each substitution is a copy: counted before it is made, so that a
+                        // reference amplified at every level stops at the budget.
+                        if !self.diag.charge(deep_size(found), &node.at) {
+                            node.value = Value::Null;
+                            return;
+                        }
+                        let mut found = found.clone();
                         self.replace(&mut found, depth + 1);
                         *node = found;
                     }
@@ -81,12 +89,12 @@ impl References<'_> {
 
 /// The node a reference points at, or the error and whether it is that the first entry of
 /// the path is not defined at all.
-fn lookup(
+fn lookup<'r>(
     path: &[Node],
     tag: &Node,
-    root: &Mapping,
+    root: &'r Mapping,
     depth: usize,
-) -> Result<Node, (CiError, bool)> {
+) -> Result<&'r Node, (CiError, bool)> {
     let written: Vec<String> = path
         .iter()
         .map(|p| p.scalar_text().unwrap_or_else(|| p.kind().to_string()))
@@ -142,5 +150,5 @@ fn lookup(
         };
         current = next;
     }
-    Ok(current.clone())
+    Ok(current)
 }

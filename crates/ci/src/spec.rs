@@ -3,6 +3,7 @@
 //! comes later, when rules are evaluated.
 
 use super::artifacts::{Artifacts, read_artifacts};
+use super::budget::deep_size;
 use super::cache::{CacheSpec, read_cache};
 use super::duration::parse_duration;
 use super::error::{CiError, Diagnostics, Location};
@@ -439,6 +440,9 @@ pub(crate) struct JobSpec {
     pub trigger: bool,
     /// A job without a script in a pipeline whose includes were skipped: left out.
     pub incomplete: bool,
+    /// What each instance of the job costs the compile's budget: its own keywords and its
+    /// copy of `default:` and `variables:` ([`crate::budget`]).
+    pub cost: usize,
 }
 
 fn read_inherit(reader: &mut Reader<'_>, node: &Node, key: &str) -> Option<Inherit> {
@@ -664,5 +668,6 @@ pub(crate) fn read_job(
         resource_group,
         trigger,
         incomplete,
+        cost: deep_size(node),
     })
 }

@@ -14,14 +14,15 @@ use yaml_rust2::scanner::{Marker, TScalarStyle};
 
 use super::error::{CiError, Location, Warning};
 
-/// The most values a file may expand to, aliases included. GitLab refuses a file whose parsed
-/// form is larger than 1 MB ("The parsed YAML is too big", `MAX_YAML_SIZE` in gitlabhq/gitlabhq
-/// lib/gitlab/config/loader/yaml.rb), which no file near this many values stays under; the
-/// limit is what keeps an alias bomb from exhausting memory.
-const MAX_VALUES: usize = 250_000;
+use super::budget::{MAX_FILE_BYTES, NODE_COST};
 
-/// GitLab's limit on nesting (`MAX_YAML_DEPTH`, same file).
+/// GitLab's limit on nesting (`MAX_YAML_DEPTH` in gitlabhq/gitlabhq
+/// lib/gitlab/config/loader/yaml.rb).
 const MAX_DEPTH: usize = 100;
+
+/// A mapping with this many keys or more keeps an index of them: looking a key up in the
+/// list made a 100,000-key mapping take 49 s to load.
+const INDEXED_FROM: usize = 16;
 
 /// A YAML value.
 #[derive(Clone, Debug, PartialEq)]
@@ -64,57 +65,96 @@ pub(crate) struct Key {
 
 /// An ordered mapping; a key appears once (a repeated key keeps its first place and its last
 /// value, as in a Ruby hash).
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct Mapping {
     entries: Vec<(Key, Node)>,
+    /// Each key's place in `entries`, kept from [`INDEXED_FROM`] entries on.
+    index: Option<HashMap<String, usize>>,
+}
+
+impl PartialEq for Mapping {
+    fn eq(&self, other: &Mapping) -> bool {
+        self.entries == other.entries
+    }
 }
 
 impl Mapping {
+    /// The place of `key` in the entries.
+    fn position(&self, key: &str) -> Option<usize> {
+        match &self.index {
+            Some(index) => index.get(key).copied(),
+            None => self.entries.iter().position(|(k, _)| k.name == key),
+        }
+    }
+
+    /// Adds an entry for a key that is not there yet.
+    fn push(&mut self, key: Key, value: Node) {
+        if let Some(index) = &mut self.index {
+            index.insert(key.name.clone(), self.entries.len());
+        }
+        self.entries.push((key, value));
+        if self.index.is_none() && self.entries.len() >= INDEXED_FROM {
+            self.reindex();
+        }
+    }
+
+    fn reindex(&mut self) {
+        self.index = (self.entries.len() >= INDEXED_FROM).then(|| {
+            self.entries
+                .iter()
+                .enumerate()
+                .map(|(i, (k, _))| (k.name.clone(), i))
+                .collect()
+        });
+    }
+
     /// The value under `key`.
     pub(crate) fn get(&self, key: &str) -> Option<&Node> {
-        self.entries
-            .iter()
-            .find(|(k, _)| k.name == key)
-            .map(|(_, v)| v)
+        self.position(key).map(|i| &self.entries[i].1)
     }
 
     /// The key and value under `key`.
     pub(crate) fn entry(&self, key: &str) -> Option<(&Key, &Node)> {
-        self.entries
-            .iter()
-            .find(|(k, _)| k.name == key)
-            .map(|(k, v)| (k, v))
+        self.position(key).map(|i| {
+            let (k, v) = &self.entries[i];
+            (k, v)
+        })
     }
 
     /// Set `key` to `value`, keeping the key's place if it is already there.
     pub(crate) fn insert(&mut self, key: Key, value: Node) {
-        match self.entries.iter_mut().find(|(k, _)| k.name == key.name) {
-            Some(slot) => slot.1 = value,
-            None => self.entries.push((key, value)),
+        match self.position(&key.name) {
+            Some(i) => self.entries[i].1 = value,
+            None => self.push(key, value),
         }
     }
 
     /// Set `key` to `value` in the key's place if it is there (the key's position becomes
     /// `key`'s), at the end otherwise.
     pub(crate) fn replace(&mut self, key: Key, value: Node) {
-        match self.entries.iter_mut().find(|(k, _)| k.name == key.name) {
-            Some(slot) => *slot = (key, value),
-            None => self.entries.push((key, value)),
+        match self.position(&key.name) {
+            Some(i) => self.entries[i] = (key, value),
+            None => self.push(key, value),
         }
     }
 
     /// Take the value under `key` out, leaving null in its place (so that a following
     /// [`Mapping::insert`] keeps the key's position).
     pub(crate) fn take(&mut self, key: &str) -> Option<Node> {
-        let slot = self.entries.iter_mut().find(|(k, _)| k.name == key)?;
+        let i = self.position(key)?;
+        let slot = &mut self.entries[i];
         let at = slot.1.at.clone();
         Some(std::mem::replace(&mut slot.1, Node::new(Value::Null, at)))
     }
 
     /// Remove `key`, returning what it held.
     pub(crate) fn remove(&mut self, key: &str) -> Option<(Key, Node)> {
-        let index = self.entries.iter().position(|(k, _)| k.name == key)?;
-        Some(self.entries.remove(index))
+        let index = self.position(key)?;
+        let removed = self.entries.remove(index);
+        if self.index.is_some() {
+            self.reindex();
+        }
+        Some(removed)
     }
 
     /// The entries in order.
@@ -131,14 +171,17 @@ impl Mapping {
     /// an unspecified keyword (`Gitlab::Config::Entry::Factory#create!`), and attributes are
     /// validated with `allow_nil`.
     pub(crate) fn without_nulls(&self) -> Mapping {
-        Mapping {
+        let mut m = Mapping {
             entries: self
                 .entries
                 .iter()
                 .filter(|(_, v)| !v.is_null())
                 .cloned()
                 .collect(),
-        }
+            index: None,
+        };
+        m.reindex();
+        m
     }
 
     /// Whether there are no entries.
@@ -271,6 +314,9 @@ pub(crate) struct Loaded {
     pub documents: Vec<Node>,
     /// Tags that were dropped and similar.
     pub warnings: Vec<Warning>,
+    /// What the documents take in the budget's bytes ([`crate::budget`]), aliases at their
+    /// expanded size.
+    pub size: usize,
 }
 
 /// Parse `text` (the contents of `file`) into documents.
@@ -279,18 +325,32 @@ pub(crate) fn load(text: &str, file: &Arc<str>) -> Result<Loaded, CiError> {
         file: file.clone(),
         stack: Vec::new(),
         anchors: HashMap::new(),
-        values: 0,
+        bytes: 0,
         too_big: false,
         documents: Vec::new(),
         errors: Vec::new(),
         warnings: Vec::new(),
     };
+    // One event at a time, stopping at the first limit passed: the parser's own `load`
+    // recurses once per nesting level, and 10,000 levels overflowed the stack before any
+    // limit could be looked at.
     let mut parser = Parser::new_from_str(text);
-    if let Err(error) = parser.load(&mut builder, true) {
-        return Err(CiError::Syntax {
-            location: builder.location(error.marker()),
-            message: error.info().to_string(),
-        });
+    loop {
+        match parser.next_token() {
+            Ok((Event::StreamEnd, _)) => break,
+            Ok((event, mark)) => {
+                builder.on_event(event, mark);
+                if builder.too_big {
+                    break;
+                }
+            }
+            Err(error) => {
+                return Err(CiError::Syntax {
+                    location: builder.location(error.marker()),
+                    message: error.info().to_string(),
+                });
+            }
+        }
     }
     if let Some(error) = CiError::from_list(builder.errors) {
         return Err(error);
@@ -298,6 +358,7 @@ pub(crate) fn load(text: &str, file: &Arc<str>) -> Result<Loaded, CiError> {
     Ok(Loaded {
         documents: builder.documents,
         warnings: builder.warnings,
+        size: builder.bytes,
     })
 }
 
@@ -308,7 +369,7 @@ enum Frame {
         at: Location,
         anchor: usize,
         reference: bool,
-        /// [`Builder::values`] when it started.
+        /// [`Builder::bytes`] when it started.
         first: usize,
     },
     Map {
@@ -317,7 +378,7 @@ enum Frame {
         start: Location,
         anchor: usize,
         key: Option<PendingKey>,
-        /// [`Builder::values`] when it started.
+        /// [`Builder::bytes`] when it started.
         first: usize,
     },
 }
@@ -331,11 +392,11 @@ struct PendingKey {
 struct Builder {
     file: Arc<str>,
     stack: Vec<Frame>,
-    /// Anchored nodes and how many values each holds.
+    /// The current document's anchored nodes and the bytes each takes.
     anchors: HashMap<usize, (Node, usize)>,
-    /// Values made so far, aliases counted at their expanded size.
-    values: usize,
-    /// Whether the file went past [`MAX_VALUES`] or [`MAX_DEPTH`] (reported once).
+    /// Bytes built so far ([`crate::budget`]), aliases counted at their expanded size.
+    bytes: usize,
+    /// Whether the file went past [`MAX_FILE_BYTES`] or [`MAX_DEPTH`] (reported once).
     too_big: bool,
     documents: Vec<Node>,
     errors: Vec<CiError>,
@@ -347,7 +408,7 @@ impl Builder {
         Location::new(self.file.clone(), mark.line().max(1), mark.col() + 1)
     }
 
-    /// `size`: the values the node holds (itself included).
+    /// `size`: the bytes the node takes (itself included).
     fn finish(&mut self, node: Node, anchor: usize, size: usize) {
         if anchor != 0 {
             self.anchors.insert(anchor, (node.clone(), size));
@@ -355,24 +416,33 @@ impl Builder {
         self.push(node, false);
     }
 
-    /// Count `size` more values; past the limits, record the error once and tell the caller to
+    /// Count `size` more bytes; past the limits, record the error once and tell the caller to
     /// stop building.
     fn grow(&mut self, size: usize, at: &Location) -> bool {
-        self.values = self.values.saturating_add(size);
+        self.bytes = self.bytes.saturating_add(size);
         if self.too_big {
             return false;
         }
-        if self.values > MAX_VALUES || self.stack.len() > MAX_DEPTH {
+        if self.bytes > MAX_FILE_BYTES || self.stack.len() > MAX_DEPTH {
             self.too_big = true;
-            let why = if self.stack.len() > MAX_DEPTH {
-                format!("it nests deeper than {MAX_DEPTH} levels")
+            let error = if self.stack.len() > MAX_DEPTH {
+                CiError::Syntax {
+                    location: at.clone(),
+                    message: format!(
+                        "the YAML nests too deep: more than {MAX_DEPTH} levels (GitLab's limit)"
+                    ),
+                }
             } else {
-                format!("it expands, aliases included, to more than {MAX_VALUES} values")
+                CiError::TooBig {
+                    location: at.clone(),
+                    message: format!(
+                        "the parsed YAML is too big: the file expands, aliases included, to more \
+                         than {} MiB (GitLab refuses files over 1 MB)",
+                        MAX_FILE_BYTES >> 20
+                    ),
+                }
             };
-            self.errors.push(CiError::Syntax {
-                location: at.clone(),
-                message: format!("the parsed YAML is too big: {why} (GitLab refuses such files)"),
-            });
+            self.errors.push(error);
             return false;
         }
         true
@@ -479,9 +549,12 @@ impl MarkedEventReceiver for Builder {
                     self.push(Node::new(Value::Str(text), at), true);
                     return;
                 }
-                self.grow(1, &at);
+                let size = NODE_COST + text.len();
+                if !self.grow(size, &at) {
+                    return;
+                }
                 let value = self.scalar(text, style, tag, &at);
-                self.finish(Node::new(value, at), anchor, 1);
+                self.finish(Node::new(value, at), anchor, size);
             }
             Event::Alias(id) => match self.anchors.get(&id) {
                 Some((node, size)) => {
@@ -496,7 +569,9 @@ impl MarkedEventReceiver for Builder {
                 }
                 None => self.errors.push(CiError::Syntax {
                     location: at,
-                    message: "an alias refers to the node that contains it".into(),
+                    message: "an alias refers to no anchor before it in this document (or to \
+                              the node that contains it)"
+                        .into(),
                 }),
             },
             Event::SequenceStart(anchor, tag) => {
@@ -514,7 +589,7 @@ impl MarkedEventReceiver for Builder {
                     }
                     None => false,
                 };
-                let first = self.values;
+                let first = self.bytes;
                 self.stack.push(Frame::Seq {
                     items: Vec::new(),
                     at: at.clone(),
@@ -522,7 +597,7 @@ impl MarkedEventReceiver for Builder {
                     reference,
                     first,
                 });
-                self.grow(1, &at);
+                self.grow(NODE_COST, &at);
             }
             Event::MappingStart(anchor, tag) => {
                 if let Some(t) = tag {
@@ -534,7 +609,7 @@ impl MarkedEventReceiver for Builder {
                         ),
                     ));
                 }
-                let first = self.values;
+                let first = self.bytes;
                 self.stack.push(Frame::Map {
                     mapping: Mapping::default(),
                     at: None,
@@ -543,7 +618,7 @@ impl MarkedEventReceiver for Builder {
                     key: None,
                     first,
                 });
-                self.grow(1, &at);
+                self.grow(NODE_COST, &at);
             }
             Event::SequenceEnd | Event::MappingEnd => match self.stack.pop() {
                 Some(Frame::Seq {
@@ -558,7 +633,7 @@ impl MarkedEventReceiver for Builder {
                     } else {
                         Value::Seq(items)
                     };
-                    let size = self.values - first;
+                    let size = self.bytes - first;
                     self.finish(Node::new(value, at), anchor, size);
                 }
                 Some(Frame::Map {
@@ -570,16 +645,14 @@ impl MarkedEventReceiver for Builder {
                     ..
                 }) => {
                     let at = at.unwrap_or(start);
-                    let size = self.values - first;
+                    let size = self.bytes - first;
                     self.finish(Node::new(Value::Map(mapping), at), anchor, size);
                 }
                 None => {}
             },
-            Event::Nothing
-            | Event::StreamStart
-            | Event::StreamEnd
-            | Event::DocumentStart
-            | Event::DocumentEnd => {}
+            // Anchors belong to their document, as in libyaml.
+            Event::DocumentStart => self.anchors.clear(),
+            Event::Nothing | Event::StreamStart | Event::StreamEnd | Event::DocumentEnd => {}
         }
     }
 }
@@ -832,7 +905,10 @@ mod tests {
         assert!(load(&small, &file).is_ok());
         let deep = format!("{}x{}", "[".repeat(150), "]".repeat(150));
         let error = load(&deep, &file).unwrap_err();
-        assert!(error.to_string().contains("deeper than 100"), "{error}");
+        assert!(
+            error.to_string().contains("more than 100 levels"),
+            "{error}"
+        );
     }
 
     #[test]
