@@ -30,6 +30,7 @@ mod error;
 mod exit;
 mod group;
 mod info;
+mod redact;
 mod secret;
 mod state;
 
@@ -40,5 +41,6 @@ pub use error::FleetError;
 pub use exit::{ExitStatus, signal_name, signal_number};
 pub use group::{InstanceGroup, InstanceStatus};
 pub use info::{ConnectInfo, InstanceId, ProviderInfo, Settings};
+pub use redact::redact_url;
 pub use secret::Secret;
 pub use state::State;

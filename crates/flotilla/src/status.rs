@@ -97,7 +97,7 @@ pub fn report(store: &Store, now: SystemTime) -> Result<String, flotilla_store::
             "fleet {} (runner {} at {})\n",
             identity.provider_id,
             identity.runner_id,
-            identity.normalized_url()
+            identity.shown_url()
         ));
         match store.current_lease(scope)? {
             Some(lease) if lease.expires_at > now => s.push_str(&format!(

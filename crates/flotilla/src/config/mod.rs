@@ -423,6 +423,24 @@ shutdown_timeout = 0
     }
 
     #[test]
+    fn a_password_in_the_runner_url_is_not_printed() {
+        let text = MINIMAL.replacen("https://", "https://deploy:hunter2@", 1);
+        assert!(text.contains("hunter2"), "the fixture has a url");
+        let loaded = Config::from_str(&text, "/etc/gitlab-runner/config.toml").unwrap();
+        assert!(
+            loaded.config.runners[0]
+                .url
+                .as_deref()
+                .unwrap()
+                .contains("hunter2")
+        );
+        let printed = loaded.config.to_redacted_toml().unwrap();
+        assert!(!printed.contains("hunter2"), "{printed}");
+        assert!(!printed.contains("deploy"), "{printed}");
+        assert!(printed.contains("url = \"https://"), "{printed}");
+    }
+
+    #[test]
     fn syntax_errors_are_all_reported() {
         let text = "concurrent = \n[[runners]]\nname = \"x\nexecutor = \"shell\"\n";
         let e = Config::from_str(text, "c.toml").unwrap_err();

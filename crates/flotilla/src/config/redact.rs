@@ -22,6 +22,15 @@ pub(crate) fn secret_opt<S: Serializer>(
     }
 }
 
+/// Serialises an optional URL without its `user:password@` or query (a runner `url` may
+/// carry credentials); a URL with neither is printed as written.
+pub(crate) fn url_opt<S: Serializer>(value: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+    match value {
+        Some(url) => s.serialize_str(&flotilla_fleet::redact_url(url)),
+        None => s.serialize_none(),
+    }
+}
+
 /// Whether an environment variable's value may be printed: only GitLab feature flags
 /// (`FF_*`), whose values are booleans. Everything else (`DOCKER_AUTH_CONFIG`, API tokens)
 /// may hold a secret.

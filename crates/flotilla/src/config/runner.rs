@@ -142,8 +142,13 @@ pub struct RunnerConfig {
     /// A description, shown in GitLab and in logs.
     #[serde(default)]
     pub name: String,
-    /// The GitLab instance's URL. Required unless `executor = "flotilla"`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// The GitLab instance's URL. Required unless `executor = "flotilla"`. Printed without
+    /// a `user:password@` or query.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "redact::url_opt"
+    )]
     pub url: Option<String>,
     /// The runner authentication token (`glrt-...`). Required unless
     /// `executor = "flotilla"`. Printed as `[REDACTED]`.
@@ -306,8 +311,36 @@ pub struct DockerConfig {
     /// The default job image.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
-    /// Privileged containers are not supported; only `false` is accepted.
+    /// Run the job's containers privileged (the build container's image must match
+    /// `allowed_privileged_images`, a service's `allowed_privileged_services`).
     pub privileged: bool,
+    /// Overrides `privileged` for services.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub services_privileged: Option<bool>,
+    /// The build images that may run privileged (doublestar patterns); empty: all.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allowed_privileged_images: Vec<String>,
+    /// The service images that may run privileged; empty: all.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allowed_privileged_services: Vec<String>,
+    /// Capabilities added to the build container.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cap_add: Vec<String>,
+    /// Capabilities dropped from the build container.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cap_drop: Vec<String>,
+    /// Security options of the build container (`seccomp=...`, `no-new-privileges`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub security_opt: Vec<String>,
+    /// Security options of the services.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub services_security_opt: Vec<String>,
+    /// Host devices for the build container (`/dev/kvm`, `/dev/fuse:/dev/fuse:rwm`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<String>,
+    /// The user namespace mode of the job's containers (`host`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub userns_mode: Option<String>,
     /// Pull policies, tried in order; written as one string or a list. Empty means GitLab's
     /// default, `always`.
     #[serde(
