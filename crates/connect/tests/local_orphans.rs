@@ -121,7 +121,12 @@ fn dies_with_its_manager_mode(fork: bool, kill_watchdog: bool) {
         cmd.env(KILL_WATCHDOG, "1");
     }
     let mut child = cmd
-        .args(["local_orphans::orphan_child", "--exact", "--ignored", "--nocapture"])
+        .args([
+            "local_orphans::orphan_child",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+        ])
         .env(PID_FILE, &pid_file)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
