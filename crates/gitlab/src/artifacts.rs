@@ -36,13 +36,18 @@ impl ArtifactStore for GitLabArtifactStore {
         dest: &Path,
     ) -> Result<bool, StoreError> {
         let dependency = download.dependency;
-        if dependency.artifacts_file.is_none() {
+        let Some(file) = &dependency.artifacts_file else {
             return Ok(false);
-        }
+        };
         // The running job's token, whatever `dependencies[].token` says: current GitLab
         // accepts only it, older GitLab accepted it as well.
         self.client
-            .download_artifacts(dependency.id, download.token, dest)
+            .download_artifacts(
+                dependency.id,
+                download.token,
+                dest,
+                download_limit(file.size),
+            )
             .await
             .map_err(|e| {
                 StoreError::Remote(format!(
@@ -50,5 +55,19 @@ impl ArtifactStore for GitLabArtifactStore {
                     dependency.id, dependency.name
                 ))
             })
+    }
+}
+
+/// The most read of a dependency's archive: the size GitLab gave for it
+/// (`artifacts_file.size`, the stored archive's), with room for a small difference; with no
+/// size, 16 GiB, so that an endless answer still ends.
+fn download_limit(announced: u64) -> u64 {
+    const WITHOUT_A_SIZE: u64 = 16 << 30;
+    if announced == 0 {
+        WITHOUT_A_SIZE
+    } else {
+        announced
+            .saturating_add(announced / 16)
+            .saturating_add(1 << 20)
     }
 }

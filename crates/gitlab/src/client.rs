@@ -4,12 +4,12 @@ use super::error::{ClientError, transport_message};
 use super::features::Info;
 use super::job_status::RemoteJobState;
 use super::observe::{ApiObserver, Endpoint};
-use super::redact::redact_url;
 use super::retry::{RetryPolicy, retryable_status, server_hint};
 use super::upload_name::artifact_file_name;
 use super::wire::{JobRequest, UpdateJobRequest, VerifyRequest, VerifyResponse};
 use bytes::Bytes;
 use flotilla_fleet::Secret;
+use flotilla_fleet::redact_url;
 use flotilla_job::model::LenientPayload;
 use flotilla_job::{ArtifactUpload, JobPayload, PayloadError};
 use futures::StreamExt;
@@ -108,7 +108,32 @@ pub struct ReceivedJob {
     pub payload: Result<LenientPayload, PayloadError>,
 }
 
+/// The largest job payload read. GitLab's payloads are kilobytes to a few megabytes (the
+/// variables, steps and dependencies of one job); a larger answer is not a job.
+pub const MAX_JOB_PAYLOAD: usize = 64 << 20;
+
+/// The largest answer read where GitLab sends a small JSON document (`runners/verify`).
+pub const MAX_SMALL_ANSWER: usize = 1 << 20;
+
 impl ReceivedJob {
+    /// A `201` body larger than [`MAX_JOB_PAYLOAD`]: only its first bytes were read, which
+    /// is enough to find the id and token GitLab puts first, so the job can be reported failed.
+    pub fn too_large(head: &[u8]) -> ReceivedJob {
+        let (id, token) = id_and_token_of_head(head);
+        ReceivedJob {
+            id,
+            token,
+            failure_reasons: Vec::new(),
+            payload: Err(PayloadError::new(
+                ".",
+                format!(
+                    "the payload is larger than {} MiB; it was not read",
+                    MAX_JOB_PAYLOAD >> 20
+                ),
+            )),
+        }
+    }
+
     /// Decodes a `201` body. The id and token are read on their own and leniently (an id
     /// may come as a number or a string of digits), so that a payload that does not decode
     /// can still be reported failed; then the payload. Never panics, whatever the bytes.
@@ -116,9 +141,12 @@ impl ReceivedJob {
         let value: serde_json::Value = match serde_json::from_slice(body) {
             Ok(v) => v,
             Err(e) => {
+                // Invalid UTF-8 inside a string fails the whole document, though the id and
+                // token (plain ASCII, first in GitLab's entity) are readable.
+                let (id, token) = id_and_token_of_head(body);
                 return ReceivedJob {
-                    id: None,
-                    token: None,
+                    id,
+                    token,
                     failure_reasons: Vec::new(),
                     payload: Err(PayloadError::new(".", format!("not JSON: {e}"))),
                 };
@@ -149,6 +177,54 @@ impl ReceivedJob {
             payload: JobPayload::from_value_lenient(value),
         }
     }
+}
+
+/// The job's id and token from the start of a payload that cannot be decoded whole: GitLab's
+/// job entity exposes `id` then `token` first (`lib/api/entities/ci/job_request/response.rb`),
+/// so the first `"id"` and `"token"` keys of the first 4 KiB are the job's.
+fn id_and_token_of_head(body: &[u8]) -> (Option<i64>, Option<Secret<String>>) {
+    let head = String::from_utf8_lossy(&body[..body.len().min(4096)]);
+    let after_key = |key: &str| -> Option<&str> {
+        let at = head.find(&format!("\"{key}\""))?;
+        let rest = head[at + key.len() + 2..].trim_start();
+        Some(rest.strip_prefix(':')?.trim_start())
+    };
+    let id = after_key("id").and_then(|v| {
+        let v = v.strip_prefix('"').unwrap_or(v);
+        let digits: String = v.chars().take_while(char::is_ascii_digit).collect();
+        digits.parse().ok()
+    });
+    let token = after_key("token").and_then(|v| {
+        let v = v.strip_prefix('"')?;
+        let end = v.find('"')?;
+        let t = &v[..end];
+        (!t.is_empty() && !t.contains('\\')).then(|| Secret::new(t.to_string()))
+    });
+    (id, token)
+}
+
+/// A body read up to a limit.
+enum Limited {
+    /// All of it.
+    Whole(Vec<u8>),
+    /// It announced or sent more than the limit; the first `limit` bytes.
+    TooLarge(Vec<u8>),
+}
+
+/// Reads `resp`'s body, never more than `limit` bytes (an endless answer stops there).
+async fn read_limited(resp: Response, limit: usize) -> Result<Limited, reqwest::Error> {
+    let mut body = Vec::new();
+    let mut stream = resp.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk?;
+        let room = limit - body.len();
+        if chunk.len() > room {
+            body.extend_from_slice(&chunk[..room]);
+            return Ok(Limited::TooLarge(body));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Limited::Whole(body))
 }
 
 /// The answer to a job request.
@@ -435,7 +511,11 @@ impl Client {
         let status = resp.status().as_u16();
         match status {
             200 | 201 => {
-                let bytes = resp.bytes().await.unwrap_or_default();
+                // What does not fit or decode is read as an answer without details.
+                let bytes = match read_limited(resp, MAX_SMALL_ANSWER).await {
+                    Ok(Limited::Whole(b)) => b,
+                    Ok(Limited::TooLarge(_)) | Err(_) => Vec::new(),
+                };
                 let parsed: VerifyResponse = serde_json::from_slice(&bytes).unwrap_or_default();
                 Ok(VerifiedRunner {
                     id: (parsed.id != 0).then_some(parsed.id),
@@ -486,13 +566,18 @@ impl Client {
         }
         match status {
             201 => {
-                let body = resp.bytes().await.map_err(|e| ClientError::Transport {
-                    method: call.method,
-                    path: call.path.clone(),
-                    message: transport_message(e),
-                    attempts: 1,
+                let body = read_limited(resp, MAX_JOB_PAYLOAD).await.map_err(|e| {
+                    ClientError::Transport {
+                        method: call.method,
+                        path: call.path.clone(),
+                        message: transport_message(e),
+                        attempts: 1,
+                    }
                 })?;
-                Ok(JobRequestOutcome::Job(Box::new(ReceivedJob::parse(&body))))
+                Ok(JobRequestOutcome::Job(Box::new(match body {
+                    Limited::Whole(body) => ReceivedJob::parse(&body),
+                    Limited::TooLarge(head) => ReceivedJob::too_large(&head),
+                })))
             }
             204 => Ok(JobRequestOutcome::NoJob { queue_changed }),
             409 => Ok(JobRequestOutcome::NoJob {
@@ -663,11 +748,15 @@ impl Client {
     /// `artifacts_downloader.go` treats it as fatal). `direct_download=true` lets GitLab
     /// redirect to object storage; redirects are followed, the job token sent only to
     /// GitLab's own origin.
+    ///
+    /// At most `max_bytes` are written: an answer past them (an archive larger than GitLab
+    /// said it is, or an endless one) fails with [`ClientError::TooLarge`] and leaves nothing.
     pub async fn download_artifacts(
         &self,
         job_id: i64,
         token: &Secret<String>,
         dest: &Path,
+        max_bytes: u64,
     ) -> Result<bool, ClientError> {
         let path = format!("jobs/{job_id}/artifacts");
         let call = Call::new("GET", format!("/api/v4/{path}"));
@@ -711,9 +800,16 @@ impl Client {
                 404 => return Ok(false),
                 _ => return Err(Self::status_error(&call, status, "")),
             }
-            match write_body(resp, dest).await {
+            match write_body(resp, dest, max_bytes).await {
                 Ok(()) => return Ok(true),
                 Err(WriteError::Io(e)) => return Err(e),
+                Err(WriteError::TooLarge) => {
+                    return Err(ClientError::TooLarge {
+                        method: call.method,
+                        path: call.path,
+                        limit: max_bytes,
+                    });
+                }
                 Err(WriteError::Body(message)) if attempt >= attempts => {
                     return Err(ClientError::Transport {
                         method: call.method,
@@ -743,17 +839,28 @@ impl Client {
 enum WriteError {
     Io(ClientError),
     Body(String),
+    TooLarge,
 }
 
-async fn write_body(resp: Response, dest: &Path) -> Result<(), WriteError> {
+async fn write_body(resp: Response, dest: &Path, limit: u64) -> Result<(), WriteError> {
     let io = |context: String| move |source| WriteError::Io(ClientError::Io { context, source });
+    if resp.content_length().is_some_and(|n| n > limit) {
+        return Err(WriteError::TooLarge);
+    }
     let tmp = dest.with_extension("partial");
     let mut file = tokio::fs::File::create(&tmp)
         .await
         .map_err(io(format!("creating {}", tmp.display())))?;
     let mut stream = resp.bytes_stream();
+    let mut written: u64 = 0;
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|e| WriteError::Body(transport_message(e)))?;
+        written += chunk.len() as u64;
+        if written > limit {
+            drop(file);
+            let _ = tokio::fs::remove_file(&tmp).await;
+            return Err(WriteError::TooLarge);
+        }
         file.write_all(&chunk)
             .await
             .map_err(io(format!("writing {}", tmp.display())))?;

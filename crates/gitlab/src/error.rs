@@ -60,6 +60,17 @@ pub enum ClientError {
         /// What was wrong.
         message: String,
     },
+    /// The answer was larger than what is read of it (an artifact archive past its
+    /// announced size); nothing of it was kept.
+    #[error("{method} {path}: the answer is larger than {limit} bytes; refused")]
+    TooLarge {
+        /// The HTTP method.
+        method: &'static str,
+        /// The path, redacted.
+        path: String,
+        /// The most that was to be read.
+        limit: u64,
+    },
     /// A local file (an artifact archive) could not be read or written.
     #[error("{context}: {source}")]
     Io {

@@ -34,7 +34,6 @@ mod job_status;
 pub mod observe;
 pub mod orphan;
 mod rails_backoff;
-mod redact;
 mod retry;
 pub mod source;
 pub mod system_id;
@@ -45,19 +44,19 @@ mod wire;
 
 pub use artifacts::GitLabArtifactStore;
 pub use client::{
-    Client, ClientConfig, JobRequestOutcome, PatchResponse, ReceivedJob, UpdateResponse,
-    VerifiedRunner,
+    Client, ClientConfig, JobRequestOutcome, MAX_JOB_PAYLOAD, MAX_SMALL_ANSWER, PatchResponse,
+    ReceivedJob, UpdateResponse, VerifiedRunner,
 };
 pub use error::ClientError;
 pub use executor::{Route, SlotExecutor};
 pub use features::{ConfigInfo, FeaturesInfo, Info};
 pub use final_update::FinalReport;
+pub use flotilla_fleet::redact_url;
 pub use health::{DEFAULT_UNHEALTHY_INTERVAL, DEFAULT_UNHEALTHY_REQUESTS_LIMIT};
 pub use hooks::{JobHooks, NoJobHooks, StartedJob};
 pub use job_status::RemoteJobState;
 pub use observe::{ApiObserver, Endpoint};
 pub use orphan::{LeftRunning, RecordedEnd, report_left_running};
-pub use redact::redact_url;
 pub use retry::RetryPolicy;
 pub use source::{Acceptance, JobSource, SourceConfig, SourceReport, StopHandle};
 pub use system_id::system_id;

@@ -6,6 +6,7 @@
 mod runner_support;
 
 mod fake_rails;
+mod hostile_gitlab;
 mod payload_fuzz;
 mod runner_artifacts;
 mod runner_cancel;
