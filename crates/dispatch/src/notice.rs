@@ -4,8 +4,8 @@ use flotilla_job::JobPayload;
 use flotilla_job::script::{ANSI_BOLD_RED, ANSI_RESET, ANSI_YELLOW};
 use flotilla_job::trace::Masker;
 
-/// Renders the dispatcher's lines for one job, masking the job's secrets (its token, masked
-/// variables, dependency tokens, registry passwords) should a message ever carry one.
+/// Renders the dispatcher's lines for one job, masking the job's secrets (the one list of
+/// [`flotilla_job::secrets`]) should a message ever carry one.
 pub(crate) struct Notices {
     secrets: Vec<String>,
     prefixes: Vec<String>,
@@ -13,16 +13,7 @@ pub(crate) struct Notices {
 
 impl Notices {
     pub(crate) fn for_job(job: &JobPayload) -> Notices {
-        let mut secrets: Vec<String> = job
-            .variables
-            .iter()
-            .filter(|v| v.masked)
-            .map(|v| v.value.clone())
-            .collect();
-        secrets.push(job.token.expose().clone());
-        secrets.extend(job.dependencies.iter().map(|d| d.token.expose().clone()));
-        secrets.extend(job.credentials.iter().map(|c| c.password.expose().clone()));
-        secrets.retain(|s| !s.is_empty());
+        let secrets = flotilla_job::secrets::payload_secrets(job);
         Notices {
             secrets,
             prefixes: job.features.token_mask_prefixes.clone(),
@@ -63,10 +54,17 @@ mod tests {
     fn secrets_never_reach_the_trace() {
         let job = JobPayload {
             token: Secret::new("glcbt-abc123".to_string()),
-            variables: vec![Variable::new("PW", "hunter2").masked()],
+            variables: vec![
+                Variable::new("PW", "hunter2").masked(),
+                Variable::new("P", "pre"),
+                Variable::new("S", "${P}fix-secret").masked(),
+            ],
             ..Default::default()
         };
         let n = Notices::for_job(&job);
+        // The expanded form of a masked variable is masked too, as in the job's own log.
+        let text = String::from_utf8(n.line("pulled with prefix-secret")).unwrap();
+        assert!(!text.contains("prefix-secret"), "{text}");
         let text =
             String::from_utf8(n.error("login with hunter2 and glcbt-abc123 failed")).unwrap();
         assert!(

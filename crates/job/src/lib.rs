@@ -16,6 +16,7 @@ pub mod env;
 pub mod model;
 pub mod runner;
 pub mod script;
+pub mod secrets;
 pub mod store;
 pub mod trace;
 pub mod vars;

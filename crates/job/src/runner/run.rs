@@ -9,7 +9,6 @@ use crate::env::{EnvError, EnvPaths, ExecCommand, ExecSpec, ExitStatus, Place};
 use crate::model::{JobPayload, STEP_AFTER_SCRIPT, STEP_SCRIPT, Step, Variable};
 use crate::script::{
     ANSI_BOLD_GREEN, ANSI_BOLD_RED, ANSI_RESET, ANSI_YELLOW, ScriptContext, unexportable_names,
-    url_password,
 };
 use crate::trace::{
     Masker, TracePipeline, TraceSink, TraceWriter, section_end, section_start, trace_channel,
@@ -82,19 +81,6 @@ fn job_variables(runner: &JobRunner<'_>, job: &JobPayload, paths: &EnvPaths) -> 
     JobVariables::new(all, &paths.tmp_dir)
 }
 
-/// Every value that must never appear in the log.
-fn secrets(job: &JobPayload, vars: &JobVariables) -> Vec<String> {
-    let mut s: Vec<String> = vars.masked_values().to_vec();
-    s.push(job.token.expose().clone());
-    s.extend(job.credentials.iter().map(|c| c.password.expose().clone()));
-    s.extend(job.dependencies.iter().map(|d| d.token.expose().clone()));
-    s.extend(url_password(job.git_info.repo_url.expose()));
-    s.retain(|v| !v.is_empty());
-    s.sort();
-    s.dedup();
-    s
-}
-
 pub(super) async fn run(
     runner: &JobRunner<'_>,
     job: &JobPayload,
@@ -104,7 +90,10 @@ pub(super) async fn run(
     let started = Instant::now();
     let paths = runner.env.paths().clone();
     let vars = job_variables(runner, job, &paths);
-    let masker = Masker::for_job(&secrets(job, &vars), &job.features.token_mask_prefixes);
+    let masker = Masker::for_job(
+        &crate::secrets::job_secrets(job, &vars),
+        &job.features.token_mask_prefixes,
+    );
     let mut pipeline = TracePipeline::new(masker, runner.options.output_limit, sink);
     let (log, mut reader) = trace_channel(64);
     let timeout = Duration::from_secs(job.runner_info.timeout_secs());
