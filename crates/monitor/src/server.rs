@@ -17,7 +17,10 @@ use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -127,9 +130,46 @@ pub fn is_loopback(ip: IpAddr) -> bool {
     }
 }
 
-/// Serves `monitor` on `listener` until `stop`; connections still open then are dropped.
+/// What one client may hold of the status port, so that nothing on it can starve the
+/// daemon of file descriptors or keep connections for ever (a slow client sending its
+/// headers a byte at a time, or a thousand idle ones).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// Connections served at once; one more is closed as soon as it is accepted.
+    pub max_connections: usize,
+    /// How long a request's headers may take to arrive.
+    pub header_timeout: Duration,
+    /// How long a connection may stay open, busy or idle.
+    pub lifetime: Duration,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> ConnectionLimits {
+        ConnectionLimits {
+            max_connections: 128,
+            header_timeout: Duration::from_secs(10),
+            lifetime: Duration::from_secs(120),
+        }
+    }
+}
+
+/// Serves `monitor` on `listener` until `stop` with the default [`ConnectionLimits`].
 pub async fn serve(listener: Listener, monitor: Monitor, access: Access, stop: CancellationToken) {
+    serve_with(listener, monitor, access, ConnectionLimits::default(), stop).await;
+}
+
+/// Serves `monitor` on `listener` until `stop`, within `limits`; connections still open then
+/// are dropped.
+pub async fn serve_with(
+    listener: Listener,
+    monitor: Monitor,
+    access: Access,
+    limits: ConnectionLimits,
+    stop: CancellationToken,
+) {
     let connections = TaskTracker::new();
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let mut refused_logged = false;
     loop {
         let accepted = tokio::select! {
             () = stop.cancelled() => break,
@@ -144,18 +184,36 @@ pub async fn serve(listener: Listener, monitor: Monitor, access: Access, stop: C
                 continue;
             }
         };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            if !std::mem::replace(&mut refused_logged, true) {
+                tracing::warn!(
+                    limit = limits.max_connections,
+                    "the status port has as many connections as it serves; closing new ones"
+                );
+            }
+            drop(stream);
+            continue;
+        };
+        refused_logged = false;
         let monitor = monitor.clone();
         let access = access.clone();
         let stop = stop.clone();
         connections.spawn(async move {
+            let _slot = slot;
             let io = hyper_util::rt::TokioIo::new(stream);
             let service = hyper::service::service_fn(move |req: Request<Incoming>| {
                 let response = answer(&monitor, &access, &req);
                 async move { Ok::<_, std::convert::Infallible>(response) }
             });
-            let conn = hyper::server::conn::http1::Builder::new().serve_connection(io, service);
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(limits.header_timeout)
+                .serve_connection(io, service);
             tokio::select! {
                 () = stop.cancelled() => {}
+                () = tokio::time::sleep(limits.lifetime) => {
+                    tracing::debug!("closing a status connection open longer than its lifetime");
+                }
                 r = conn => {
                     if let Err(e) = r {
                         tracing::debug!(error = %e, "status connection ended with an error");
