@@ -224,14 +224,36 @@ fn init_logging(level: Option<&str>, format: LogOutput, default: &str) -> Result
         .with_writer(std::io::stderr);
     // A subscriber may already be installed (tests); that is not an error worth stopping for.
     let _ = match format {
-        LogOutput::Text => builder.try_init(),
+        LogOutput::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .fmt_fields(printable_fields())
+            .try_init(),
         LogOutput::Json => builder.json().try_init(),
     };
     Ok(())
 }
 
+/// The text log's fields, each value with its control characters escaped: a job name, a
+/// GitLab answer or a provider's error quoted in a log line cannot act on the terminal or
+/// forge a line of its own (`tracing_subscriber` writes `%` values as they are).
+fn printable_fields() -> impl for<'w> tracing_subscriber::fmt::FormatFields<'w> {
+    use tracing_subscriber::field::MakeExt;
+    tracing_subscriber::fmt::format::debug_fn(|w, field, value| {
+        let text = format!("{value:?}");
+        let text = crate::printable::printable(&text);
+        if field.name() == "message" {
+            write!(w, "{text}")
+        } else {
+            write!(w, "{}={text}", field.name())
+        }
+    })
+    .delimited(" ")
+}
+
 /// Runs a parsed command, writing its output to `out` and diagnostics to `err`.
 pub fn execute(cli: &Cli, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
+    let out = &mut crate::printable::PrintableWriter::new(out);
+    let err = &mut crate::printable::PrintableWriter::new(err);
     match &cli.command {
         Command::Config(ConfigCommand::Check(args)) => config_check(args, out, err),
         Command::Run(args) => crate::run::run(args, err),

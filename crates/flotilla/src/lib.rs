@@ -9,6 +9,7 @@ pub mod debug;
 pub mod exec;
 pub mod fleet;
 pub mod migrate;
+mod printable;
 mod progress;
 pub mod registry;
 pub mod run;

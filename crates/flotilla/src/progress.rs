@@ -61,6 +61,7 @@ impl Progress {
     }
 
     fn line(&self, text: String) {
+        let text = crate::printable::printable(&text);
         if self.plain {
             eprintln!("[{:>7.1}s] {text}", self.started.elapsed().as_secs_f64());
         } else {
@@ -87,7 +88,7 @@ impl Progress {
                         ProgressStyle::with_template("  {spinner} {msg} {elapsed}")
                             .unwrap_or_else(|_| ProgressStyle::default_spinner()),
                     );
-                    pb.set_message(what);
+                    pb.set_message(crate::printable::printable(&what).into_owned());
                     pb.enable_steady_tick(Duration::from_millis(120));
                     if let Some(old) = self.running.insert(*job, pb) {
                         old.finish_and_clear();
