@@ -47,6 +47,8 @@ pub enum Infra {
     /// A `kubectl` of 1.31 or newer (WebSocket exec by default), found by [`kubectl_path`]:
     /// the independent client judging the fake Kubernetes API server.
     Kubectl,
+    /// Mounting a small tmpfs (root and `mount`): a file system a test can fill.
+    Tmpfs,
 }
 
 impl Infra {
@@ -79,6 +81,7 @@ impl Infra {
                 "Python's grpcio and grpcio-tools (Debian packages python3-grpcio, \
                  python3-grpc-tools)"
             }
+            Infra::Tmpfs => "mounting a tmpfs (root, and mount from Debian's base)",
         }
     }
 }
@@ -109,6 +112,10 @@ pub fn available(infra: Infra) -> bool {
             *PY_GRPC.get_or_init(|| runs("python3", &["-c", "import grpc, grpc_tools.protoc"]))
         }
         Infra::Kubectl => kubectl_path().is_some(),
+        Infra::Tmpfs => {
+            let uid = Command::new("id").arg("-u").output().ok();
+            uid.is_some_and(|o| o.stdout.trim_ascii() == b"0") && runs("mount", &["--version"])
+        }
         Infra::Promtool => *PROMTOOL.get_or_init(|| runs("promtool", &["--version"])),
         Infra::PythonPrometheusClient => *PY_PROMETHEUS
             .get_or_init(|| runs(DEBIAN_PYTHON, &["-c", "import prometheus_client.parser"])),

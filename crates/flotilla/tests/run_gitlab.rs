@@ -306,6 +306,130 @@ async fn sigquit_stops_at_once_and_fails_running_jobs() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_signal_stops_within_seconds_while_gitlab_does_not_answer() {
+    use flotilla_testkit::fake_gitlab::{FaultConfig, FaultKind};
+    let gl = gitlab().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_local_config(dir.path(), gl.url(), TOKEN, 4);
+    let mut m = Manager::start(&config, &[]);
+    let long = gl.enqueue(
+        TOKEN,
+        JobBuilder::new("long").script(["echo started", "sleep 600"]),
+    );
+    gl.wait_for_job(long, Duration::from_secs(60), |j| {
+        j.trace_text().contains("started")
+    })
+    .await
+    .unwrap_or_else(|| panic!("job never started:\n{}", m.log()));
+    // GitLab stops answering: every request is a 502 from a proxy whose Rails is down.
+    gl.set_faults(Some(FaultConfig {
+        rate: 1.0,
+        kinds: vec![FaultKind::BadGateway],
+        exempt: Vec::new(),
+        no_drop_after: Vec::new(),
+        ..FaultConfig::chaos(1.0, 7)
+    }));
+    m.signal(libc::SIGTERM);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let forced = std::time::Instant::now();
+    m.signal(libc::SIGTERM);
+    let status = m
+        .wait(Duration::from_secs(30))
+        .await
+        .unwrap_or_else(|| panic!("still running 30 s after the second signal:\n{}", m.log()));
+    let took = forced.elapsed();
+    assert!(took < Duration::from_secs(20), "{took:?}\n{}", m.log());
+    assert!(!status.success(), "{}", m.log());
+    assert!(gl.job(long).unwrap().final_update.is_none());
+    // The record was kept: GitLab back, the next start reports the job, once.
+    gl.set_faults(None);
+    let mut again = Manager::start(&config, &[]);
+    let j = gl
+        .wait_for_job(long, Duration::from_secs(60), |j| j.final_update.is_some())
+        .await
+        .unwrap_or_else(|| panic!("never reported:\n{}", again.log()));
+    assert_eq!(j.final_update.clone().unwrap().state, "failed");
+    again.signal(libc::SIGTERM);
+    assert!(again.wait(Duration::from_secs(30)).await.is_some());
+    assert_eq!(gl.job(long).unwrap().final_updates, 1);
+}
+
+/// A tmpfs mounted for one test, unmounted when dropped.
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &std::path::Path, size_mib: u32) -> Tmpfs {
+        std::fs::create_dir_all(dir).unwrap();
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size_mib}m"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .unwrap();
+        assert!(status.success(), "mount tmpfs on {}", dir.display());
+        Tmpfs(dir.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .args(["-l"])
+            .arg(&self.0)
+            .status();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_stops_taking_jobs_until_space_is_freed() {
+    use flotilla_testkit::infra::{self, Infra};
+    if !infra::require(Infra::Tmpfs) {
+        return;
+    }
+    let gl = gitlab().await;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let _tmpfs = Tmpfs::mount(&state, 96);
+    // The config's state_dir is `<dir>/state`: the tmpfs.
+    let config = write_local_config(dir.path(), gl.url(), TOKEN, 4);
+    let mut m = Manager::start(&config, &[]);
+    let first = gl.enqueue(TOKEN, JobBuilder::new("first").script(["echo one"]));
+    gl.wait_for_job(first, Duration::from_secs(60), |j| j.final_update.is_some())
+        .await
+        .unwrap_or_else(|| panic!("first job never ran:\n{}", m.log()));
+    // Fill the state directory's disk to under 64 MiB free.
+    let filler = state.join("filler");
+    std::fs::write(&filler, vec![0u8; 60 << 20]).unwrap();
+    // Requests already out (long polls) end; then none goes out while the disk is full.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = gl.requests_to("POST", "/api/v4/jobs/request").len();
+    let second = gl.enqueue(TOKEN, JobBuilder::new("second").script(["echo two"]));
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let after = gl.requests_to("POST", "/api/v4/jobs/request").len();
+    assert_eq!(
+        before,
+        after,
+        "job requests went out on a full disk:\n{}",
+        m.log()
+    );
+    assert!(gl.job(second).unwrap().final_update.is_none());
+    assert!(m.log().contains("disk is full"), "{}", m.log());
+    // Space again: the job is taken and runs.
+    std::fs::remove_file(&filler).unwrap();
+    gl.wait_for_job(second, Duration::from_secs(60), |j| {
+        j.final_update.is_some()
+    })
+    .await
+    .unwrap_or_else(|| panic!("second job never ran after space was freed:\n{}", m.log()));
+    assert_eq!(
+        gl.job(second).unwrap().final_update.unwrap().state,
+        "success"
+    );
+    assert!(m.log().contains("has space again"), "{}", m.log());
+    m.signal(libc::SIGTERM);
+    assert!(m.wait(Duration::from_secs(30)).await.is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_mid_job_then_restart_reports_it_failed_once() {
     let gl = gitlab().await;
     let dir = tempfile::tempdir().unwrap();

@@ -44,6 +44,12 @@ pub trait JobHooks: Send + Sync {
 
     /// The final update ended with `report`; nothing more will be sent for the job.
     async fn job_reported(&self, _job: &StartedJob, _report: &FinalReport) {}
+
+    /// Why no job may be asked for now (the store cannot record one: its disk is full), or
+    /// `None`. Asked before every job request; while it answers, the source waits.
+    fn refuses_new_jobs(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Hooks that do nothing.

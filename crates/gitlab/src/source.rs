@@ -429,6 +429,18 @@ async fn worker(inner: Arc<Inner>, n: usize) {
             }
             continue;
         }
+        if let Some(why) = inner.hooks.refuses_new_jobs() {
+            tracing::debug!(runner = %inner.config.name, worker = n, why, "not asking for a job");
+            if !pause(
+                &inner,
+                inner.config.check_interval.max(Duration::from_secs(1)),
+            )
+            .await
+            {
+                return;
+            }
+            continue;
+        }
         let held = tokio::select! {
             () = inner.graceful.cancelled() => return,
             p = permits(&inner) => p,

@@ -20,6 +20,7 @@
 //!
 //! No task is aborted: each ends when its token says so and is awaited.
 
+mod disk;
 mod monitor;
 mod orphans;
 mod runner;
@@ -37,6 +38,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -105,6 +107,35 @@ fn open_store(state_dir: &Path, rebuild: bool) -> Result<Store> {
     }
 }
 
+/// How long a forced stop may take before the process exits anyway: aborting the running
+/// jobs and reporting them can wait on a GitLab that does not answer, and an operator who
+/// signalled twice wants the process gone.
+const FORCED_STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// Ends the process after `grace` unless it ended by itself. Every job's record is durable
+/// in the store from before it started, so what is not reported by then is reported at the
+/// next start, exactly as after `kill -9`. A thread of its own, so that no stuck task of the
+/// runtime can hold it.
+fn exit_after(grace: Duration) {
+    let spawned = std::thread::Builder::new()
+        .name("forced-stop".into())
+        .spawn(move || {
+            std::thread::sleep(grace);
+            tracing::error!(
+                grace = ?grace,
+                "the forced stop did not finish in time (GitLab may not be answering); exiting \
+                 now. Jobs not yet reported are kept in the store and reported at the next start"
+            );
+            std::process::exit(FORCED_EXIT_CODE);
+        });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "cannot start the forced-stop timer");
+    }
+}
+
+/// The exit status of a forced stop that ran out of time.
+const FORCED_EXIT_CODE: i32 = 3;
+
 /// The signal handler: the first SIGTERM or SIGINT fires `stop`, a second one (or SIGQUIT)
 /// fires `force`. Ends when `done` fires.
 async fn handle_signals(
@@ -131,7 +162,10 @@ async fn handle_signals(
         if quit_now || stop.is_cancelled() {
             tracing::warn!("stopping now: running jobs are aborted and reported as interrupted");
             stop.cancel();
-            force.cancel();
+            if !force.is_cancelled() {
+                force.cancel();
+                exit_after(FORCED_STOP_GRACE);
+            }
         } else {
             tracing::info!(
                 "stopping: no new jobs; waiting for running ones (signal again to stop at once)"
@@ -178,6 +212,7 @@ async fn daemon(config: Config, rebuild: bool) -> Result<ExitCode> {
     let concurrent = Arc::new(Semaphore::new(config.concurrent.max(1) as usize));
     let stop = CancellationToken::new();
     let force = CancellationToken::new();
+    let disk = Arc::new(disk::DiskGate::new(state_dir.clone()));
     let shared = Arc::new(Shared {
         config,
         store,
@@ -187,6 +222,7 @@ async fn daemon(config: Config, rebuild: bool) -> Result<ExitCode> {
         concurrent,
         stop: stop.clone(),
         force: force.clone(),
+        disk,
     });
 
     let signals_done = CancellationToken::new();

@@ -121,6 +121,10 @@ impl JobHooks for ObservedHooks {
         self.inner.job_reported(job, report).await;
         self.handle.job_done(job.id);
     }
+
+    fn refuses_new_jobs(&self) -> Option<String> {
+        self.inner.refuses_new_jobs()
+    }
 }
 
 /// The dispatcher, watched: which slot and level each job got, and its log's bytes and

@@ -54,6 +54,8 @@ pub(super) struct Shared {
     pub stop: CancellationToken,
     /// A forced stop: running jobs are aborted and reported.
     pub force: CancellationToken,
+    /// The state directory's disk, looked at before each job request.
+    pub disk: Arc<super::disk::DiskGate>,
 }
 
 /// How a runner ended.
@@ -302,6 +304,7 @@ async fn start_fleet(
         store: store.clone(),
         scope,
         source: source_name(runner),
+        disk: shared.disk.clone(),
     });
     if let Some(m) = monitor {
         executor = Arc::new(ObservedExecutor {

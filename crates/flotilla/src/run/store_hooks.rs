@@ -18,10 +18,16 @@ pub(super) struct StoreHooks {
     pub store: Store,
     pub scope: ScopeId,
     pub source: String,
+    /// The disk under the store: no job is taken that could not be recorded.
+    pub disk: std::sync::Arc<super::disk::DiskGate>,
 }
 
 #[async_trait]
 impl JobHooks for StoreHooks {
+    fn refuses_new_jobs(&self) -> Option<String> {
+        self.disk.refusal()
+    }
+
     async fn job_started(&self, job: &StartedJob) {
         let start = JobStart {
             source: self.source.clone(),
