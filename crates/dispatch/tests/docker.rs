@@ -326,7 +326,10 @@ async fn infra_docker_slot_cgroups_and_privileged_reach_the_engine() {
     }
 
     let privileged = flotilla_isolate::DockerIsolationConfig {
-        privileged: true,
+        security: flotilla_isolate::docker::security::Security {
+            privileged: true,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let f = docker_fleet("privileged", privileged).await;
@@ -406,6 +409,61 @@ async fn infra_docker_volumes_reach_the_build_and_service_containers() {
         t.contains("on-the-instance"),
         "the instance's directory: {t}"
     );
+}
+
+/// `[runners.docker] cap_drop` and `security_opt` reach the build container as the kernel
+/// sees them from inside it (GitLab Runner's `createHostConfig`); a job whose image is not in
+/// `allowed_privileged_images` runs unprivileged though `privileged = true`. Before, all of
+/// them were warned about and dropped: a runner that dropped capabilities ran jobs with
+/// Docker's default set. (`cap_add` is checked in the container's specification only: the
+/// test instance, itself a container, cannot grant capabilities beyond its own.)
+#[tokio::test]
+async fn infra_docker_the_build_container_has_the_capabilities_and_options_the_runner_sets() {
+    if !require(Infra::Docker) {
+        return;
+    }
+    let config = flotilla_isolate::DockerIsolationConfig {
+        security: flotilla_isolate::docker::security::Security {
+            privileged: true,
+            allowed_privileged_images: flotilla_isolate::docker::allowed::AllowedImages::new(&[
+                "docker:*-dind".to_string(),
+            ])
+            .unwrap(),
+            cap_drop: vec!["NET_RAW".into(), "CHOWN".into()],
+            security_opt: vec!["no-new-privileges".into()],
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let f = docker_fleet("security", config).await;
+    let (r, t) = dispatch(
+        &f.dispatcher,
+        &job_at(
+            Level::Docker,
+            &[
+                "grep -E '^(CapEff|NoNewPrivs):' /proc/self/status",
+                "chown 1 /tmp && echo chown-allowed || echo chown-refused",
+            ],
+        ),
+    )
+    .await;
+    assert_eq!(r.outcome, Outcome::Success, "{t}");
+    let cap_eff = t
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
+        .unwrap_or_else(|| panic!("no CapEff line: {t}"));
+    // Docker's default set is 0xa80425fb: CHOWN is bit 0, NET_RAW bit 13, SETUID bit 7. A
+    // privileged container would have them all.
+    assert_eq!(cap_eff & 1, 0, "CHOWN dropped: {t}");
+    assert_eq!(cap_eff & (1 << 13), 0, "NET_RAW dropped: {t}");
+    assert_ne!(
+        cap_eff & (1 << 7),
+        0,
+        "the rest of the default set kept: {t}"
+    );
+    assert!(t.contains("NoNewPrivs:\t1"), "no-new-privileges: {t}");
+    assert!(t.contains("chown-refused"), "{t}");
 }
 
 /// `[runners.docker] cpus` and `memory` limit the build container, and `services_limit`

@@ -108,10 +108,13 @@ pub(crate) fn is_strict_area(path: &KeyPath) -> bool {
 
 /// The known key closest to `unknown`, if it is close enough to be a likely typo: at most
 /// two edits (insertions, deletions, substitutions, transpositions) away, or a quarter of the
-/// key's length for long keys. Ties go to the higher Jaro-Winkler similarity.
+/// key's length for long keys, and starting with the same letter (GitLab's `services` is two
+/// edits from `devices` and no typo of it). Ties go to the higher Jaro-Winkler similarity.
 pub(crate) fn suggest(unknown: &str, known: &[&str]) -> Option<String> {
+    let first = unknown.chars().next();
     known
         .iter()
+        .filter(|k| k.chars().next() == first)
         .map(|k| (strsim::damerau_levenshtein(unknown, k), *k))
         .filter(|(distance, k)| *distance <= (k.len() / 4).max(2))
         .min_by(|a, b| {

@@ -239,6 +239,14 @@ fn check_runner(f: &mut Findings, path: &KeyPath, runner: &RunnerConfig) {
         for (key, patterns) in [
             ("allowed_images", &docker.allowed_images),
             ("allowed_services", &docker.allowed_services),
+            (
+                "allowed_privileged_images",
+                &docker.allowed_privileged_images,
+            ),
+            (
+                "allowed_privileged_services",
+                &docker.allowed_privileged_services,
+            ),
         ] {
             for (j, pattern) in patterns.iter().enumerate() {
                 if let Err(e) = flotilla_isolate::docker::allowed::AllowedImages::new(
@@ -251,6 +259,11 @@ fn check_runner(f: &mut Findings, path: &KeyPath, runner: &RunnerConfig) {
         for (j, entry) in docker.volumes.iter().enumerate() {
             if let Err(e) = flotilla_isolate::docker::volumes::Volume::parse(entry) {
                 f.error(docker_path.key("volumes").index(j), e.to_string());
+            }
+        }
+        for (j, entry) in docker.devices.iter().enumerate() {
+            if let Err(e) = flotilla_isolate::docker::security::DeviceMapping::parse(entry) {
+                f.error(docker_path.key("devices").index(j), e.to_string());
             }
         }
     }

@@ -6,6 +6,7 @@ use anyhow::{Context, Result};
 use flotilla_isolate::cgroup::{DEFAULT_ROOT, SlotLimits};
 use flotilla_isolate::docker::SlotCgroupTemplates;
 use flotilla_isolate::docker::allowed::AllowedImages;
+use flotilla_isolate::docker::security::{DeviceMapping, Security};
 use flotilla_isolate::vm::{VmLevel, VmLevelConfig};
 use flotilla_isolate::{
     CgroupConfig, CgroupIsolation, DockerIsolation, DockerIsolationConfig, InstanceIsolation,
@@ -109,7 +110,22 @@ pub fn docker(cx: &LevelContext<'_>) -> Result<Arc<dyn Isolation>> {
         pull_policy: policies.iter().map(pull).collect(),
         allowed_pull_policies: docker.allowed_pull_policies().iter().map(pull).collect(),
         owner: format!("flotilla-{}", cx.runner.name),
-        privileged: docker.privileged,
+        security: Security {
+            privileged: docker.privileged,
+            services_privileged: docker.services_privileged,
+            allowed_privileged_images: AllowedImages::new(&docker.allowed_privileged_images)?,
+            allowed_privileged_services: AllowedImages::new(&docker.allowed_privileged_services)?,
+            cap_add: docker.cap_add.clone(),
+            cap_drop: docker.cap_drop.clone(),
+            security_opt: docker.security_opt.clone(),
+            services_security_opt: docker.services_security_opt.clone(),
+            devices: docker
+                .devices
+                .iter()
+                .map(|d| DeviceMapping::parse(d))
+                .collect::<Result<_, _>>()?,
+            userns_mode: docker.userns_mode.clone().filter(|m| !m.is_empty()),
+        },
         slot_cgroups,
         ..DockerIsolationConfig::default()
     })))

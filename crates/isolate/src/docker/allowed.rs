@@ -41,6 +41,12 @@ impl AllowedImages {
         Ok(AllowedImages { patterns })
     }
 
+    /// Whether `image` is on the list, or the list is empty (GitLab Runner's
+    /// `isInAllowedPrivilegedImages`).
+    pub fn allows(&self, image: &str) -> bool {
+        self.patterns.is_empty() || self.patterns.iter().any(|(_, m)| m.is_match(image))
+    }
+
     /// Whether the list allows every image (it is empty).
     pub fn is_empty(&self) -> bool {
         self.patterns.is_empty()

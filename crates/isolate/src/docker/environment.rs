@@ -334,19 +334,31 @@ impl DockerEnvironment {
             )
             .await?;
         }
+        let security = &self.config.security;
         let settings = |template: fn(&SlotCgroupTemplates) -> &String| HostSettings {
-            privileged: self.config.privileged,
             cgroup_parent: self
                 .config
                 .slot_cgroups
                 .as_ref()
                 .map(|t| SlotCgroupTemplates::parent(template(t), self.labels.slot)),
             binds: self.volume_binds.clone(),
-            limits: Default::default(),
+            userns_mode: security.userns_mode.clone(),
+            ..HostSettings::default()
         };
-        let (mut build_settings, service_settings) =
-            (settings(|t| &t.build), settings(|t| &t.services));
-        build_settings.limits = self.config.build_limits;
+        let build_settings = HostSettings {
+            privileged: security.build_privileged(&image.name),
+            cap_add: security.cap_add.clone(),
+            cap_drop: security.cap_drop.clone(),
+            security_opt: security.security_opt.clone(),
+            devices: security.devices.clone(),
+            limits: self.config.build_limits,
+            ..settings(|t| &t.build)
+        };
+        let service_settings = |service: &Image| HostSettings {
+            privileged: security.service_privileged(&service.name),
+            security_opt: security.services_security_opt.clone(),
+            ..settings(|t| &t.services)
+        };
         if let Some(parent) = &build_settings.cgroup_parent {
             say(
                 log,
@@ -371,7 +383,7 @@ impl DockerEnvironment {
                 self.service_env[i].clone(),
                 network.as_deref().unwrap_or_default(),
                 &self.labels,
-                &service_settings,
+                &service_settings(s),
             );
             self.create_and_start(Role::Service(i), body)
         }));

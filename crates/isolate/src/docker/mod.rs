@@ -35,6 +35,7 @@ mod environment;
 pub mod labels;
 pub mod limits;
 pub mod pull;
+pub mod security;
 pub mod services;
 pub mod spec;
 pub mod volumes;
@@ -74,8 +75,9 @@ pub struct DockerIsolationConfig {
     /// The owner label of everything this manager makes; give every manager sharing a fleet
     /// its own (e.g. the runner's id).
     pub owner: String,
-    /// Run the job's containers privileged (GitLab's `[runners.docker] privileged`).
-    pub privileged: bool,
+    /// Privileges, capabilities, security options and devices of the job's containers
+    /// ([`security`]).
+    pub security: security::Security,
     /// Slot cgroups (GitLab's `use_slot_cgroups`): the templates of the build container's and
     /// the services' cgroup parents, `${slot}` replaced by the slot; `None` when off.
     pub slot_cgroups: Option<SlotCgroupTemplates>,
@@ -126,7 +128,7 @@ impl Default for DockerIsolationConfig {
             allowed_pull_policies: PullPolicy::ALL.to_vec(),
             wait_for_services_timeout: Duration::from_secs(30),
             owner: "flotilla".into(),
-            privileged: false,
+            security: security::Security::default(),
             slot_cgroups: None,
             volumes: Vec::new(),
             build_limits: limits::BuildLimits::default(),

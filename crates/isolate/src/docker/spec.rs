@@ -48,11 +48,21 @@ pub fn keepalive(
     }
 }
 
-/// What the runner's configuration adds to every container of a job.
+/// What the runner's configuration adds to one container of a job.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HostSettings {
-    /// Run with every capability and device (GitLab's `privileged = true`).
+    /// Run with every capability and device (GitLab's `privileged = true`, for this image).
     pub privileged: bool,
+    /// Capabilities added and dropped (`cap_add`, `cap_drop`; the build container's).
+    pub cap_add: Vec<String>,
+    /// See `cap_add`.
+    pub cap_drop: Vec<String>,
+    /// Security options (`security_opt`, or `services_security_opt` for a service).
+    pub security_opt: Vec<String>,
+    /// Host devices (`devices`; the build container's).
+    pub devices: Vec<super::security::DeviceMapping>,
+    /// The user namespace mode (`userns_mode`).
+    pub userns_mode: Option<String>,
     /// The cgroup the container's own cgroup is made under (`--cgroup-parent`), absolute.
     pub cgroup_parent: Option<String>,
     /// Binds every container of the job gets (`[runners.docker] volumes`).
@@ -66,6 +76,23 @@ impl HostSettings {
     fn apply(&self, mut host: HostConfig) -> HostConfig {
         if self.privileged {
             host.privileged = Some(true);
+        }
+        let list = |v: &Vec<String>| (!v.is_empty()).then(|| v.clone());
+        host.cap_add = list(&self.cap_add);
+        host.cap_drop = list(&self.cap_drop);
+        host.security_opt = list(&self.security_opt);
+        host.userns_mode.clone_from(&self.userns_mode);
+        if !self.devices.is_empty() {
+            host.devices = Some(
+                self.devices
+                    .iter()
+                    .map(|d| bollard::models::DeviceMapping {
+                        path_on_host: Some(d.path_on_host.clone()),
+                        path_in_container: Some(d.path_in_container.clone()),
+                        cgroup_permissions: Some(d.cgroup_permissions.clone()),
+                    })
+                    .collect(),
+            );
         }
         host.cgroup_parent.clone_from(&self.cgroup_parent);
         host.nano_cpus = self.limits.nano_cpus;
@@ -236,7 +263,7 @@ mod tests {
             privileged: true,
             cgroup_parent: Some("/gitlab-runner/slot-3".into()),
             binds: vec!["vol:/certs/client".into()],
-            limits: Default::default(),
+            ..HostSettings::default()
         };
         let b = build_container(&image, &[], "", "/b/3", Some("n"), &labels(), &settings);
         let s = service_container(&image, 0, vec![], "n", &labels(), &settings);
@@ -266,6 +293,60 @@ mod tests {
             assert_eq!(host.privileged, Some(true));
             assert_eq!(host.cgroup_parent.as_deref(), Some("/gitlab-runner/slot-3"));
         }
+    }
+
+    #[test]
+    fn capabilities_security_options_devices_and_userns_reach_the_container() {
+        let image = Image {
+            name: "alpine".into(),
+            ..Default::default()
+        };
+        let settings = HostSettings {
+            cap_add: v(&["NET_ADMIN"]),
+            cap_drop: v(&["NET_RAW", "MKNOD"]),
+            security_opt: v(&["no-new-privileges"]),
+            devices: vec![crate::docker::security::DeviceMapping::parse("/dev/fuse").unwrap()],
+            userns_mode: Some("host".into()),
+            ..HostSettings::default()
+        };
+        let host = build_container(&image, &[], "", "/b/3", None, &labels(), &settings)
+            .host_config
+            .unwrap();
+        assert_eq!(host.cap_add, Some(v(&["NET_ADMIN"])));
+        assert_eq!(host.cap_drop, Some(v(&["NET_RAW", "MKNOD"])));
+        assert_eq!(host.security_opt, Some(v(&["no-new-privileges"])));
+        assert_eq!(host.userns_mode.as_deref(), Some("host"));
+        let device = &host.devices.unwrap()[0];
+        assert_eq!(
+            (
+                device.path_on_host.as_deref(),
+                device.path_in_container.as_deref(),
+                device.cgroup_permissions.as_deref()
+            ),
+            (Some("/dev/fuse"), Some("/dev/fuse"), Some("rwm"))
+        );
+        // Nothing is set where nothing is configured.
+        let plain = build_container(
+            &image,
+            &[],
+            "",
+            "/b/3",
+            None,
+            &labels(),
+            &HostSettings::default(),
+        )
+        .host_config
+        .unwrap();
+        assert_eq!(
+            (
+                plain.cap_add,
+                plain.cap_drop,
+                plain.security_opt,
+                plain.devices,
+                plain.userns_mode
+            ),
+            (None, None, None, None, None)
+        );
     }
 
     #[test]
