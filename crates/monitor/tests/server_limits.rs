@@ -73,13 +73,14 @@ async fn slow_headers_are_cut_off() {
 }
 
 #[tokio::test]
-async fn an_idle_connection_is_closed_after_its_lifetime() {
+async fn an_idle_kept_alive_connection_is_closed() {
     let (addr, _stop) = start().await;
     let mut idle = TcpStream::connect(addr).await.unwrap();
     idle.write_all(b"GET /debug/health HTTP/1.1\r\nHost: x\r\n\r\n")
         .await
         .unwrap();
-    // Answered, then kept alive and idle until the lifetime ends it.
+    // Answered, then kept alive and idle: the wait for the next request's headers ends it,
+    // or at the latest its lifetime.
     let closed = closed_after(&mut idle, Duration::from_secs(8)).await;
     let closed = closed.expect("an idle kept-alive connection is closed");
     assert!(closed < Duration::from_secs(5), "{closed:?}");
