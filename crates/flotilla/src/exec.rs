@@ -8,7 +8,7 @@ use crate::progress::Progress;
 use anyhow::{Context, Result, bail};
 use flotilla_ci::{self as ci, CompileOptions, Pipeline};
 use flotilla_dispatch::ISOLATION_VARIABLE;
-use flotilla_job::{LocalArtifactStore, LocalCacheStore, RunOptions};
+use flotilla_job::{LocalArtifactStore, LocalCacheStore};
 use flotilla_pipeline::{ExecConfig, ExecEvent, PipelineOutcome, run_pipeline};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -404,10 +404,7 @@ async fn execute(
         cache: Arc::new(LocalCacheStore::new(state.join("cache"))),
         snapshots: Some(Arc::new(LocalCacheStore::new(state.join("snapshots")))),
         local_builds_dir: builds.to_string_lossy().into_owned(),
-        run_options: RunOptions {
-            scratch_dir: Some(scratch.path().join("scratch")),
-            ..RunOptions::default()
-        },
+        run_options: fleet::run_options(runner, scratch.path().join("scratch")),
         durable: None,
         local_slots: None,
     };

@@ -73,7 +73,7 @@ fn config_check_prints_warnings_to_stderr_and_still_succeeds() {
     assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
     let file = path.display().to_string();
     let lines: Vec<&str> = stderr.lines().collect();
-    assert_eq!(lines.len(), 18, "{stderr}");
+    assert_eq!(lines.len(), 17, "{stderr}");
     assert!(
         lines
             .iter()

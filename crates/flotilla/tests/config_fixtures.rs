@@ -250,7 +250,6 @@ fn unused_gitlab_keys_are_warned_about_once_each() {
         "10:2: `session_server` at the top level",
         "18:3: `token_obtained_at` in [runners] is not used by flotilla; ignored",
         "19:3: `token_expires_at` in [runners]",
-        "22:3: `output_limit` in [runners]",
         "23:12: `custom_build_dir` in [runners]",
         "25:12: `cache` in [runners]",
         "33:12: `feature_flags` in [runners]",
@@ -282,6 +281,8 @@ fn unused_gitlab_keys_are_warned_about_once_each() {
     assert_eq!(c.shutdown_timeout, secs(30));
     let r = &c.runners[0];
     assert_eq!((r.id, r.limit), (Some(5), 5));
+    // output_limit is honoured (KiB, as GitLab reads it).
+    assert!(r.output_limit.is_some());
     let d = r.docker.as_ref().unwrap();
     assert_eq!(d.pull_policy, vec![PullPolicy::IfNotPresent]);
     assert!(!d.privileged);

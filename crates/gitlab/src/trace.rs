@@ -38,6 +38,8 @@ pub struct TraceOptions {
     /// Longest wait between failed final update attempts (GitLab Runner's
     /// `DefaultfinalUpdateBackoffMax`: 60 minutes).
     pub final_update_backoff_max: Duration,
+    /// The runner's `debug_trace_disabled`: GitLab is never told the log is a debug trace.
+    pub debug_trace_disabled: bool,
 }
 
 impl Default for TraceOptions {
@@ -48,6 +50,7 @@ impl Default for TraceOptions {
             max_patch: TRACE_PATCH_LIMIT,
             final_update_attempts: 10,
             final_update_backoff_max: Duration::from_secs(60 * 60),
+            debug_trace_disabled: false,
         }
     }
 }
@@ -339,7 +342,7 @@ impl JobTrace {
         cancel: JobCancel,
         options: TraceOptions,
     ) -> JobTrace {
-        let debug = job.debug_trace();
+        let debug = job.debug_trace() && !options.debug_trace_disabled;
         JobTrace::start(
             client,
             job.id,

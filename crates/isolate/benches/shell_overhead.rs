@@ -118,6 +118,7 @@ async fn main() {
         vars: &vars,
         builds_dir: &paths.builds_dir,
         project_dir: &paths.project_dir,
+        debug_trace: false,
     }
     .user_script(&["true".to_string()]);
 

@@ -47,6 +47,7 @@ fn flotilla_script(case: &Case, project: &Path, tmp: &Path) -> String {
         vars: &vars,
         builds_dir: &project,
         project_dir: &project,
+        debug_trace: false,
     };
     let commands: Vec<String> = case.step_script().iter().map(|c| (*c).to_owned()).collect();
     ctx.user_script(&commands)

@@ -426,3 +426,33 @@ async fn script_feature_flags_flotilla_does_not_honour_are_named() {
     );
     assert!(!trace.contains("FF_USE_LEGACY_BASH_EVAL"), "{trace}");
 }
+
+/// `CI_DEBUG_TRACE` traces the script's commands (`set -x`), unless the runner sets
+/// `debug_trace_disabled`: then GitLab Runner's warning and no trace, whatever the job asks.
+#[tokio::test]
+async fn a_runner_that_disables_debug_trace_ignores_ci_debug_trace() {
+    let h = Harness::new();
+    let mut j = job(910, &["echo traced-command"]);
+    j.variables.push(Variable::new("CI_DEBUG_TRACE", "true"));
+    let (r, trace) = h.run("dbg", &j).await;
+    assert!(r.outcome.is_success(), "{trace}");
+    assert!(trace.contains("+ echo traced-command"), "{trace}");
+
+    let (r, trace) = h
+        .run_with(
+            "dbg",
+            &j,
+            &JobCancel::new(),
+            RunOptions {
+                debug_trace_disabled: true,
+                ..RunOptions::default()
+            },
+        )
+        .await;
+    assert!(r.outcome.is_success(), "{trace}");
+    assert!(!trace.contains("+ echo traced-command"), "{trace}");
+    assert!(
+        trace.contains("WARNING: CI_DEBUG_TRACE: usage is disabled on this Runner"),
+        "{trace}"
+    );
+}

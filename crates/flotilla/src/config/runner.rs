@@ -182,6 +182,14 @@ pub struct RunnerConfig {
     /// The shell scripts are generated for (`bash`, `sh`, `pwsh`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shell: Option<String>,
+    /// The most of a job's log kept, in KiB (GitLab's default 4096); what comes after is
+    /// dropped with GitLab's notice and the job goes on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_limit: Option<u64>,
+    /// Ignore `CI_DEBUG_TRACE` (and `CI_DEBUG_SERVICES`): no shell trace that could print
+    /// secrets, whatever a pipeline asks; the job's log says so.
+    #[serde(default)]
+    pub debug_trace_disabled: bool,
     /// Extra job variables as `KEY=VALUE`. Values other than `FF_*` feature flags are
     /// printed as `[REDACTED]`.
     #[serde(default, serialize_with = "redact::environment")]
@@ -236,6 +244,8 @@ impl RunnerConfig {
             builds_dir: None,
             cache_dir: None,
             shell: None,
+            output_limit: None,
+            debug_trace_disabled: false,
             environment: Vec::new(),
             use_slot_cgroups: false,
             slot_cgroup_template: default_slot_cgroup_template(),

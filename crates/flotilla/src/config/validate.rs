@@ -211,6 +211,12 @@ fn check_runner(f: &mut Findings, path: &KeyPath, runner: &RunnerConfig) {
             );
         }
     }
+    if runner.output_limit == Some(0) {
+        f.error(
+            path.key("output_limit"),
+            "output_limit must be 1 (KiB) or more; leave it out for GitLab's 4096",
+        );
+    }
     if let Some(docker) = &runner.docker {
         let docker_path = path.key("docker");
         if docker.privileged && !runner.isolation_levels().offers(IsolationLevel::Docker) {

@@ -153,6 +153,20 @@ pub async fn provider(runner: &RunnerConfig, state_dir: Option<&Path>) -> Result
     })
 }
 
+/// How the runner's `[[runners]]` settings shape every job it runs: `output_limit` (KiB) and
+/// `debug_trace_disabled`; stages are staged under `scratch_dir`.
+pub fn run_options(runner: &RunnerConfig, scratch_dir: std::path::PathBuf) -> RunOptions {
+    let defaults = RunOptions::default();
+    RunOptions {
+        scratch_dir: Some(scratch_dir),
+        output_limit: runner
+            .output_limit
+            .map_or(defaults.output_limit, |kib| kib.saturating_mul(1024)),
+        debug_trace_disabled: runner.debug_trace_disabled,
+        ..defaults
+    }
+}
+
 /// Slots of the embedded default: one per core.
 pub fn default_slots() -> usize {
     std::thread::available_parallelism()
@@ -307,4 +321,24 @@ pub async fn from_runner(
         capacity,
         description,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_limit_and_debug_trace_disabled_reach_every_job() {
+        let runner: RunnerConfig = toml::from_str(
+            "executor = \"shell\"\noutput_limit = 16\ndebug_trace_disabled = true\n",
+        )
+        .unwrap();
+        let o = run_options(&runner, "/s".into());
+        assert_eq!(o.output_limit, 16 * 1024);
+        assert!(o.debug_trace_disabled);
+        let plain: RunnerConfig = toml::from_str("executor = \"shell\"\n").unwrap();
+        let o = run_options(&plain, "/s".into());
+        assert_eq!(o.output_limit, RunOptions::default().output_limit);
+        assert!(!o.debug_trace_disabled);
+    }
 }

@@ -24,7 +24,7 @@ use flotilla_gitlab::{
     Client, ClientConfig, GitLabArtifactStore, Info, JobHooks, JobSource, SlotExecutor,
     SourceConfig, SourceReport,
 };
-use flotilla_job::{LocalCacheStore, RunOptions};
+use flotilla_job::LocalCacheStore;
 use flotilla_monitor::RunnerHandle;
 use flotilla_scaler::Scaler;
 use flotilla_store::{Identity, LeaseHolder, ScopeId, Store};
@@ -228,10 +228,7 @@ async fn start_fleet(
         "restoring the fleet's ledger"
     );
     std::fs::create_dir_all(state_dir.join("scratch")).context("creating the scratch directory")?;
-    let mut run_options = RunOptions {
-        scratch_dir: Some(state_dir.join("scratch")),
-        ..RunOptions::default()
-    };
+    let mut run_options = fleet::run_options(runner, state_dir.join("scratch"));
     run_options.runner.id = runner.id.unwrap_or(0);
     let parts = FleetParts {
         artifacts: Arc::new(GitLabArtifactStore::new(client.clone())),
@@ -287,6 +284,10 @@ async fn start_fleet(
             .into_iter()
             .map(|(key, value)| flotilla_job::model::Variable::new(key, value))
             .collect(),
+        trace: flotilla_gitlab::TraceOptions {
+            debug_trace_disabled: runner.debug_trace_disabled,
+            ..flotilla_gitlab::TraceOptions::default()
+        },
         ..SourceConfig::default()
     };
     let mut executor: Arc<dyn SlotExecutor> = fleet.dispatcher.clone();

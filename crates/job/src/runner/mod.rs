@@ -36,6 +36,8 @@ pub struct RunOptions {
     pub concurrent_project_id: u32,
     /// Bytes of log kept before output is dropped (GitLab's `output_limit`, 4 MiB).
     pub output_limit: u64,
+    /// The runner's `debug_trace_disabled`: `CI_DEBUG_TRACE` is ignored, with a warning.
+    pub debug_trace_disabled: bool,
     /// after_script's timeout unless `RUNNER_AFTER_SCRIPT_TIMEOUT` says otherwise (5 min).
     pub after_script_timeout: Duration,
     /// The cleanup stage's timeout (it runs even after an abort or a timeout).
@@ -54,6 +56,7 @@ impl Default for RunOptions {
             concurrent_id: 0,
             concurrent_project_id: 0,
             output_limit: DEFAULT_OUTPUT_LIMIT,
+            debug_trace_disabled: false,
             after_script_timeout: Duration::from_secs(5 * 60),
             cleanup_timeout: Duration::from_secs(60),
             stop_grace: Duration::from_secs(30),

@@ -299,6 +299,7 @@ impl Run<'_, '_> {
             vars,
             builds_dir: &self.paths.builds_dir,
             project_dir: &self.paths.project_dir,
+            debug_trace: vars.bool("CI_DEBUG_TRACE") && !self.runner.options.debug_trace_disabled,
         }
     }
 
@@ -348,6 +349,15 @@ impl Run<'_, '_> {
                 "external secrets (secrets:) are not supported by this runner and are not set",
             )
             .await;
+        }
+        // GitLab Runner's words (common/build.go, initSettings).
+        if self.runner.options.debug_trace_disabled {
+            for var in ["CI_DEBUG_TRACE", "CI_DEBUG_SERVICES"] {
+                if self.vars.bool(var) {
+                    self.warn(&format!("{var}: usage is disabled on this Runner"))
+                        .await;
+                }
+            }
         }
         // Feature flags that change how GitLab Runner writes the stage script
         // (helpers/featureflags/flags.go); flotilla writes it one way only.

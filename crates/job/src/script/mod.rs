@@ -46,6 +46,9 @@ pub struct ScriptContext<'a> {
     pub builds_dir: &'a str,
     /// `CI_PROJECT_DIR` as the script sees it.
     pub project_dir: &'a str,
+    /// Whether scripts run with a shell trace (`CI_DEBUG_TRACE`, unless the runner forbids
+    /// it).
+    pub debug_trace: bool,
 }
 
 impl ScriptContext<'_> {
@@ -92,7 +95,7 @@ impl ScriptContext<'_> {
         if let Some(n) = notice {
             w.notice(n);
         }
-        if self.vars.bool("CI_DEBUG_TRACE") {
+        if self.debug_trace {
             w.line("set -x");
         }
         for c in commands {

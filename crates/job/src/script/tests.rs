@@ -93,6 +93,7 @@ fn script_with(values: &[String], file: bool, more: &[&str]) -> (String, tempfil
         vars: &vars,
         builds_dir: tmp.path().to_str().unwrap(),
         project_dir: tmp.path().to_str().unwrap(),
+        debug_trace: false,
     };
     let commands: Vec<String> = (0..values.len())
         .map(|i| {
@@ -197,6 +198,7 @@ fn the_script_stops_at_the_first_failure_with_its_code() {
         vars: &vars,
         builds_dir: "/tmp",
         project_dir: "/tmp",
+        debug_trace: false,
     };
     let script = ctx.user_script(&[
         "echo one".into(),
@@ -229,6 +231,7 @@ fn commands_do_not_eat_the_rest_of_the_script_from_stdin() {
         vars: &vars,
         builds_dir: "/tmp",
         project_dir: "/tmp",
+        debug_trace: false,
     };
     let script = ctx.user_script(&["cat".into(), "echo still-here".into()]);
     for shell in shells() {
@@ -266,6 +269,7 @@ fn get_sources_script_uses_a_credential_helper_not_the_url() {
         vars: &vars,
         builds_dir: "/b",
         project_dir: "/b/p",
+        debug_trace: false,
     };
     let s = ctx.get_sources_script(&job, true).unwrap();
     assert!(
@@ -349,6 +353,7 @@ fn debug_output_never_shows_secrets() {
         vars: &vars,
         builds_dir: "/b",
         project_dir: "/b/p",
+        debug_trace: false,
     };
     let script = ctx.user_script(&[]);
     assert!(script.contains("masked-value-1"));
@@ -368,6 +373,7 @@ fn an_unusable_temporary_directory_does_not_fail_the_stage() {
         vars: &vars,
         builds_dir: "/tmp",
         project_dir: "/tmp",
+        debug_trace: false,
     };
     let script = ctx.user_script(&["echo ran-$((1+1))".into()]);
     for shell in shells() {
