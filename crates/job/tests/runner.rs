@@ -456,3 +456,35 @@ async fn a_runner_that_disables_debug_trace_ignores_ci_debug_trace() {
         "{trace}"
     );
 }
+
+/// The runner's `pre_build_script` and `post_build_script` run in the `script` step around the
+/// job's commands, each as one command (GitLab Runner's `writeUserScript`); the post script
+/// not after a failed command.
+#[tokio::test]
+async fn the_runners_pre_and_post_build_scripts_wrap_the_jobs_commands() {
+    let h = Harness::new();
+    let options = || RunOptions {
+        pre_build_script: Some("echo pre-one\necho pre-two".into()),
+        post_build_script: Some("echo post-build".into()),
+        ..RunOptions::default()
+    };
+    let j = job(920, &["echo the-job"]);
+    let (r, trace) = h.run_with("pb", &j, &JobCancel::new(), options()).await;
+    assert!(r.outcome.is_success(), "{trace}");
+    let at = |s: &str| {
+        trace
+            .find(s)
+            .unwrap_or_else(|| panic!("{s} missing: {trace}"))
+    };
+    assert!(at("$ echo pre-one # collapsed multi-line command") < at("pre-two\n"));
+    assert!(at("pre-two\n") < at("$ echo the-job"));
+    assert!(at("$ echo the-job") < at("$ echo post-build"));
+
+    let failing = job(921, &["false"]);
+    let (r, trace) = h
+        .run_with("pb2", &failing, &JobCancel::new(), options())
+        .await;
+    assert!(!r.outcome.is_success(), "{trace}");
+    assert!(trace.contains("pre-two"), "{trace}");
+    assert!(!trace.contains("$ echo post-build"), "{trace}");
+}

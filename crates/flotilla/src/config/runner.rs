@@ -182,6 +182,12 @@ pub struct RunnerConfig {
     /// The shell scripts are generated for (`bash`, `sh`, `pwsh`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shell: Option<String>,
+    /// Commands run in every job's `script` step before its own (one command, lines and all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pre_build_script: Option<String>,
+    /// Commands run in every job's `script` step after its own, when they succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub post_build_script: Option<String>,
     /// The most of a job's log kept, in KiB (GitLab's default 4096); what comes after is
     /// dropped with GitLab's notice and the job goes on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -244,6 +250,8 @@ impl RunnerConfig {
             builds_dir: None,
             cache_dir: None,
             shell: None,
+            pre_build_script: None,
+            post_build_script: None,
             output_limit: None,
             debug_trace_disabled: false,
             environment: Vec::new(),

@@ -153,8 +153,9 @@ pub async fn provider(runner: &RunnerConfig, state_dir: Option<&Path>) -> Result
     })
 }
 
-/// How the runner's `[[runners]]` settings shape every job it runs: `output_limit` (KiB) and
-/// `debug_trace_disabled`; stages are staged under `scratch_dir`.
+/// How the runner's `[[runners]]` settings shape every job it runs: `output_limit` (KiB),
+/// `debug_trace_disabled`, `pre_build_script` and `post_build_script`; archives are staged
+/// under `scratch_dir`.
 pub fn run_options(runner: &RunnerConfig, scratch_dir: std::path::PathBuf) -> RunOptions {
     let defaults = RunOptions::default();
     RunOptions {
@@ -163,6 +164,8 @@ pub fn run_options(runner: &RunnerConfig, scratch_dir: std::path::PathBuf) -> Ru
             .output_limit
             .map_or(defaults.output_limit, |kib| kib.saturating_mul(1024)),
         debug_trace_disabled: runner.debug_trace_disabled,
+        pre_build_script: runner.pre_build_script.clone(),
+        post_build_script: runner.post_build_script.clone(),
         ..defaults
     }
 }
@@ -330,12 +333,15 @@ mod tests {
     #[test]
     fn output_limit_and_debug_trace_disabled_reach_every_job() {
         let runner: RunnerConfig = toml::from_str(
-            "executor = \"shell\"\noutput_limit = 16\ndebug_trace_disabled = true\n",
+            "executor = \"shell\"\noutput_limit = 16\ndebug_trace_disabled = true\n\
+             pre_build_script = \"echo a\\necho b\"\npost_build_script = \"echo c\"\n",
         )
         .unwrap();
         let o = run_options(&runner, "/s".into());
         assert_eq!(o.output_limit, 16 * 1024);
         assert!(o.debug_trace_disabled);
+        assert_eq!(o.pre_build_script.as_deref(), Some("echo a\necho b"));
+        assert_eq!(o.post_build_script.as_deref(), Some("echo c"));
         let plain: RunnerConfig = toml::from_str("executor = \"shell\"\n").unwrap();
         let o = run_options(&plain, "/s".into());
         assert_eq!(o.output_limit, RunOptions::default().output_limit);

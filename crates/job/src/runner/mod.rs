@@ -38,6 +38,12 @@ pub struct RunOptions {
     pub output_limit: u64,
     /// The runner's `debug_trace_disabled`: `CI_DEBUG_TRACE` is ignored, with a warning.
     pub debug_trace_disabled: bool,
+    /// The runner's `pre_build_script`: one command (lines and all) run in the `script`
+    /// step before the job's own commands.
+    pub pre_build_script: Option<String>,
+    /// The runner's `post_build_script`: one command run in the `script` step after the job's
+    /// own commands (not when they failed: the step stops at the first failure).
+    pub post_build_script: Option<String>,
     /// after_script's timeout unless `RUNNER_AFTER_SCRIPT_TIMEOUT` says otherwise (5 min).
     pub after_script_timeout: Duration,
     /// The cleanup stage's timeout (it runs even after an abort or a timeout).
@@ -57,6 +63,8 @@ impl Default for RunOptions {
             concurrent_project_id: 0,
             output_limit: DEFAULT_OUTPUT_LIMIT,
             debug_trace_disabled: false,
+            pre_build_script: None,
+            post_build_script: None,
             after_script_timeout: Duration::from_secs(5 * 60),
             cleanup_timeout: Duration::from_secs(60),
             stop_grace: Duration::from_secs(30),

@@ -622,12 +622,19 @@ impl Run<'_, '_> {
         }
         let job = self.job;
         let step = job.script_step();
-        self.run_step(
-            "step_script",
-            step,
-            step.map(|s| s.script.as_slice()).unwrap_or(&[]),
-        )
-        .await;
+        // The runner's pre_build_script and post_build_script around the job's commands, each
+        // one command, as GitLab Runner writes them (shells/abstract.go, writeUserScript).
+        let options = &self.runner.options;
+        let non_empty = |s: &Option<String>| s.clone().filter(|s| !s.trim().is_empty());
+        let commands: Vec<String> = match step {
+            Some(s) => non_empty(&options.pre_build_script)
+                .into_iter()
+                .chain(s.script.iter().cloned())
+                .chain(non_empty(&options.post_build_script))
+                .collect(),
+            None => Vec::new(),
+        };
+        self.run_step("step_script", step, &commands).await;
     }
 
     async fn other_steps(&mut self) {
