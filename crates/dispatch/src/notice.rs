@@ -7,21 +7,21 @@ use flotilla_job::trace::Masker;
 /// Renders the dispatcher's lines for one job, masking the job's secrets (the one list of
 /// [`flotilla_job::secrets`]) should a message ever carry one.
 pub(crate) struct Notices {
-    secrets: Vec<String>,
-    prefixes: Vec<String>,
+    /// Compiled once per job; each line masks with a fresh clone (which shares the
+    /// compiled patterns).
+    masker: Masker,
 }
 
 impl Notices {
     pub(crate) fn for_job(job: &JobPayload) -> Notices {
         let secrets = flotilla_job::secrets::payload_secrets(job);
         Notices {
-            secrets,
-            prefixes: job.features.token_mask_prefixes.clone(),
+            masker: Masker::for_job(&secrets, &job.features.token_mask_prefixes),
         }
     }
 
     fn mask(&self, text: &str) -> Vec<u8> {
-        let mut masker = Masker::for_job(&self.secrets, &self.prefixes);
+        let mut masker = self.masker.clone();
         let mut out = Vec::with_capacity(text.len());
         masker.push(text.as_bytes(), &mut out);
         masker.finish(&mut out);

@@ -1,9 +1,20 @@
-//! An Aho-Corasick automaton (a full DFA over byte classes) that reports, after each byte,
-//! the longest secret ending there, whether a token prefix ends there, and how many trailing
-//! bytes could still become part of a match (the state's depth): exactly what the masker must
-//! hold back.
+//! An Aho-Corasick automaton that reports, after each byte, the longest secret ending there,
+//! whether a token prefix ends there, and how many trailing bytes could still become part of a
+//! match (the state's depth): exactly what the masker must hold back.
+//!
+//! States up to [`DENSE_DEPTH`] bytes deep keep a full row of transitions over byte classes
+//! (one lookup per byte, where almost every byte of a log is read); deeper states keep only
+//! their trie edges and a failure link, followed until a shallow state answers. States are
+//! numbered breadth-first, so the shallow ones come first and a state's row is found from its
+//! number alone (a separate row index cost a third of the throughput). A full row for
+//! every state cost up to 1 KiB per byte of every secret: 1 GiB for one 1 MiB masked value.
+//! Now such a value costs about 20 bytes per byte.
 
-use std::collections::VecDeque;
+/// States at most this deep have a full transition row.
+const DENSE_DEPTH: u32 = 64;
+
+/// No edge, no row.
+const NONE: u32 = u32::MAX;
 
 /// What a pattern is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -19,7 +30,15 @@ pub(crate) enum PatternKind {
 pub(crate) struct Automaton {
     classes: [u8; 256],
     stride: usize,
+    /// The shallow states, numbered `0..dense`: state `s`'s row starts at `s * stride`.
+    dense: usize,
+    /// The rows of the shallow states.
     trans: Vec<u32>,
+    /// The trie as first child, next sibling and the class of the edge into each state.
+    first_child: Vec<u32>,
+    next_sibling: Vec<u32>,
+    label: Vec<u8>,
+    fail: Vec<u32>,
     depth: Vec<u32>,
     secret_len: Vec<u32>,
     prefix_end: Vec<bool>,
@@ -59,85 +78,163 @@ impl Automaton {
         }
         let stride = next_class;
 
-        // The trie, with `u32::MAX` for "no edge".
-        const NONE: u32 = u32::MAX;
-        let mut trans: Vec<u32> = vec![NONE; stride];
-        let mut depth: Vec<u32> = vec![0];
-        let mut secret_len: Vec<u32> = vec![0];
-        let mut prefix_end: Vec<bool> = vec![false];
+        let mut a = Automaton {
+            classes,
+            stride,
+            dense: 0,
+            trans: Vec::new(),
+            first_child: vec![NONE],
+            next_sibling: vec![NONE],
+            label: vec![0],
+            fail: vec![0],
+            depth: vec![0],
+            secret_len: vec![0],
+            prefix_end: vec![false],
+            any_output: Vec::new(),
+        };
         for (p, kind) in &patterns {
-            let mut s = 0usize;
+            let mut s = 0u32;
             for &b in p {
-                let c = classes[b as usize] as usize;
-                let next = trans[s * stride + c];
-                s = if next == NONE {
-                    let id = depth.len();
-                    trans.extend(std::iter::repeat_n(NONE, stride));
-                    depth.push(depth[s] + 1);
-                    secret_len.push(0);
-                    prefix_end.push(false);
-                    let id32 = u32::try_from(id).unwrap_or(NONE);
-                    trans[s * stride + c] = id32;
-                    id
-                } else {
-                    next as usize
+                let c = classes[b as usize];
+                s = match a.edge(s, c) {
+                    Some(t) => t,
+                    None => a.add_child(s, c)?,
                 };
             }
             match kind {
-                PatternKind::Secret => secret_len[s] = depth[s],
-                PatternKind::TokenPrefix => prefix_end[s] = true,
+                PatternKind::Secret => a.secret_len[s as usize] = a.depth[s as usize],
+                PatternKind::TokenPrefix => a.prefix_end[s as usize] = true,
             }
         }
+        a.renumber();
+        a.link();
+        Some(a)
+    }
 
-        // Breadth-first: failure links turn the trie into a DFA, and outputs are inherited
-        // along them (a pattern that is a suffix of the state's string also ends here).
-        let states = depth.len();
-        let mut fail = vec![0u32; states];
-        let mut queue = VecDeque::new();
-        for t in trans.iter_mut().take(stride) {
-            if *t == NONE {
-                *t = 0;
-            } else {
-                fail[*t as usize] = 0;
-                queue.push_back(*t);
+    /// The trie's edge from `s` on class `c`.
+    fn edge(&self, s: u32, c: u8) -> Option<u32> {
+        let mut t = self.first_child[s as usize];
+        while t != NONE {
+            if self.label[t as usize] == c {
+                return Some(t);
             }
+            t = self.next_sibling[t as usize];
         }
-        while let Some(s) = queue.pop_front() {
-            let s = s as usize;
-            let f = fail[s] as usize;
-            secret_len[s] = secret_len[s].max(secret_len[f]);
-            prefix_end[s] = prefix_end[s] || prefix_end[f];
-            for c in 0..stride {
-                let t = trans[s * stride + c];
-                let via_fail = trans[f * stride + c];
-                if t == NONE {
-                    trans[s * stride + c] = via_fail;
+        None
+    }
+
+    /// A new state under `s` on class `c`; `None` past `u32` states.
+    fn add_child(&mut self, s: u32, c: u8) -> Option<u32> {
+        let id = u32::try_from(self.depth.len())
+            .ok()
+            .filter(|&id| id != NONE)?;
+        self.first_child.push(NONE);
+        self.next_sibling.push(self.first_child[s as usize]);
+        self.first_child[s as usize] = id;
+        self.label.push(c);
+        self.fail.push(0);
+        self.depth.push(self.depth[s as usize] + 1);
+        self.secret_len.push(0);
+        self.prefix_end.push(false);
+        Some(id)
+    }
+
+    /// Numbers the states breadth-first (so by depth).
+    fn renumber(&mut self) {
+        let n = self.depth.len();
+        let mut order: Vec<u32> = Vec::with_capacity(n);
+        order.push(0);
+        let mut i = 0;
+        while i < order.len() {
+            let mut t = self.first_child[order[i] as usize];
+            while t != NONE {
+                order.push(t);
+                t = self.next_sibling[t as usize];
+            }
+            i += 1;
+        }
+        let mut new_id = vec![0u32; n];
+        for (new, &old) in order.iter().enumerate() {
+            new_id[old as usize] = new as u32;
+        }
+        let remap = |x: u32| if x == NONE { NONE } else { new_id[x as usize] };
+        let take = |v: &[u32]| {
+            order
+                .iter()
+                .map(|&o| remap(v[o as usize]))
+                .collect::<Vec<u32>>()
+        };
+        self.first_child = take(&self.first_child);
+        self.next_sibling = take(&self.next_sibling);
+        self.label = order.iter().map(|&o| self.label[o as usize]).collect();
+        self.depth = order.iter().map(|&o| self.depth[o as usize]).collect();
+        self.secret_len = order.iter().map(|&o| self.secret_len[o as usize]).collect();
+        self.prefix_end = order.iter().map(|&o| self.prefix_end[o as usize]).collect();
+        self.dense = self.depth.iter().take_while(|&&d| d <= DENSE_DEPTH).count();
+    }
+
+    /// In breadth-first order: failure links, outputs inherited along them (a pattern that is
+    /// a suffix of the state's string also ends there), and the rows of the shallow states.
+    fn link(&mut self) {
+        let states = self.depth.len() as u32;
+        for s in 0..states {
+            let su = s as usize;
+            if s != 0 {
+                let f = self.fail[su] as usize;
+                self.secret_len[su] = self.secret_len[su].max(self.secret_len[f]);
+                self.prefix_end[su] = self.prefix_end[su] || self.prefix_end[f];
+            }
+            // The children's failure links: where the parent's failure state goes on their
+            // class (the parent's failure state is shallower, so already complete).
+            let mut t = self.first_child[su];
+            while t != NONE {
+                let c = self.label[t as usize];
+                self.fail[t as usize] = if s == 0 {
+                    0
                 } else {
-                    fail[t as usize] = via_fail;
-                    queue.push_back(t);
+                    self.next_class(self.fail[su], c)
+                };
+                t = self.next_sibling[t as usize];
+            }
+            if su < self.dense {
+                let base = self.trans.len();
+                self.trans.resize(base + self.stride, 0);
+                for c in 0..self.stride {
+                    let c8 = c as u8;
+                    self.trans[base + c] = match self.edge(s, c8) {
+                        Some(t) => t,
+                        None if s == 0 => 0,
+                        None => self.next_class(self.fail[su], c8),
+                    };
                 }
             }
         }
-        let any_output = secret_len
+        self.any_output = self
+            .secret_len
             .iter()
-            .zip(&prefix_end)
+            .zip(&self.prefix_end)
             .map(|(&l, &p)| l > 0 || p)
             .collect();
-        Some(Automaton {
-            classes,
-            stride,
-            trans,
-            depth,
-            secret_len,
-            prefix_end,
-            any_output,
-        })
+    }
+
+    /// The state after reading class `c` in `state`.
+    #[inline]
+    fn next_class(&self, mut state: u32, c: u8) -> u32 {
+        loop {
+            if (state as usize) < self.dense {
+                return self.trans[state as usize * self.stride + c as usize];
+            }
+            if let Some(t) = self.edge(state, c) {
+                return t;
+            }
+            state = self.fail[state as usize];
+        }
     }
 
     /// The state after reading `byte` in `state`.
     #[inline]
     pub(crate) fn next(&self, state: u32, byte: u8) -> u32 {
-        self.trans[state as usize * self.stride + self.classes[byte as usize] as usize]
+        self.next_class(state, self.classes[byte as usize])
     }
 
     /// Whether a secret or a token prefix ends in this state.
@@ -162,5 +259,19 @@ impl Automaton {
     #[inline]
     pub(crate) fn prefix_ends(&self, state: u32) -> bool {
         self.prefix_end[state as usize]
+    }
+
+    /// Bytes held by the automaton's tables (for the memory test).
+    #[cfg(test)]
+    pub(crate) fn table_bytes(&self) -> usize {
+        self.trans.len() * 4
+            + self.first_child.len() * 4
+            + self.next_sibling.len() * 4
+            + self.label.len()
+            + self.fail.len() * 4
+            + self.depth.len() * 4
+            + self.secret_len.len() * 4
+            + self.prefix_end.len()
+            + self.any_output.len()
     }
 }

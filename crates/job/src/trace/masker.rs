@@ -13,6 +13,7 @@
 //! overlapping matches become one `[MASKED]`. [`Masker::finish`] flushes the tail.
 
 use super::automaton::{Automaton, PatternKind};
+use std::sync::Arc;
 
 /// The replacement text.
 pub const MASK: &[u8] = b"[MASKED]";
@@ -26,10 +27,11 @@ fn is_token_char(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'=')
 }
 
-/// A streaming masker. `Debug` shows no pattern.
+/// A streaming masker. `Debug` shows no pattern. A clone shares the compiled patterns and
+/// starts from the clone's position: clone a fresh masker to mask another stream cheaply.
 #[derive(Clone)]
 pub struct Masker {
-    automaton: Option<Automaton>,
+    automaton: Option<Arc<Automaton>>,
     state: u32,
     /// Bytes not yet emitted; `pending[0]` is at absolute offset `start`.
     pending: Vec<u8>,
@@ -54,7 +56,7 @@ impl Masker {
             patterns.push((trimmed.to_vec(), PatternKind::TokenPrefix));
         }
         Masker {
-            automaton: Automaton::new(&patterns),
+            automaton: Automaton::new(&patterns).map(Arc::new),
             state: 0,
             pending: Vec::new(),
             start: 0,

@@ -158,3 +158,84 @@ proptest! {
         prop_assert_eq!(mask_all(&mut m, &refs), text.as_bytes());
     }
 }
+
+/// Every occurrence of every secret replaced, overlapping and adjacent ones as one `[MASKED]`:
+/// the plain definition the automaton must agree with.
+fn masked_by_definition(text: &[u8], secrets: &[Vec<u8>]) -> Vec<u8> {
+    let mut covered = vec![false; text.len()];
+    for s in secrets.iter().filter(|s| !s.is_empty()) {
+        for i in 0..text.len().saturating_sub(s.len() - 1) {
+            if text[i..].starts_with(s) {
+                covered[i..i + s.len()].fill(true);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < text.len() {
+        if covered[i] {
+            out.extend_from_slice(MASK);
+            while i < text.len() && covered[i] {
+                i += 1;
+            }
+        } else {
+            out.push(text[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1000))]
+
+    /// Secrets longer than the automaton's full rows reach (64 bytes), over a two-letter
+    /// alphabet so that partial matches and failure links are everywhere: the masker agrees
+    /// with the definition whatever the chunking. It fails when the deep states stop following
+    /// their failure links.
+    #[test]
+    fn long_secrets_are_masked_as_defined(
+        secrets in prop::collection::vec("[ab]{50,130}", 1..3),
+        text in "[ab]{0,400}",
+        inserts in prop::collection::vec((0usize..400, 0usize..3), 0..4),
+        cuts in prop::collection::vec(0usize..900, 0..10),
+    ) {
+        let mut text = text.into_bytes();
+        for (at, which) in inserts {
+            let s = secrets[which % secrets.len()].as_bytes();
+            let at = at.min(text.len());
+            text.splice(at..at, s.iter().copied());
+        }
+        let secrets: Vec<Vec<u8>> = secrets.into_iter().map(String::into_bytes).collect();
+        let chunks = chunked(&text, &cuts);
+        let refs: Vec<&[u8]> = chunks.iter().map(Vec::as_slice).collect();
+        let mut m = Masker::new(&secrets, &[] as &[&[u8]]);
+        prop_assert_eq!(mask_all(&mut m, &refs), masked_by_definition(&text, &secrets));
+    }
+}
+
+/// A 1 MiB masked value: the automaton's tables stay near 20 bytes per byte of the secret
+/// (a full row per state took up to 1 KiB per byte: 1 GiB for this one), and the value is
+/// masked wherever the log's chunks cut it.
+#[test]
+fn a_one_mebibyte_secret_costs_megabytes_not_a_gigabyte() {
+    // Every byte value occurs, so each state's row would be 256 entries wide.
+    let secret: Vec<u8> = (0..(1usize << 20))
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 7) as u8)
+        .collect();
+    let automaton = crate::trace::automaton::Automaton::new(&[(
+        secret.clone(),
+        crate::trace::automaton::PatternKind::Secret,
+    )])
+    .unwrap();
+    let bytes = automaton.table_bytes();
+    eprintln!("a 1 MiB secret: automaton tables {} MiB", bytes >> 20);
+    assert!(bytes < 32 << 20, "{} MiB", bytes >> 20);
+    let mut text = b"before ".to_vec();
+    text.extend_from_slice(&secret);
+    text.extend_from_slice(b" after");
+    let chunks = chunked(&text, &[3, 4096, 500_000, 1_000_000]);
+    let refs: Vec<&[u8]> = chunks.iter().map(Vec::as_slice).collect();
+    let mut m = Masker::new(&[&secret], &[] as &[&[u8]]);
+    assert_eq!(mask_all(&mut m, &refs), b"before [MASKED] after");
+}
