@@ -214,3 +214,34 @@ async fn local_sources_replace_the_fetch_between_the_hooks() {
     );
     assert!(!trace.contains("\narchived content\n"), "{trace}");
 }
+
+/// The runner's `pre_get_sources_script` runs before the job's own pre hook and its
+/// `post_get_sources_script` after the job's post hook, as GitLab Runner orders them
+/// (`writeGetSourcesScript`).
+#[tokio::test]
+async fn the_runners_get_sources_scripts_frame_the_jobs_hooks() {
+    let h = Harness::new();
+    let size = store_archive(&h, -3, &[("from-the-archive.txt", "archived content\n")]);
+    let options = flotilla_job::RunOptions {
+        pre_get_sources_script: Some("echo runner-pre".into()),
+        post_get_sources_script: Some("echo runner-post".into()),
+        ..flotilla_job::RunOptions::default()
+    };
+    let (r, trace) = h
+        .run_with(
+            "rs",
+            &local_job(1, size, "echo job-post"),
+            &flotilla_job::JobCancel::new(),
+            options,
+        )
+        .await;
+    assert_eq!(r.outcome, Outcome::Success, "{trace}");
+    let at = |s: &str| {
+        trace
+            .find(s)
+            .unwrap_or_else(|| panic!("{s} missing: {trace}"))
+    };
+    assert!(at("\nrunner-pre\n") < at("\npre-hook-2\n"), "{trace}");
+    assert!(at("\npre-hook-2\n") < at("\njob-post\n"), "{trace}");
+    assert!(at("\njob-post\n") < at("\nrunner-post\n"), "{trace}");
+}

@@ -182,6 +182,17 @@ pub struct RunnerConfig {
     /// The shell scripts are generated for (`bash`, `sh`, `pwsh`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shell: Option<String>,
+    /// Commands run before the sources are fetched, ahead of the job's own
+    /// `hooks:pre_get_sources_script` (one command, lines and all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pre_get_sources_script: Option<String>,
+    /// GitLab's deprecated name of `pre_get_sources_script`, used when that is not set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pre_clone_script: Option<String>,
+    /// Commands run after the sources are fetched, after the job's own
+    /// `hooks:post_get_sources_script`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub post_get_sources_script: Option<String>,
     /// Commands run in every job's `script` step before its own (one command, lines and all).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pre_build_script: Option<String>,
@@ -250,6 +261,9 @@ impl RunnerConfig {
             builds_dir: None,
             cache_dir: None,
             shell: None,
+            pre_get_sources_script: None,
+            pre_clone_script: None,
+            post_get_sources_script: None,
             pre_build_script: None,
             post_build_script: None,
             output_limit: None,

@@ -154,8 +154,8 @@ pub async fn provider(runner: &RunnerConfig, state_dir: Option<&Path>) -> Result
 }
 
 /// How the runner's `[[runners]]` settings shape every job it runs: `output_limit` (KiB),
-/// `debug_trace_disabled`, `pre_build_script` and `post_build_script`; archives are staged
-/// under `scratch_dir`.
+/// `debug_trace_disabled` and the runner's scripts around the fetch and the script step;
+/// archives are staged under `scratch_dir`.
 pub fn run_options(runner: &RunnerConfig, scratch_dir: std::path::PathBuf) -> RunOptions {
     let defaults = RunOptions::default();
     RunOptions {
@@ -166,6 +166,13 @@ pub fn run_options(runner: &RunnerConfig, scratch_dir: std::path::PathBuf) -> Ru
         debug_trace_disabled: runner.debug_trace_disabled,
         pre_build_script: runner.pre_build_script.clone(),
         post_build_script: runner.post_build_script.clone(),
+        // GitLab Runner's GetPreGetSourcesScript: the deprecated pre_clone_script when the
+        // new key is not set.
+        pre_get_sources_script: runner
+            .pre_get_sources_script
+            .clone()
+            .or_else(|| runner.pre_clone_script.clone()),
+        post_get_sources_script: runner.post_get_sources_script.clone(),
         ..defaults
     }
 }
@@ -342,6 +349,18 @@ mod tests {
         assert!(o.debug_trace_disabled);
         assert_eq!(o.pre_build_script.as_deref(), Some("echo a\necho b"));
         assert_eq!(o.post_build_script.as_deref(), Some("echo c"));
+        // GitLab's deprecated pre_clone_script stands in for pre_get_sources_script.
+        let old: RunnerConfig =
+            toml::from_str("executor = \"shell\"\npre_clone_script = \"echo old\"\n").unwrap();
+        let o = run_options(&old, "/s".into());
+        assert_eq!(o.pre_get_sources_script.as_deref(), Some("echo old"));
+        let both: RunnerConfig = toml::from_str(
+            "executor = \"shell\"\npre_clone_script = \"echo old\"\n\
+             pre_get_sources_script = \"echo new\"\n",
+        )
+        .unwrap();
+        let o = run_options(&both, "/s".into());
+        assert_eq!(o.pre_get_sources_script.as_deref(), Some("echo new"));
         let plain: RunnerConfig = toml::from_str("executor = \"shell\"\n").unwrap();
         let o = run_options(&plain, "/s".into());
         assert_eq!(o.output_limit, RunOptions::default().output_limit);

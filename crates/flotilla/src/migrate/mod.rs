@@ -358,10 +358,6 @@ fn unused_reason(key: &str) -> &'static str {
             "flotilla keeps each runner's job cache on the manager; GitLab's distributed \
              cache (S3, GCS, Azure) is not supported"
         }
-        "pre_clone_script" | "pre_get_sources_script" | "post_get_sources_script" => {
-            "flotilla runs no runner-level script around the fetch: move it into the jobs' \
-             hooks:pre_get_sources_script or the instance image"
-        }
         "feature_flags" => "GitLab Runner's feature flags do not apply to flotilla",
         "custom_build_dir" => "builds_dir is used as configured",
         "tls_verify" | "tls_cert_path" => "flotilla talks to the instance's dockerd over SSH",

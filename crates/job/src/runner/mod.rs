@@ -44,6 +44,12 @@ pub struct RunOptions {
     /// The runner's `post_build_script`: one command run in the `script` step after the job's
     /// own commands (not when they failed: the step stops at the first failure).
     pub post_build_script: Option<String>,
+    /// The runner's `pre_get_sources_script`: one command run before the job's own
+    /// `hooks:pre_get_sources_script`, where they run.
+    pub pre_get_sources_script: Option<String>,
+    /// The runner's `post_get_sources_script`: one command run after the job's own
+    /// `hooks:post_get_sources_script`.
+    pub post_get_sources_script: Option<String>,
     /// after_script's timeout unless `RUNNER_AFTER_SCRIPT_TIMEOUT` says otherwise (5 min).
     pub after_script_timeout: Duration,
     /// The cleanup stage's timeout (it runs even after an abort or a timeout).
@@ -65,6 +71,8 @@ impl Default for RunOptions {
             debug_trace_disabled: false,
             pre_build_script: None,
             post_build_script: None,
+            pre_get_sources_script: None,
+            post_get_sources_script: None,
             after_script_timeout: Duration::from_secs(5 * 60),
             cleanup_timeout: Duration::from_secs(60),
             stop_grace: Duration::from_secs(30),

@@ -81,6 +81,44 @@ fn job_variables(runner: &JobRunner<'_>, job: &JobPayload, paths: &EnvPaths) -> 
     JobVariables::new(all, &paths.tmp_dir)
 }
 
+/// `job` with the runner's `pre_get_sources_script` before its own pre hook and the runner's
+/// `post_get_sources_script` after its own post hook, as GitLab Runner orders them
+/// (`shells/abstract.go`, `writeGetSourcesScript`); `None` when the runner sets neither.
+fn with_runner_scripts(job: &JobPayload, options: &super::RunOptions) -> Option<JobPayload> {
+    let set = |s: &Option<String>| s.clone().filter(|s| !s.trim().is_empty());
+    let (pre, post) = (
+        set(&options.pre_get_sources_script),
+        set(&options.post_get_sources_script),
+    );
+    if pre.is_none() && post.is_none() {
+        return None;
+    }
+    let mut job = job.clone();
+    for (name, command, first) in [
+        (crate::model::HOOK_PRE_GET_SOURCES, pre, true),
+        (crate::model::HOOK_POST_GET_SOURCES, post, false),
+    ] {
+        let Some(command) = command else { continue };
+        let at = match job.hooks.iter().position(|h| h.name == name) {
+            Some(i) => i,
+            None => {
+                job.hooks.push(crate::model::Hook {
+                    name: name.to_string(),
+                    script: Vec::new(),
+                });
+                job.hooks.len() - 1
+            }
+        };
+        let script = &mut job.hooks[at].script;
+        if first {
+            script.insert(0, command);
+        } else {
+            script.push(command);
+        }
+    }
+    Some(job)
+}
+
 pub(super) async fn run(
     runner: &JobRunner<'_>,
     job: &JobPayload,
@@ -88,6 +126,14 @@ pub(super) async fn run(
     cancel: &JobCancel,
 ) -> JobResult {
     let started = Instant::now();
+    let with_runner_hooks;
+    let job = match with_runner_scripts(job, &runner.options) {
+        Some(j) => {
+            with_runner_hooks = j;
+            &with_runner_hooks
+        }
+        None => job,
+    };
     let paths = runner.env.paths().clone();
     let vars = job_variables(runner, job, &paths);
     let masker = Masker::for_job(
