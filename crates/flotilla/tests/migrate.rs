@@ -163,9 +163,24 @@ fn secrets_of_the_old_file_are_neither_printed_nor_kept_where_unused() {
         off.iter()
             .all(|i| matches!(&i.outcome, Outcome::Dropped(w) if w.contains("never applied")))
     );
-    // privileged = true cannot be carried (flotilla refuses it), so it is left out.
-    assert!(report.dropped().any(|i| i.what.contains("privileged")));
-    assert!(Config::from_str(&out, "new.toml").is_ok(), "{out}");
+    // privileged = true is carried (docker isolation runs privileged containers), and said.
+    assert!(
+        !report.dropped().any(|i| i.what.contains("privileged")),
+        "{report}"
+    );
+    assert!(
+        report.items.iter().any(|i| i.what.contains("privileged")
+            && matches!(&i.outcome, Outcome::Carried(to) if to.contains("privileged"))),
+        "{report}"
+    );
+    let loaded = Config::from_str(&out, "new.toml").unwrap_or_else(|e| panic!("{e}\n{out}"));
+    assert!(
+        loaded.config.runners[0]
+            .docker
+            .as_ref()
+            .is_some_and(|d| d.privileged),
+        "{out}"
+    );
 }
 
 #[test]

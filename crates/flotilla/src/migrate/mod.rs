@@ -294,15 +294,21 @@ fn migrate_docker(
     };
     for (key, value) in d {
         let p = path.key(key);
-        let drop = if key == "privileged" && value.as_bool() == Some(true) {
-            Some(
-                "flotilla does not run privileged containers; jobs that build images need \
-                 another way (a rootless builder, or docker at the vm isolation level)",
-            )
-        } else if !known(path, key) {
-            Some(unused_reason(key))
-        } else {
+        // Said, because it matters most: docker isolation runs the job's containers
+        // privileged, as docker+machine's did (Docker-in-Docker builds need it).
+        if key == "privileged" && value.as_bool() == Some(true) {
+            report.items.push(Item {
+                line: map.locate(&p, At::Key).line,
+                what: "[runners.docker] privileged = true".into(),
+                outcome: Outcome::Carried(
+                    "[runners.docker] privileged (the docker isolation level's containers)".into(),
+                ),
+            });
+        }
+        let drop = if known(path, key) {
             None
+        } else {
+            Some(unused_reason(key))
         };
         if let Some(why) = drop {
             table.remove(key);
