@@ -119,6 +119,19 @@ fn alive(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
+/// Whether process `pid` is gone within a few seconds: a killed process takes a moment to
+/// take its signal and exit, so looking once right after the kill races it.
+fn gone(pid: u32) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while alive(pid) {
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    true
+}
+
 fn pid_of(dir: &str) -> u32 {
     std::fs::read_to_string(format!("{dir}/vmm.pid"))
         .unwrap()
@@ -213,7 +226,7 @@ mod firecracker {
         let pid = vm.pid();
         assert!(alive(pid));
         vm.kill().await.unwrap();
-        assert!(!alive(pid), "the VMM process is gone");
+        assert!(gone(pid), "the VMM process is gone");
         // The snapshotted VM's directory goes, as at a job's cleanup.
         std::fs::remove_dir_all(&dir1).unwrap();
 
@@ -254,7 +267,7 @@ mod firecracker {
         );
         let pid2 = vm2.pid();
         assert!(fc.kill_dir(&*r.host, &dir2).await.unwrap());
-        assert!(!alive(pid2));
+        assert!(gone(pid2));
         assert!(!fc.kill_dir(&*r.host, &dir2).await.unwrap());
     }
 
@@ -302,7 +315,7 @@ mod firecracker {
             }
             other => panic!("not an API error: {other:?}"),
         }
-        assert!(!alive(pid_of(&dir)), "a failed boot kills its process");
+        assert!(gone(pid_of(&dir)), "a failed boot kills its process");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -481,7 +494,7 @@ mod cloud_hypervisor {
             fake.0.lock().unwrap().vmm_shut_down,
             "asked to shut down first"
         );
-        assert!(!alive(pid));
+        assert!(gone(pid));
         std::fs::remove_dir_all(&dir1).unwrap();
 
         let dir2 = r.path("vm2");
@@ -511,7 +524,7 @@ mod cloud_hypervisor {
         assert!(kept.contains(&disk1), "{kept}");
         let pid2 = vm2.pid();
         vm2.kill().await.unwrap();
-        assert!(!alive(pid2));
+        assert!(gone(pid2));
         assert!(!ch.kill_dir(&*r.host, &dir2).await.unwrap());
     }
 
