@@ -2,7 +2,7 @@
 
 use super::ArchiveError;
 use super::on_disk;
-use super::paths::{PathRejection, normalize_relative};
+use super::paths::{PathRejection, ancestors, normalize_relative};
 use super::ziptime::unix_time;
 use crate::env::{Environment, ExecCommand, ExecSpec, Place};
 use crate::script::quote;
@@ -109,16 +109,11 @@ fn refuse_entries_under_links(entries: &[PlannedEntry]) -> Result<(), ArchiveErr
         return Ok(());
     }
     for e in entries {
-        let mut end = 0;
-        while let Some(i) = e.name[end..].find('/') {
-            let above = &e.name[..end + i];
-            if links.contains(above) {
-                return Err(ArchiveError::UnsafeEntry {
-                    name: e.name.clone(),
-                    reason: PathRejection::UnderLink(above.to_owned()),
-                });
-            }
-            end += i + 1;
+        if let Some(above) = ancestors(&e.name).find(|a| links.contains(a)) {
+            return Err(ArchiveError::UnsafeEntry {
+                name: e.name.clone(),
+                reason: PathRejection::UnderLink(above.to_owned()),
+            });
         }
     }
     Ok(())

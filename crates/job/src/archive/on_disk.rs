@@ -15,6 +15,7 @@
 //! extraction. The job's own script has not started then.
 
 use super::ArchiveError;
+use super::paths::ancestors;
 use crate::env::{Environment, ExecCommand, ExecSpec, Place};
 use crate::script::quote;
 use crate::trace::TraceWriter;
@@ -26,11 +27,7 @@ use tokio_util::sync::CancellationToken;
 pub(super) fn directories<'a>(entries: impl Iterator<Item = (&'a str, bool)>) -> BTreeSet<String> {
     let mut dirs = BTreeSet::new();
     for (name, is_dir) in entries {
-        let mut end = 0;
-        while let Some(i) = name[end..].find('/') {
-            dirs.insert(name[..end + i].to_owned());
-            end += i + 1;
-        }
+        dirs.extend(ancestors(name).map(str::to_owned));
         if is_dir {
             dirs.insert(name.to_owned());
         }

@@ -32,6 +32,11 @@ pub enum PathRejection {
     BadName,
 }
 
+/// The directories above a relative name, outermost first: `a/b/c` gives `a`, `a/b`.
+pub(crate) fn ancestors(name: &str) -> impl Iterator<Item = &str> {
+    name.match_indices('/').map(move |(i, _)| &name[..i])
+}
+
 /// Normalizes a relative path lexically (`.` dropped, `a/..` folded, no trailing `/`), or
 /// refuses it when it is absolute or `..` climbs above the start.
 pub fn normalize_relative(path: &str) -> Result<String, PathRejection> {
@@ -179,6 +184,12 @@ impl PathFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ancestors_are_the_directories_above_outermost_first() {
+        assert_eq!(ancestors("a/b/c").collect::<Vec<_>>(), ["a", "a/b"]);
+        assert!(ancestors("top").next().is_none());
+    }
 
     #[test]
     fn normalization_refuses_escapes() {
