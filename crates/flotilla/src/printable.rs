@@ -7,21 +7,16 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::io;
 
-/// Whether `c` would be acted on by a terminal rather than shown: C0 controls, DEL and C1
-/// controls (`\u{9b}` is a control sequence introducer on its own).
-fn is_control(c: char) -> bool {
-    c.is_control()
-}
-
-/// `text` with every control character written as an escape (`\x1b`, `\u{9b}`, `\n`, `\t`);
-/// unchanged, without a copy, when it has none.
+/// `text` with every control character (C0, DEL and C1: `\u{9b}` alone introduces a control
+/// sequence) written as an escape (`\x1b`, `\u{9b}`, `\n`, `\t`); unchanged, without a copy,
+/// when it has none.
 pub(crate) fn printable(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(is_control) {
+    if !text.chars().any(char::is_control) {
         return Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 8);
     for c in text.chars() {
-        if is_control(c) {
+        if c.is_control() {
             match c {
                 '\n' => out.push_str("\\n"),
                 '\r' => out.push_str("\\r"),
