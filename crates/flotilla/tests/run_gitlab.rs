@@ -269,12 +269,8 @@ async fn a_second_manager_for_the_same_fleet_refuses_to_start() {
     assert!(first.wait(Duration::from_secs(30)).await.is_some());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigquit_stops_at_once_and_fails_running_jobs() {
-    let gl = gitlab().await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = write_local_config(dir.path(), gl.url(), TOKEN, 4);
-    let mut m = Manager::start(&config, &[]);
+/// Enqueues a job that runs for ten minutes and waits until it has started on `m`.
+async fn start_a_long_job(gl: &FakeGitLab, m: &Manager) -> i64 {
     let long = gl.enqueue(
         TOKEN,
         JobBuilder::new("long").script(["echo started", "sleep 600"]),
@@ -284,6 +280,16 @@ async fn sigquit_stops_at_once_and_fails_running_jobs() {
     })
     .await
     .unwrap_or_else(|| panic!("job never started:\n{}", m.log()));
+    long
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigquit_stops_at_once_and_fails_running_jobs() {
+    let gl = gitlab().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_local_config(dir.path(), gl.url(), TOKEN, 4);
+    let mut m = Manager::start(&config, &[]);
+    let long = start_a_long_job(&gl, &m).await;
     m.signal(libc::SIGQUIT);
     let status = m.wait(Duration::from_secs(60)).await.expect("exits");
     let _ = status;
@@ -312,15 +318,7 @@ async fn a_second_signal_stops_within_seconds_while_gitlab_does_not_answer() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_local_config(dir.path(), gl.url(), TOKEN, 4);
     let mut m = Manager::start(&config, &[]);
-    let long = gl.enqueue(
-        TOKEN,
-        JobBuilder::new("long").script(["echo started", "sleep 600"]),
-    );
-    gl.wait_for_job(long, Duration::from_secs(60), |j| {
-        j.trace_text().contains("started")
-    })
-    .await
-    .unwrap_or_else(|| panic!("job never started:\n{}", m.log()));
+    let long = start_a_long_job(&gl, &m).await;
     // GitLab stops answering: every request is a 502 from a proxy whose Rails is down.
     gl.set_faults(Some(FaultConfig {
         rate: 1.0,
@@ -435,15 +433,7 @@ async fn kill_9_mid_job_then_restart_reports_it_failed_once() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_local_config(dir.path(), gl.url(), TOKEN, 4);
     let mut m = Manager::start(&config, &[]);
-    let long = gl.enqueue(
-        TOKEN,
-        JobBuilder::new("long").script(["echo started", "sleep 600"]),
-    );
-    gl.wait_for_job(long, Duration::from_secs(60), |j| {
-        j.trace_text().contains("started")
-    })
-    .await
-    .unwrap_or_else(|| panic!("job never started:\n{}", m.log()));
+    let long = start_a_long_job(&gl, &m).await;
     m.signal(libc::SIGKILL);
     m.wait(Duration::from_secs(10)).await.expect("killed");
     assert!(gl.job(long).unwrap().final_update.is_none());

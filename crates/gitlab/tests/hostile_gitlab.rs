@@ -36,54 +36,50 @@ async fn serve(answer: Answer) -> String {
                 // Read the request head and whatever body came with it.
                 let mut buf = vec![0u8; 64 * 1024];
                 let _ = tokio::time::timeout(Duration::from_millis(300), s.read(&mut buf)).await;
-                let head = match answer {
-                    Answer::EndlessJob | Answer::EndlessArchive => {
-                        let status = if matches!(answer, Answer::EndlessJob) {
-                            "201 Created"
-                        } else {
-                            "200 OK"
-                        };
-                        format!(
-                            "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
-                        )
-                    }
-                    Answer::NotUtf8Job => String::new(),
+                let status = match answer {
+                    Answer::NotUtf8Job => return not_utf8(&mut s).await,
+                    Answer::EndlessJob => "201 Created",
+                    Answer::EndlessArchive => "200 OK",
                 };
-                match answer {
-                    Answer::NotUtf8Job => {
-                        let mut body = br#"{"id":4242,"token":"glcbt-utf8-job-token","variables":[{"key":"X","value":""#.to_vec();
-                        body.extend_from_slice(&[0xff, 0xfe, b'x']);
-                        body.extend_from_slice(br#""}]}"#);
-                        let head = format!(
-                            "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-                            body.len()
-                        );
-                        let _ = s.write_all(head.as_bytes()).await;
-                        let _ = s.write_all(&body).await;
-                    }
-                    _ => {
-                        if s.write_all(head.as_bytes()).await.is_err() {
-                            return;
-                        }
-                        let start = br#"{"id":777,"token":"glcbt-endless-job","variables":[{"key":"A","value":""#;
-                        let chunk = |data: &[u8]| {
-                            let mut c = format!("{:x}\r\n", data.len()).into_bytes();
-                            c.extend_from_slice(data);
-                            c.extend_from_slice(b"\r\n");
-                            c
-                        };
-                        if s.write_all(&chunk(start)).await.is_err() {
-                            return;
-                        }
-                        let filler = chunk(&vec![b'a'; 256 * 1024]);
-                        // Until the client hangs up.
-                        while s.write_all(&filler).await.is_ok() {}
-                    }
-                }
+                endless(&mut s, status).await;
             });
         }
     });
     url
+}
+
+/// A `201` whose variable value is not UTF-8.
+async fn not_utf8(s: &mut tokio::net::TcpStream) {
+    let mut body =
+        br#"{"id":4242,"token":"glcbt-utf8-job-token","variables":[{"key":"X","value":""#.to_vec();
+    body.extend_from_slice(&[0xff, 0xfe, b'x']);
+    body.extend_from_slice(br#""}]}"#);
+    let head = format!(
+        "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let _ = s.write_all(head.as_bytes()).await;
+    let _ = s.write_all(&body).await;
+}
+
+/// `status` with a chunked body that starts as a job payload and never ends, until the
+/// client hangs up.
+async fn endless(s: &mut tokio::net::TcpStream, status: &str) {
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    );
+    let chunk = |data: &[u8]| {
+        let mut c = format!("{:x}\r\n", data.len()).into_bytes();
+        c.extend_from_slice(data);
+        c.extend_from_slice(b"\r\n");
+        c
+    };
+    let start = br#"{"id":777,"token":"glcbt-endless-job","variables":[{"key":"A","value":""#;
+    if s.write_all(head.as_bytes()).await.is_err() || s.write_all(&chunk(start)).await.is_err() {
+        return;
+    }
+    let filler = chunk(&vec![b'a'; 256 * 1024]);
+    while s.write_all(&filler).await.is_ok() {}
 }
 
 fn client_for(url: &str) -> Client {
