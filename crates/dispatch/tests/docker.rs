@@ -5,9 +5,10 @@ use crate::common;
 
 use bollard::query_parameters::ListNetworksOptions;
 use common::*;
+use flotilla_fleet::Secret;
 use flotilla_isolate::{DockerIsolation, Isolation, PrepareRequest};
 use flotilla_job::model::{Image, Port};
-use flotilla_job::{FailureReason, Outcome, Variable};
+use flotilla_job::{FailureReason, JobPayload, Outcome, Variable};
 use flotilla_testkit::docker_fleet::DockerFleet;
 use flotilla_testkit::images::busybox_image;
 use flotilla_testkit::infra::{Infra, require};
@@ -251,7 +252,8 @@ async fn infra_docker_the_dispatcher_sweeps_what_a_crashed_manager_left() {
     )
     .await
     .unwrap();
-    assert_eq!(f.job_containers(&instance).await.len(), 2);
+    // The build, service and helper containers.
+    assert_eq!(f.job_containers(&instance).await.len(), 3);
     assert_eq!(job_networks(&f).await.len(), 1);
     drop(env);
     drop(crashed);
@@ -597,4 +599,78 @@ async fn infra_docker_allowed_images_and_services_refuse_the_job() {
         t.contains("image is not present on list of allowed services:"),
         "{t}"
     );
+}
+
+/// A repository served by `git daemon` on the instance's loopback (`git://127.0.0.1/p.git`),
+/// one commit on `main`.
+async fn serve_repository(f: &DockerFleet, instance: &str) -> String {
+    let script = "set -e; rm -rf /srv/git /tmp/seed; mkdir -p /srv/git /tmp/seed; \
+        cd /tmp/seed; git -c init.defaultBranch=main init -q .; echo hello > README; \
+        git add README; git -c user.name=t -c user.email=t@example.invalid commit -qm one; \
+        git clone -q --bare /tmp/seed /srv/git/p.git; \
+        (setsid git daemon --reuseaddr --export-all --base-path=/srv/git \
+           --listen=127.0.0.1 --port=9418 >/dev/null 2>&1 </dev/null &); \
+        for i in $(seq 50); do git ls-remote git://127.0.0.1/p.git >/dev/null 2>&1 && exit 0; \
+           sleep 0.1; done; echo git daemon did not answer >&2; exit 1";
+    let out = on_instance(f, instance, &format!("sh -c '{script}' && echo served")).await;
+    assert!(out.contains("served"), "{out}");
+    "git://127.0.0.1/p.git".into()
+}
+
+/// A docker-level job that fetches `url` into the same project directory each time.
+fn fetching_job(url: &str, script: &[&str]) -> JobPayload {
+    let mut j = job_at(Level::Docker, script);
+    j.variables = vec![Variable::new("GIT_STRATEGY", "fetch")];
+    j.git_info.repo_url = Secret::new(url.to_string());
+    j.git_info.sha = String::new();
+    j.git_info.depth = 0;
+    j
+}
+
+/// Issue 31, item 0: the helper stages run outside the job's container, so nothing a job
+/// controls may make them run a command there. Two ways it did: the job's variables reached
+/// the `git` of `get_sources` (`GIT_CONFIG_*` names `core.fsmonitor`, a command git runs), and
+/// a job's container wrote the project's `.git` (a hook, `core.fsmonitor` in `.git/config`)
+/// that the next job's fetch, outside the container, ran. Neither may leave a mark on the
+/// instance.
+#[tokio::test]
+async fn infra_docker_nothing_a_job_controls_runs_outside_its_container() {
+    if !require(Infra::Docker) {
+        return;
+    }
+    let f = fleet(Level::Docker, "helper").await;
+    let instance = f.instances().remove(0);
+    let url = serve_repository(&f, &instance).await;
+    let marks = "/tmp/flotilla-mark-env /tmp/flotilla-mark-config /tmp/flotilla-mark-hook";
+    on_instance(&f, &instance, &format!("rm -f {marks}")).await;
+
+    // Variables that make git run a command, in the job's own fetch.
+    let mut first = fetching_job(
+        &url,
+        &[
+            "test -f README",
+            // Plant what a later fetch of this project would run.
+            "printf '[core]\\n\\tfsmonitor = \"touch /tmp/flotilla-mark-config; false\"\\n' >> .git/config",
+            "mkdir -p .git/hooks",
+            "for h in reference-transaction post-checkout post-merge pre-auto-gc; do printf '#!/bin/sh\\ntouch /tmp/flotilla-mark-hook\\n' > .git/hooks/$h; chmod +x .git/hooks/$h; done",
+        ],
+    );
+    first.variables.extend([
+        Variable::new("GIT_CONFIG_COUNT", "1"),
+        Variable::new("GIT_CONFIG_KEY_0", "core.fsmonitor"),
+        Variable::new("GIT_CONFIG_VALUE_0", "touch /tmp/flotilla-mark-env; false"),
+    ]);
+    let (r, t) = dispatch(&f.dispatcher, &first).await;
+    assert_eq!(r.outcome, Outcome::Success, "{t}");
+    // The next job of the project on the slot fetches into what the first one left.
+    let second = fetching_job(&url, &["test -f README", "test -f .git/HEAD"]);
+    let (r, t) = dispatch(&f.dispatcher, &second).await;
+    assert_eq!(r.outcome, Outcome::Success, "{t}");
+    let left = on_instance(
+        &f,
+        &instance,
+        &format!("for m in {marks}; do [ ! -e $m ] || echo $m; done"),
+    )
+    .await;
+    assert_eq!(left.trim(), "", "a job ran commands on the instance:\n{t}");
 }

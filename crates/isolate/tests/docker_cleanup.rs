@@ -71,7 +71,8 @@ async fn infra_cleanup_instance_removes_what_a_crashed_job_left() {
     let first = DockerIsolation::default();
     let crashed_job = job(1);
     let env = prepared(&first, &crashed_job, &instance, connector.clone(), 0).await;
-    assert_eq!(f.job_containers(&instance).await.len(), 2);
+    // The build, service and helper containers.
+    assert_eq!(f.job_containers(&instance).await.len(), 3);
     // Its own manager never sweeps a live environment.
     assert_eq!(
         first
@@ -80,7 +81,7 @@ async fn infra_cleanup_instance_removes_what_a_crashed_job_left() {
             .unwrap(),
         0
     );
-    assert_eq!(f.job_containers(&instance).await.len(), 2);
+    assert_eq!(f.job_containers(&instance).await.len(), 3);
     // The job's task dies (say, its manager panicked): nothing cleans up.
     drop(env);
     drop(first);
@@ -93,9 +94,9 @@ async fn infra_cleanup_instance_removes_what_a_crashed_job_left() {
         .cleanup_instance(connector.clone(), &instance)
         .await
         .unwrap();
-    assert_eq!(removed, 3, "two containers and the job's network");
+    assert_eq!(removed, 4, "three containers and the job's network");
     let left = f.job_containers(&instance).await;
-    assert_eq!(left.len(), 2, "{left:?}");
+    assert_eq!(left.len(), 3, "{left:?}");
     assert!(
         left.iter()
             .all(|c| { c.labels.as_ref().unwrap()["flotilla.job"] == "2" })
@@ -140,7 +141,7 @@ async fn infra_an_interrupted_prepare_leaves_nothing_after_cleanup() {
         let instance = instance.clone();
         async move {
             // Cancel once the containers exist.
-            while f.job_containers(&instance).await.len() < 2 {
+            while f.job_containers(&instance).await.len() < 3 {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             cancel.cancel();

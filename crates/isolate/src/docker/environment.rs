@@ -6,7 +6,7 @@ use super::labels::{JobLabels, Role};
 use super::services::{Target, parse_down, wait_script};
 use super::spec::{HostSettings, build_container, service_container};
 use super::warm::WarmShell;
-use super::{DockerIsolationConfig, LiveGuard, pull};
+use super::{DockerIsolationConfig, LiveGuard, helper, pull};
 use crate::command::{SHELL_SELECT, helper_command};
 use crate::exec;
 use crate::layout::BuildLayout;
@@ -51,6 +51,7 @@ struct Made {
     network: Option<String>,
     containers: Vec<String>,
     build: Option<String>,
+    helper: Option<String>,
 }
 
 /// One job's containers (and network) on an instance's Docker daemon.
@@ -186,6 +187,7 @@ impl DockerEnvironment {
         let what = match role {
             Role::Build => "the build container".to_string(),
             Role::Service(i) => format!("service container {i}"),
+            Role::Helper => "the helper container".to_string(),
         };
         let options = CreateContainerOptions {
             name: Some(self.labels.container_name(role)),
@@ -375,6 +377,7 @@ impl DockerEnvironment {
             &self.labels,
             &build_settings,
         );
+        let helper = self.start_helper(build_settings.cgroup_parent.clone());
         let build = self.create_and_start(Role::Build, build_body);
         let services = join_all(self.services.iter().enumerate().map(|(i, s)| {
             let body = service_container(
@@ -387,7 +390,8 @@ impl DockerEnvironment {
             );
             self.create_and_start(Role::Service(i), body)
         }));
-        let (build, services) = tokio::join!(build, services);
+        let (helper, build, services) = tokio::join!(helper, build, services);
+        self.made().helper = Some(helper?);
         let build = build?;
         let services = services.into_iter().collect::<Result<Vec<_>, _>>()?;
         *self.warm.lock().await = Some(tokio::spawn(WarmShell::start(
@@ -401,6 +405,28 @@ impl DockerEnvironment {
                 .await?;
         }
         Ok(())
+    }
+
+    /// Makes and starts the job's helper container ([`helper`]): the instance's system paths
+    /// found, the empty root image imported when missing.
+    async fn start_helper(&self, cgroup_parent: Option<String>) -> Result<String, EnvError> {
+        let probe = self
+            .connector
+            .output(&helper_command(&helper::probe_command()))
+            .await
+            .map_err(|e| EnvError::System(format!("looking for the instance's programs: {e}")))?;
+        let system = helper::existing_paths(&probe.stdout_str());
+        if !system.iter().any(|p| p == "/usr" || p == "/bin") {
+            return Err(EnvError::System(
+                "the instance has neither /usr nor /bin for the helper container".into(),
+            ));
+        }
+        helper::ensure_root_image(&self.docker)
+            .await
+            .map_err(EnvError::System)?;
+        let body =
+            helper::helper_container(&self.layout.slot_dir, &system, &self.labels, cgroup_parent);
+        self.create_and_start(Role::Helper, body).await
     }
 
     /// Waits until the services listen on their ports (from the instance, which reaches the
@@ -537,7 +563,16 @@ impl Environment for DockerEnvironment {
 
     async fn exec(&self, spec: ExecSpec<'_>) -> Result<ExitStatus, EnvError> {
         match spec.place {
-            Place::Helper => exec::run(&*self.connector, "running on the instance", spec).await,
+            Place::Helper => {
+                let Some(id) = self.made().helper.clone() else {
+                    return Err(EnvError::System(
+                        "the helper container is not running (preparing the environment did not finish)"
+                            .into(),
+                    ));
+                };
+                let container = DockerExecConnector::new(self.docker.clone(), id);
+                exec::run(&container, "running in the helper container", spec).await
+            }
             Place::Build => {
                 if let ExecCommand::Script(script) = &spec.command
                     && let Some(shell) = self.warm_shell().await
@@ -589,11 +624,33 @@ impl IsolatedEnvironment for DockerEnvironment {
                 IN_FLIGHT_GRACE.as_secs()
             );
         }
-        let (extra, network) = {
+        let (extra, network, helper) = {
             let made = self.made();
-            (made.containers.clone(), made.network.clone())
+            (
+                made.containers.clone(),
+                made.network.clone(),
+                made.helper.clone(),
+            )
         };
         let mut errors = Vec::new();
+        // The job's directories go first, from inside the helper container, where a link the
+        // job left in them can lead nowhere but the slot directory. Without a helper container
+        // nothing of the job was written there.
+        if let Some(id) = helper {
+            let container = DockerExecConnector::new(self.docker.clone(), id);
+            match container
+                .output(&helper_command(&self.helper_cleanup_line()))
+                .await
+            {
+                Ok(out) if out.status.success() => {}
+                Ok(out) => errors.push(format!(
+                    "removing the job's directories failed with {}: {}",
+                    out.status,
+                    out.stderr_str().trim()
+                )),
+                Err(e) => errors.push(format!("removing the job's directories: {e}")),
+            }
+        }
         let removed =
             remove_matching(&self.docker, self.labels.env_filter(), &extra, &|_| false).await;
         errors.extend(removed.errors);
@@ -616,19 +673,6 @@ impl IsolatedEnvironment for DockerEnvironment {
             && !super::client::is_not_found(&e)
         {
             errors.push(format!("removing network {network}: {e}"));
-        }
-        match self
-            .connector
-            .output(&helper_command(&self.helper_cleanup_line()))
-            .await
-        {
-            Ok(out) if out.status.success() => {}
-            Ok(out) => errors.push(format!(
-                "removing the job's directories failed with {}: {}",
-                out.status,
-                out.stderr_str().trim()
-            )),
-            Err(e) => errors.push(format!("removing the job's directories: {e}")),
         }
         if errors.is_empty() {
             Ok(())

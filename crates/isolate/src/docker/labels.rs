@@ -78,6 +78,8 @@ pub enum Role {
     Build,
     /// The service with this index in `services[]`.
     Service(usize),
+    /// The helper container ([`super::helper`]).
+    Helper,
 }
 
 impl Role {
@@ -85,6 +87,7 @@ impl Role {
         match self {
             Role::Build => "build",
             Role::Service(_) => "service",
+            Role::Helper => "helper",
         }
     }
 }
@@ -141,6 +144,7 @@ impl JobLabels {
         match role {
             Role::Build => format!("{}-build", self.prefix()),
             Role::Service(i) => format!("{}-svc-{i}", self.prefix()),
+            Role::Helper => format!("{}-helper", self.prefix()),
         }
     }
 

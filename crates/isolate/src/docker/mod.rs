@@ -7,9 +7,10 @@
 //!   [`DockerIsolationConfig::daemon_wait`] for a daemon that is still starting.
 //! - **Containers**: the build container runs the job's image kept alive by a no-op loop
 //!   ([`spec::keepalive`]); `step_script` and `after_script` run in it through the exec API,
-//!   the script piped to bash (or sh). Helper stages (sources, caches, artifacts) run on the
-//!   instance's own shell over the connector, in `<builds_dir>/<slot>/<project>`, which is
-//!   bind-mounted into the build container at the same path.
+//!   the script piped to bash (or sh). Helper stages (sources, caches, artifacts, removing the
+//!   job's directories) run in the job's helper container ([`helper`]): the instance's own
+//!   programs, read-only, over an empty root, with only `<builds_dir>/<slot>` writable, which
+//!   is bind-mounted into the build container at the same path.
 //! - **Services**: each in its own container, so its own network namespace, on a per-job
 //!   user-defined bridge network with its aliases (GitLab's rules: the alias, or
 //!   `name__sub` and `name-sub` from the image name). Two services listening on the same port
@@ -32,6 +33,7 @@ pub mod allowed;
 mod cleanup;
 mod client;
 mod environment;
+pub mod helper;
 pub mod labels;
 pub mod limits;
 pub mod pull;

@@ -8,7 +8,8 @@ use crate::duration::parse_go_duration;
 use crate::env::{EnvError, EnvPaths, ExecCommand, ExecSpec, ExitStatus, Place};
 use crate::model::{JobPayload, STEP_AFTER_SCRIPT, STEP_SCRIPT, Step, Variable};
 use crate::script::{
-    ANSI_BOLD_GREEN, ANSI_BOLD_RED, ANSI_RESET, ANSI_YELLOW, ScriptContext, unexportable_names,
+    ANSI_BOLD_GREEN, ANSI_BOLD_RED, ANSI_RESET, ANSI_YELLOW, FetchPlace, ScriptContext,
+    unexportable_names,
 };
 use crate::trace::{
     Masker, TracePipeline, TraceSink, TraceWriter, section_end, section_start, trace_channel,
@@ -512,9 +513,14 @@ impl Run<'_, '_> {
                 return;
             }
         }
-        let script = self
-            .script_context(&self.vars)
-            .get_sources_script(self.job, !hooks_apart);
+        let script = self.script_context(&self.vars).get_sources_script(
+            self.job,
+            if hooks_apart {
+                FetchPlace::Apart
+            } else {
+                FetchPlace::WithTheJob
+            },
+        );
         let script = match script {
             Ok(s) => s,
             Err(e) => {

@@ -6,6 +6,7 @@
 //! written to private files under the per-job temporary directory, then `GITLAB_ENV` exported
 //! and the lines earlier commands appended to it exported too.
 
+mod fetch_env;
 mod sources;
 mod writer;
 
@@ -36,6 +37,17 @@ pub const GITLAB_ENV: &str = "GITLAB_ENV";
 /// The file's name in the job's temporary directory, as GitLab Runner names it
 /// (`gitlabEnvFileName`, gitlab-runner `shells/abstract.go`).
 const GITLAB_ENV_FILE: &str = "gitlab_runner_env";
+
+/// Where `get_sources` fetches, as the job sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FetchPlace {
+    /// In the job's own place (a host's shell): the job's hooks run in the same script and
+    /// every variable reaches `git`, as on GitLab.
+    WithTheJob,
+    /// Outside the job's container or VM: the hooks run apart, in the job's place, and only
+    /// the variables that tune a connection reach `git` (see [`fetch_env`]).
+    Apart,
+}
 
 /// Where a script runs and with which variables.
 #[derive(Debug, Clone, Copy)]
@@ -104,19 +116,61 @@ impl ScriptContext<'_> {
         w.finish()
     }
 
-    /// The `get_sources` script for this job (see [`SourcesPlan`]), with the job's
-    /// `hooks:pre_get_sources_script` and `post_get_sources_script` in it when `with_hooks`;
-    /// otherwise they run apart ([`Self::pre_get_sources_script`],
-    /// [`Self::post_get_sources_script`]).
+    /// The `get_sources` script for this job (see [`SourcesPlan`]), fetching at `place`: with
+    /// the job's `hooks:pre_get_sources_script` and `post_get_sources_script` in it when that
+    /// is [`FetchPlace::WithTheJob`]; otherwise they run apart
+    /// ([`Self::pre_get_sources_script`], [`Self::post_get_sources_script`]) and the script
+    /// exports only what [`Self::fetch_writer`] lets through.
     pub fn get_sources_script(
         &self,
         job: &JobPayload,
-        with_hooks: bool,
+        place: FetchPlace,
     ) -> Result<String, ScriptError> {
         let plan = SourcesPlan::new(job, self.vars)?;
-        let mut w = self.writer(true);
+        let with_hooks = place == FetchPlace::WithTheJob;
+        let mut w = if with_hooks {
+            self.writer(true)
+        } else {
+            self.fetch_writer()
+        };
         plan.write(&mut w, job, self.builds_dir, self.project_dir, with_hooks);
         Ok(w.finish())
+    }
+
+    /// A writer for a fetch outside the job's container or VM: only the variables
+    /// [`fetch_env`] passes are exported, git variables held back are named in a warning, and
+    /// the job's `GITLAB_ENV` file is emptied (the job's first stage) but not read, since the
+    /// job may write it.
+    fn fetch_writer(&self) -> ScriptWriter {
+        let mut w = ScriptWriter::new();
+        let vars = self.vars;
+        let passed =
+            |v: &&crate::Variable| v.has_valid_name() && fetch_env::passes(&v.key, &v.value);
+        if vars.iter().filter(passed).any(|v| v.file) {
+            w.private_dir(vars.tmp_dir());
+        }
+        let mut held = Vec::new();
+        for v in vars.iter() {
+            if !passed(&v) {
+                if fetch_env::worth_naming(&v.key) && !held.contains(&v.key.as_str()) {
+                    held.push(v.key.as_str());
+                }
+                continue;
+            }
+            if v.file {
+                w.file_variable(&v.key, &vars.file_path(&v.key), &v.value);
+            } else {
+                w.export(&v.key, &v.value);
+            }
+        }
+        if !held.is_empty() {
+            w.warning(&format!(
+                "Not passed to git, which fetches outside the job container or VM: {}",
+                held.join(", ")
+            ));
+        }
+        w.fresh_dotenv_file(vars.tmp_dir(), &vars.file_path(GITLAB_ENV_FILE));
+        w
     }
 
     /// `hooks:pre_get_sources_script` alone, in the builds directory. `None` when the job has

@@ -261,12 +261,11 @@ impl SourcesPlan {
             w.notice("Skipping Git checkout");
             return;
         }
-        let target = if info.sha.is_empty() {
-            "FETCH_HEAD".to_owned()
+        let (target, short) = if info.sha.is_empty() {
+            ("FETCH_HEAD".to_owned(), "FETCH_HEAD".to_owned())
         } else {
-            info.sha.clone()
+            (info.sha.clone(), info.sha.chars().take(8).collect())
         };
-        let short: String = target.chars().take(8).collect();
         if info.git_ref.is_empty() {
             w.notice(&format!("Checking out {short} as detached HEAD..."));
         } else {

@@ -271,7 +271,9 @@ fn get_sources_script_uses_a_credential_helper_not_the_url() {
         project_dir: "/b/p",
         debug_trace: false,
     };
-    let s = ctx.get_sources_script(&job, true).unwrap();
+    let s = ctx
+        .get_sources_script(&job, FetchPlace::WithTheJob)
+        .unwrap();
     assert!(
         s.contains("git remote add origin https://gitlab.example.com/g/p.git"),
         "{s}"
@@ -295,6 +297,68 @@ fn get_sources_script_uses_a_credential_helper_not_the_url() {
     );
     // The token appears once: as the exported helper password, never in a git command line.
     assert_eq!(s.matches("glcbt-secret").count(), 1, "{s}");
+}
+
+/// Issue 31: a fetch outside the job's container or VM exports only what tunes a connection;
+/// a variable that makes git run a command stays behind, named in a warning, and the job's
+/// own dotenv file is emptied, never read.
+#[test]
+fn a_fetch_apart_from_the_job_gets_only_connection_variables() {
+    let job = JobPayload::from_json(
+        br#"{"id":1,"token":"t","git_info":{"repo_url":"https://gitlab.example.com/g/p.git",
+            "ref":"main","sha":"0123456789abcdef0123456789abcdef01234567","ref_type":"branch"}}"#,
+    )
+    .unwrap();
+    let vars = JobVariables::new(
+        [
+            Variable::new("GIT_CONFIG_COUNT", "1"),
+            Variable::new("GIT_CONFIG_KEY_0", "core.fsmonitor"),
+            Variable::new("GIT_CONFIG_VALUE_0", "touch /tmp/mark"),
+            Variable::new("LD_PRELOAD", "/b/p/evil.so"),
+            Variable::new("GIT_TRACE", "/etc/cron.d/x"),
+            Variable::new("GIT_DEPTH", "5"),
+            Variable::new("https_proxy", "http://proxy.example:3128"),
+        ],
+        "/b/p.tmp",
+    );
+    let ctx = ScriptContext {
+        vars: &vars,
+        builds_dir: "/b",
+        project_dir: "/b/p",
+        debug_trace: false,
+    };
+    let apart = ctx.get_sources_script(&job, FetchPlace::Apart).unwrap();
+    for held in [
+        "GIT_CONFIG_COUNT=",
+        "GIT_CONFIG_KEY_0=",
+        "LD_PRELOAD=",
+        "GIT_TRACE=",
+        "touch /tmp/mark",
+    ] {
+        assert!(!apart.contains(held), "{held} reached the fetch: {apart}");
+    }
+    assert!(apart.contains("export https_proxy="), "{apart}");
+    assert!(
+        apart.contains("Not passed to git, which fetches outside the job container or VM: GIT_CONFIG_COUNT, GIT_CONFIG_KEY_0, GIT_CONFIG_VALUE_0, GIT_TRACE"),
+        "{apart}"
+    );
+    assert!(
+        apart.contains("--depth 5"),
+        "flotilla's own settings still apply: {apart}"
+    );
+    assert!(
+        !apart.contains("_flotilla_line"),
+        "the dotenv file is not read: {apart}"
+    );
+    assert!(
+        apart.contains("true > /b/p.tmp/gitlab_runner_env"),
+        "{apart}"
+    );
+    // With the job, everything is exported, as on GitLab.
+    let with = ctx
+        .get_sources_script(&job, FetchPlace::WithTheJob)
+        .unwrap();
+    assert!(with.contains("export GIT_CONFIG_COUNT="), "{with}");
 }
 
 #[test]

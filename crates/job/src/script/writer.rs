@@ -108,6 +108,16 @@ impl ScriptWriter {
         ));
     }
 
+    /// Empties the dotenv file at `path` in the private directory `dir` (making it) without
+    /// reading it: the first stage of a job whose first script runs where the job's own
+    /// lines must not be exported (see [`Self::dotenv_file`]).
+    pub fn fresh_dotenv_file(&mut self, dir: &str, path: &str) {
+        let (d, p) = (quote(dir), quote(path));
+        self.line(&format!(
+            "{{ [ -d {d} ] || {{ mkdir -p {d} && chmod 700 {d}; }}; true > {p}; }} 2>/dev/null || :"
+        ));
+    }
+
     /// `cd` into `dir`.
     pub fn cd(&mut self, dir: &str) {
         self.line(&format!("cd {}", quote(dir)));
