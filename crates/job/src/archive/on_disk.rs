@@ -10,9 +10,13 @@
 //! link below the builds directory. The entries' names are job-controlled: they travel as
 //! NUL-separated data on the command's stdin, never in its text.
 //!
-//! What is left: a process of the job running while the helper extracts (a service
-//! container sharing the build directory) could make a link between the check and the
-//! extraction. The job's own script has not started then.
+//! A process of the job running while the helper extracts (the build container's entrypoint
+//! starts with the container) could still swap a link in between the check and the
+//! extraction. Where that matters, the level confines the helper place itself: at `docker` it
+//! is a container whose only writable directory is the job's slot directory
+//! (`flotilla_isolate::docker::helper`), so a link swapped in leads nowhere else; at `microvm`
+//! nothing of the job runs on the instance (its files come back filtered after each build
+//! stage); at `shell` and `cgroup` the helper place is the job's own.
 
 use super::ArchiveError;
 use super::paths::ancestors;
