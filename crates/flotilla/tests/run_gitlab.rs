@@ -457,3 +457,86 @@ async fn kill_9_mid_job_then_restart_reports_it_failed_once() {
     assert_eq!(j.final_updates, 1, "reported more than once");
     assert_eq!(j.times_finished(), 1);
 }
+
+/// The manager's peak resident memory (`VmHWM`) in KiB.
+fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc/<pid>/status")
+}
+
+/// Issue 31 (4), end to end: a 1 MiB masked variable, printed whole by the job three times
+/// (3 MiB of output that is all secret), drove the manager to 870 MiB. Its log reaches GitLab masked
+/// and the manager's peak RSS stays under 256 MiB (the figure is printed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_mebibyte_masked_value_keeps_the_manager_small() {
+    let gl = gitlab().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_local_config(dir.path(), gl.url(), TOKEN, 4);
+    let mut m = Manager::start(&config, &[]);
+    // A value GitLab would accept as masked: letters and digits, no repetition to shortcut.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let secret: String = (0..1 << 20)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            alphabet[(x % alphabet.len() as u64) as usize] as char
+        })
+        .collect();
+    let job = gl.enqueue(
+        TOKEN,
+        JobBuilder::new("big-secret")
+            // A file variable: as an environment string, Linux refuses to start any program
+            // with it (over MAX_ARG_STRLEN, 128 KiB), on GitLab as here.
+            .masked_file_variable("BIG_SECRET", secret.clone())
+            .script([
+                "echo before",
+                "cat \"$BIG_SECRET\"; echo",
+                "cat \"$BIG_SECRET\" \"$BIG_SECRET\"; echo",
+                "echo after",
+            ]),
+    );
+    let j = gl
+        .wait_for_job(job, Duration::from_secs(120), |j| j.final_update.is_some())
+        .await
+        .unwrap_or_else(|| panic!("never finished:\n{}", m.log()));
+    let peak = peak_rss_kib(m.pid());
+    eprintln!(
+        "manager peak RSS with a 1 MiB masked value: {} MiB",
+        peak / 1024
+    );
+    assert_eq!(
+        j.final_update.clone().unwrap().state,
+        "success",
+        "{}",
+        m.log()
+    );
+    let trace = j.trace_text();
+    assert!(
+        trace.contains("before") && trace.contains("after"),
+        "{trace}"
+    );
+    // Two adjacent occurrences are one `[MASKED]` (see the masker).
+    assert_eq!(
+        trace.matches("[MASKED]").count(),
+        2,
+        "{}",
+        &trace[..trace.len().min(2000)]
+    );
+    assert!(
+        !trace.contains(&secret[..64]),
+        "a piece of the secret reached GitLab"
+    );
+    assert!(
+        !m.log().contains(&secret[..64]),
+        "a piece of the secret reached the log"
+    );
+    assert!(peak < 256 * 1024, "peak RSS {} MiB", peak / 1024);
+    m.signal(libc::SIGTERM);
+    assert!(m.wait(Duration::from_secs(30)).await.is_some());
+}

@@ -127,6 +127,18 @@ impl JobBuilder {
         self
     }
 
+    /// A masked variable of type file (the job sees a path to a file holding `value`).
+    pub fn masked_file_variable(
+        mut self,
+        key: impl Into<String>,
+        value: impl Into<String>,
+    ) -> Self {
+        self.variables.push(json!({
+            "key": key.into(), "value": value.into(), "public": false, "masked": true, "file": true
+        }));
+        self
+    }
+
     /// An `archive` artifact (zip) of `paths`, uploaded on success.
     pub fn artifact_paths<I: IntoIterator<Item = S>, S: Into<String>>(mut self, paths: I) -> Self {
         let paths: Vec<String> = paths.into_iter().map(Into::into).collect();
