@@ -168,6 +168,15 @@ impl DockerFleet {
     /// Starts the fleet and waits (up to three minutes, then panics) until every slot is
     /// ready.
     pub async fn start(options: FleetOptions) -> DockerFleet {
+        // The fleet's own log lines (INFO and up, or `RUST_LOG`) in the test's captured output,
+        // shown when it fails.
+        let _ = tracing_subscriber::fmt()
+            .with_test_writer()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+            )
+            .try_init();
         static SEQ: AtomicUsize = AtomicUsize::new(0);
         let name = format!(
             "d{}-{}-{}",

@@ -674,3 +674,45 @@ async fn infra_docker_nothing_a_job_controls_runs_outside_its_container() {
     .await;
     assert_eq!(left.trim(), "", "a job ran commands on the instance:\n{t}");
 }
+
+/// A job sees its own project's directory, never another project's: on GitLab each project
+/// has its own builds volume; here the slot directory of every project used to be bound into
+/// the container, so the next job on the slot read the previous project's checkout.
+#[tokio::test]
+async fn infra_docker_a_job_cannot_read_another_projects_directory() {
+    if !require(Infra::Docker) {
+        return;
+    }
+    let f = fleet(Level::Docker, "projects").await;
+    let first = job_at(
+        Level::Docker,
+        &[
+            "echo private-source > \"$CI_PROJECT_DIR/secret-of-a\"",
+            "ls \"$CI_PROJECT_DIR\"",
+        ],
+    );
+    let (r, t) = dispatch(&f.dispatcher, &first).await;
+    assert_eq!(r.outcome, Outcome::Success, "{t}");
+    assert!(t.contains("secret-of-a"), "{t}");
+    let mut other = job_at(
+        Level::Docker,
+        &[
+            "echo \"dir=$CI_PROJECT_DIR\"",
+            "echo \"found=$(find \"$CI_BUILDS_DIR\" -name secret-of-a 2>/dev/null | tr '\\n' ,)\"",
+        ],
+    );
+    other.job_info.project_id = 8;
+    other.job_info.project_full_path = "other/b".into();
+    let (r, t) = dispatch(&f.dispatcher, &other).await;
+    assert_eq!(r.outcome, Outcome::Success, "{t}");
+    assert!(t.contains("dir=/builds/0/other/b\n"), "{t}");
+    assert!(
+        t.contains("found=\n"),
+        "another project's file was visible: {t}"
+    );
+    // The same project on the slot finds its directory again (GIT_STRATEGY=fetch reuses it).
+    let again = job_at(Level::Docker, &["cat \"$CI_PROJECT_DIR/secret-of-a\""]);
+    let (r, t) = dispatch(&f.dispatcher, &again).await;
+    assert_eq!(r.outcome, Outcome::Success, "{t}");
+    assert!(t.contains("private-source"), "{t}");
+}

@@ -14,8 +14,9 @@ use flotilla_job::{EnvPaths, JobPayload};
 /// The directories of one job on its instance.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BuildLayout {
-    /// The slot's own directory, `<builds_dir>/<slot>` (docker isolation bind-mounts it into
-    /// the build container at the same path).
+    /// The slot's own directory, `<builds_dir>/<slot>` (docker isolation binds the project's
+    /// own `<slot_dir>/.project-<id>` at this path into the job's containers:
+    /// [`crate::docker::spec::slot_bind`]).
     pub slot_dir: String,
     /// The paths scripts see: `CI_BUILDS_DIR` is the base builds directory, `CI_PROJECT_DIR`
     /// is `<slot_dir>/<project path>`, the temporary directory is next to it.

@@ -31,6 +31,12 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+/// How often, and how far apart, a new helper container is tried before it counts as broken.
+const HELPER_READY_TRIES: usize = 25;
+const HELPER_READY_PAUSE: Duration = Duration::from_millis(200);
+/// How long removing the job's directories in the helper container may take at cleanup.
+const HELPER_CLEANUP_TIMEOUT: Duration = Duration::from_secs(20);
+
 /// What [`DockerEnvironment::new`] is made from.
 pub(crate) struct Parts<'a> {
     pub docker: Docker,
@@ -68,6 +74,8 @@ pub struct DockerEnvironment {
     service_env: Vec<Vec<String>>,
     /// The binds of `[runners.docker] volumes` for this job.
     volume_binds: Vec<String>,
+    /// The job's slot directory, its project's own ([`super::spec::slot_bind`]).
+    slot_bind: String,
     made: Arc<Mutex<Made>>,
     /// Docker calls that make something (the network, the containers). They run as tasks of
     /// their own, so that a canceled `prepare` does not abandon one half done on the daemon:
@@ -136,6 +144,7 @@ impl DockerEnvironment {
         let unique =
             super::volumes::unique_name(&p.config.owner, p.job.job_info.project_id, p.slot);
         let volume_binds = p.config.volumes.iter().map(|v| v.bind(&unique)).collect();
+        let slot_bind = super::spec::slot_bind(&p.layout.slot_dir, p.job.job_info.project_id);
         DockerEnvironment {
             docker: p.docker,
             connector: p.connector,
@@ -148,6 +157,7 @@ impl DockerEnvironment {
             services,
             service_env,
             volume_binds,
+            slot_bind,
             made: Arc::new(Mutex::new(Made::default())),
             in_flight: TaskTracker::new(),
             warm: tokio::sync::Mutex::new(None),
@@ -372,7 +382,7 @@ impl DockerEnvironment {
             image,
             &image_entrypoint,
             &docker_opts.user,
-            &self.layout.slot_dir,
+            &self.slot_bind,
             network.as_deref(),
             &self.labels,
             &build_settings,
@@ -424,9 +434,33 @@ impl DockerEnvironment {
         helper::ensure_root_image(&self.docker)
             .await
             .map_err(EnvError::System)?;
-        let body =
-            helper::helper_container(&self.layout.slot_dir, &system, &self.labels, cgroup_parent);
-        self.create_and_start(Role::Helper, body).await
+        let body = helper::helper_container(&self.slot_bind, &system, &self.labels, cgroup_parent);
+        let id = self.create_and_start(Role::Helper, body).await?;
+        self.helper_ready(&id).await?;
+        Ok(id)
+    }
+
+    /// Waits until the helper container takes execs. Under load, an inner Docker 20.10 refused
+    /// the first exec right after the start ("error executing setns process") now and then.
+    async fn helper_ready(&self, id: &str) -> Result<(), EnvError> {
+        let container = DockerExecConnector::new(self.docker.clone(), id);
+        let mut last = String::new();
+        for tries in 1..=HELPER_READY_TRIES {
+            match container.output("true").await {
+                Ok(out) if out.status.success() => {
+                    if tries > 1 {
+                        tracing::info!(instance = %self.instance, tries, error = %last, "the helper container took a command after refusing");
+                    }
+                    return Ok(());
+                }
+                Ok(out) => last = format!("{}: {}", out.status, out.stderr_str().trim()),
+                Err(e) => last = e.to_string(),
+            }
+            tokio::time::sleep(HELPER_READY_PAUSE).await;
+        }
+        Err(EnvError::System(format!(
+            "the helper container never took a command: {last}"
+        )))
     }
 
     /// Waits until the services listen on their ports (from the instance, which reaches the
@@ -638,17 +672,21 @@ impl IsolatedEnvironment for DockerEnvironment {
         // nothing of the job was written there.
         if let Some(id) = helper {
             let container = DockerExecConnector::new(self.docker.clone(), id);
-            match container
-                .output(&helper_command(&self.helper_cleanup_line()))
-                .await
-            {
-                Ok(out) if out.status.success() => {}
-                Ok(out) => errors.push(format!(
+            let line = helper_command(&self.helper_cleanup_line());
+            let removal = container.output(&line);
+            // Bounded, so that the containers are removed below whatever the exec does.
+            match tokio::time::timeout(HELPER_CLEANUP_TIMEOUT, removal).await {
+                Ok(Ok(out)) if out.status.success() => {}
+                Ok(Ok(out)) => errors.push(format!(
                     "removing the job's directories failed with {}: {}",
                     out.status,
                     out.stderr_str().trim()
                 )),
-                Err(e) => errors.push(format!("removing the job's directories: {e}")),
+                Ok(Err(e)) => errors.push(format!("removing the job's directories: {e}")),
+                Err(_) => errors.push(format!(
+                    "removing the job's directories did not end within {}s",
+                    HELPER_CLEANUP_TIMEOUT.as_secs()
+                )),
             }
         }
         let removed =

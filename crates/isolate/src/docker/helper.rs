@@ -78,15 +78,16 @@ pub fn existing_paths(output: &str) -> Vec<String> {
 }
 
 /// The helper container of one job: the root image kept alive by the instance's `sh`, the
-/// slot directory writable at its own path, `system` read-only.
+/// job's slot directory writable as the build container sees it (`slot_bind`, see
+/// [`super::spec::slot_bind`]), `system` read-only.
 pub fn helper_container(
-    slot_dir: &str,
+    slot_bind: &str,
     system: &[String],
     labels: &JobLabels,
     cgroup_parent: Option<String>,
 ) -> ContainerCreateBody {
     let mut binds: Vec<String> = system.iter().map(|p| format!("{p}:{p}:ro")).collect();
-    binds.push(format!("{slot_dir}:{slot_dir}"));
+    binds.push(slot_bind.to_string());
     ContainerCreateBody {
         image: Some(ROOT_IMAGE.to_string()),
         entrypoint: Some(vec!["/bin/sh".into(), "-c".into()]),
@@ -166,7 +167,7 @@ mod tests {
     #[test]
     fn only_the_slot_directory_is_writable() {
         let body = helper_container(
-            "/builds/2",
+            "/builds/2/.project-7:/builds/2",
             &["/usr".into(), "/etc/ssl".into()],
             &labels(),
             None,
@@ -177,7 +178,7 @@ mod tests {
             vec![
                 "/usr:/usr:ro",
                 "/etc/ssl:/etc/ssl:ro",
-                "/builds/2:/builds/2"
+                "/builds/2/.project-7:/builds/2"
             ]
         );
         assert_eq!(host.readonly_rootfs, Some(true));

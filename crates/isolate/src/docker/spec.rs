@@ -106,13 +106,24 @@ impl HostSettings {
     }
 }
 
-/// The build container: the job's image kept alive, the slot directory bind-mounted at the
-/// same path, on the job's network when there is one.
+/// The bind that gives a job's containers its slot directory: at the slot directory's path, the
+/// instance's `<slot_dir>/.project-<project id>`, the job's project's own. A job never sees
+/// what another project's jobs left on the slot (GitLab gives each project its own builds
+/// volume for the same reason), and the next job of the same project on the slot finds its
+/// checkout again (`GIT_STRATEGY=fetch`). GitLab project paths never start with a dot, so the
+/// name meets no project's.
+pub fn slot_bind(slot_dir: &str, project_id: i64) -> String {
+    let slot = slot_dir.trim_end_matches('/');
+    format!("{slot}/.project-{project_id}:{slot}")
+}
+
+/// The build container: the job's image kept alive, `slot_bind` (see [`slot_bind`]), on the
+/// job's network when there is one.
 pub fn build_container(
     image: &Image,
     image_entrypoint: &[String],
     user: &str,
-    slot_dir: &str,
+    slot_bind: &str,
     network: Option<&str>,
     labels: &JobLabels,
     settings: &HostSettings,
@@ -127,7 +138,7 @@ pub fn build_container(
         tty: Some(false),
         open_stdin: Some(false),
         host_config: Some(settings.apply(HostConfig {
-            binds: Some(vec![format!("{slot_dir}:{slot_dir}")]),
+            binds: Some(vec![slot_bind.to_string()]),
             network_mode: network.map(str::to_string),
             ..Default::default()
         })),
@@ -224,6 +235,12 @@ mod tests {
     }
 
     #[test]
+    fn each_project_has_its_own_slot_directory() {
+        assert_eq!(slot_bind("/builds/1", 7), "/builds/1/.project-7:/builds/1");
+        assert_eq!(slot_bind("/builds/1/", 8), "/builds/1/.project-8:/builds/1");
+    }
+
+    #[test]
     fn the_build_container_sees_the_slot_directory_at_the_same_path() {
         let image = Image {
             name: "busybox:1".into(),
@@ -234,7 +251,7 @@ mod tests {
             &image,
             &[],
             "1000",
-            "/builds/1",
+            "/builds/1/.project-7:/builds/1",
             Some("net"),
             &labels(),
             &plain,
@@ -242,7 +259,7 @@ mod tests {
         assert_eq!(b.image.as_deref(), Some("busybox:1"));
         assert_eq!(b.user.as_deref(), Some("1000"));
         let host = b.host_config.unwrap();
-        assert_eq!(host.binds.unwrap(), vec!["/builds/1:/builds/1"]);
+        assert_eq!(host.binds.unwrap(), vec!["/builds/1/.project-7:/builds/1"]);
         assert_eq!(host.network_mode.as_deref(), Some("net"));
         assert_eq!((host.privileged, host.cgroup_parent), (None, None));
         assert_eq!(b.labels.unwrap()["flotilla.role"], "build");
@@ -265,12 +282,13 @@ mod tests {
             binds: vec!["vol:/certs/client".into()],
             ..HostSettings::default()
         };
-        let b = build_container(&image, &[], "", "/b/3", Some("n"), &labels(), &settings);
+        let bind = slot_bind("/b/3", 1);
+        let b = build_container(&image, &[], "", &bind, Some("n"), &labels(), &settings);
         let s = service_container(&image, 0, vec![], "n", &labels(), &settings);
         let (bh, sh) = (b.host_config.unwrap(), s.host_config.unwrap());
         assert_eq!(
             bh.binds.clone().unwrap(),
-            vec!["/b/3:/b/3", "vol:/certs/client"],
+            vec!["/b/3/.project-1:/b/3", "vol:/certs/client"],
             "the slot directory, then the volumes"
         );
         assert_eq!(sh.binds.clone().unwrap(), vec!["vol:/certs/client"]);
