@@ -315,17 +315,10 @@ async fn path_traversal(level: Level) {
         t.contains("../outside.txt: escapes the project directory through `..`; ignored"),
         "{t}"
     );
-    assert!(
-        t.contains("escape-link: is a symbolic link pointing outside the project directory"),
-        "{t}"
-    );
-    assert!(
-        t.contains("absolute-link: is a symbolic link to the absolute path"),
-        "{t}"
-    );
+    // Links are archived as links, as GitLab Runner does; `../outside.txt` itself is not.
     assert_eq!(
         zip_names(&f.artifacts.archive_path(j.id, "archive")),
-        ["ok.txt"]
+        ["absolute-link", "escape-link", "ok.txt"]
     );
 
     // A dependency archive that would write outside the project is refused whole.

@@ -1,6 +1,6 @@
 //! Collecting files from the environment into a zip archive on the manager.
 
-use super::paths::{PathFilter, check_symlink, normalize_relative};
+use super::paths::{PathFilter, normalize_relative};
 use super::ziptime::zip_time;
 use super::{ArchiveError, capture};
 use crate::env::{Environment, ExecCommand, ExecSpec, Place};
@@ -43,9 +43,9 @@ fn warn(text: &str) -> String {
 }
 
 /// Collects the files of `dir` (in the environment's helper context) selected by `spec` into
-/// a new zip archive at `zip_path` on the manager. Refused patterns and entries (escaping the
-/// directory, symbolic links pointing out, special files) are reported as warnings in `log`
-/// and left out. Returns how much was archived; zero files means nothing matched (the archive
+/// a new zip archive at `zip_path` on the manager. Symbolic links are archived as links,
+/// wherever they point, as GitLab Runner archives them. Refused patterns and entries (escaping
+/// the directory, special files) are reported as warnings in `log` and left out. Returns how much was archived; zero files means nothing matched (the archive
 /// is still valid and empty).
 pub async fn collect_zip(
     env: &dyn Environment,
@@ -285,10 +285,9 @@ fn add_entry<R: Read>(
                 .link_name_bytes()
                 .map(|t| String::from_utf8_lossy(&t).into_owned())
                 .unwrap_or_default();
-            if let Err(why) = check_symlink(&name, &target) {
-                state.warnings.push(format!("{name}: {why}; not archived"));
-                return Ok(());
-            }
+            // As a link, wherever it points, as GitLab Runner archives it (`os.Lstat` in
+            // `commands/helpers/file_archiver.go`): extraction keeps links as links and never
+            // writes through one (see `super::on_disk`).
             state
                 .zip
                 .add_symlink(name.as_str(), target, options)

@@ -17,7 +17,7 @@ mod ziptime;
 
 pub use collect::{ArchiveSpec, CollectReport, collect_zip};
 pub use extract::{ExtractReport, extract_zip, inspect_zip};
-pub use paths::{PathFilter, PathRejection, check_symlink, normalize_pattern, normalize_relative};
+pub use paths::{PathFilter, PathRejection, normalize_pattern, normalize_relative};
 pub use report::{ReportFormat, zip_to_gzip, zip_to_raw};
 pub use stream::{StreamRules, filter_tar};
 pub use ziptime::{unix_time, zip_time};
