@@ -716,3 +716,60 @@ async fn infra_docker_a_job_cannot_read_another_projects_directory() {
     assert_eq!(r.outcome, Outcome::Success, "{t}");
     assert!(t.contains("private-source"), "{t}");
 }
+
+/// Issue 32: `[runners.docker]` `shm_size`, `ulimit`, `tmpfs`, `extra_hosts`, `dns_search`,
+/// `hostname`, `sysctls` and `oom_kill_disable` reach the build container as GitLab Runner
+/// gives them (`createHostConfig`), seen from inside the job. Before, every one of them was
+/// accepted and dropped.
+#[tokio::test]
+async fn infra_docker_container_options_reach_the_build_container() {
+    if !require(Infra::Docker) {
+        return;
+    }
+    use flotilla_isolate::docker::options::{ContainerOptions, RawContainerOptions};
+    let options = ContainerOptions::parse(&RawContainerOptions {
+        shm_size: 96 * 1024 * 1024,
+        ulimit: HashMap::from([("nofile".into(), "1111:2222".into())]),
+        tmpfs: HashMap::from([("/scratch".into(), "rw,size=8m".into())]),
+        extra_hosts: vec!["gitlab.flotilla.test:10.9.8.7".into()],
+        dns_search: vec!["corp.flotilla.test".into()],
+        hostname: "flotilla-builder".into(),
+        sysctls: HashMap::from([("net.ipv4.ip_unprivileged_port_start".into(), "99".into())]),
+        ..RawContainerOptions::default()
+    })
+    .unwrap();
+    let config = flotilla_isolate::DockerIsolationConfig {
+        options,
+        ..Default::default()
+    };
+    let f = docker_fleet("options", config).await;
+    let (r, t) = dispatch(
+        &f.dispatcher,
+        &job_at(
+            Level::Docker,
+            &[
+                "echo \"shm=$(df -k /dev/shm | awk 'NR==2 {print $2}')\"",
+                // The container's own limits (an exec's soft limit follows the runtime's).
+                "echo \"nofile=$(grep 'open files' /proc/1/limits | tr -s ' ' | cut -d' ' -f4,5)\"",
+                "echo \"scratch=$(grep ' /scratch ' /proc/mounts | cut -d' ' -f3)\"",
+                "echo \"hosts=$(grep gitlab.flotilla.test /etc/hosts | awk '{print $1}')\"",
+                "echo \"search=$(grep ^search /etc/resolv.conf)\"",
+                "echo \"hostname=$(hostname)\"",
+                "echo \"port_start=$(cat /proc/sys/net/ipv4/ip_unprivileged_port_start)\"",
+            ],
+        ),
+    )
+    .await;
+    assert_eq!(r.outcome, Outcome::Success, "{t}");
+    for want in [
+        "shm=98304\n",
+        "nofile=1111 2222\n",
+        "scratch=tmpfs\n",
+        "hosts=10.9.8.7\n",
+        "hostname=flotilla-builder\n",
+        "port_start=99\n",
+    ] {
+        assert!(t.contains(want), "{want:?} missing:\n{t}");
+    }
+    assert!(t.contains("corp.flotilla.test"), "{t}");
+}

@@ -73,7 +73,8 @@ fn config_check_prints_warnings_to_stderr_and_still_succeeds() {
     assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
     let file = path.display().to_string();
     let lines: Vec<&str> = stderr.lines().collect();
-    assert_eq!(lines.len(), 17, "{stderr}");
+    // `shm_size` and `oom_kill_disable` are honoured now (issue 32): no longer warned.
+    assert_eq!(lines.len(), 15, "{stderr}");
     assert!(
         lines
             .iter()

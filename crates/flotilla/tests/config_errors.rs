@@ -253,3 +253,13 @@ fn a_gitlab_runner_needs_url_and_token() {
          inline.toml:1:1: runner `n`: `token` is required for executor `shell`"
     );
 }
+
+/// Issue 32: a `[runners.docker] ulimit` Docker would refuse is refused by `config check` at
+/// its table, not at the first job.
+#[test]
+fn bad_ulimit() {
+    assert_eq!(
+        only_error("bad-ulimit.toml"),
+        "F:11:5: ulimit `nofile = 4096:1024`: the soft limit is above the hard one"
+    );
+}

@@ -240,6 +240,7 @@ fn unused_gitlab_keys_are_warned_about_once_each() {
     let loaded = load("gitlab-extras.toml");
     let file = fixture("gitlab-extras.toml").display().to_string();
     let got: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
+    // `oom_kill_disable` (40) and `shm_size` (43) are honoured (issue 32).
     let expected = [
         "3:14: concurrent = 4 but the fleets hold 8 job slots",
         "5:1: `connection_max_age` at the top level is not used by flotilla; ignored",
@@ -255,9 +256,7 @@ fn unused_gitlab_keys_are_warned_about_once_each() {
         "33:12: `feature_flags` in [runners]",
         "36:5: `tls_verify` in [runners.docker]",
         "39:5: `disable_entrypoint_overwrite` in [runners.docker]",
-        "40:5: `oom_kill_disable` in [runners.docker]",
         "41:5: `disable_cache` in [runners.docker]",
-        "43:5: `shm_size` in [runners.docker]",
         "44:5: `network_mtu` in [runners.docker]",
         "46:22: `services` in [runners.docker]",
     ];
@@ -430,4 +429,34 @@ concurrent = 1
     // The loaded values are intact for the code that needs them.
     let a = loaded.config.runners[0].autoscaler.as_ref().unwrap();
     assert_eq!(a.plugin_config["token"], "hcloud-secret");
+}
+
+/// Issue 32: every container option of `[runners.docker]` flotilla honours loads without a
+/// warning and reaches the docker level's options (`shm_size`, `ulimit`, `tmpfs` ... were
+/// accepted and dropped before).
+#[test]
+fn docker_container_options_load_and_are_used() {
+    let loaded = load("docker-container-options.toml");
+    assert_eq!(loaded.warnings, Vec::<Warning>::new());
+    let docker = loaded.config.runners[0].docker.clone().unwrap();
+    let options =
+        flotilla_isolate::docker::options::ContainerOptions::parse(&docker.container_options())
+            .unwrap();
+    let body = options.build(bollard::models::ContainerCreateBody::default());
+    assert_eq!(body.hostname.as_deref(), Some("ci-build"));
+    let host = body.host_config.unwrap();
+    assert_eq!(host.shm_size, Some(268_435_456));
+    assert_eq!(host.memory_swap, Some(2 << 30));
+    assert_eq!(host.ulimits.unwrap().len(), 2);
+    let service = options
+        .service(bollard::models::ContainerCreateBody::default())
+        .host_config
+        .unwrap();
+    assert_eq!(service.nano_cpus, Some(1_500_000_000));
+    assert!(
+        service
+            .tmpfs
+            .unwrap()
+            .contains_key("/var/lib/postgresql/data")
+    );
 }

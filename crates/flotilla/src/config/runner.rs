@@ -6,6 +6,7 @@ use super::redact;
 use flotilla_fleet::Secret;
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::fmt;
 
 /// How a runner's jobs are executed.
@@ -414,9 +415,132 @@ pub struct DockerConfig {
     /// `slot_cgroup_template`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub service_slot_cgroup_template: Option<String>,
+    /// DNS servers of the job's containers.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dns: Vec<String>,
+    /// DNS search domains of the job's containers.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dns_search: Vec<String>,
+    /// `host:ip` entries added to the job's containers' `/etc/hosts`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub extra_hosts: Vec<String>,
+    /// The OCI runtime of the job's containers (`runc`, `sysbox-runc`).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub runtime: String,
+    /// The size of `/dev/shm` in bytes for the job's containers (0: Docker's 64 MiB).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub shm_size: i64,
+    /// tmpfs mounts of the build container (path to options).
+    #[serde(skip_serializing_if = "HashMap::is_empty")]
+    pub tmpfs: HashMap<String, String>,
+    /// tmpfs mounts of the services.
+    #[serde(skip_serializing_if = "HashMap::is_empty")]
+    pub services_tmpfs: HashMap<String, String>,
+    /// Kernel parameters of the build container.
+    #[serde(skip_serializing_if = "HashMap::is_empty")]
+    pub sysctls: HashMap<String, String>,
+    /// Resource limits of the build container (`nofile = "1024:2048"`).
+    #[serde(skip_serializing_if = "HashMap::is_empty")]
+    pub ulimit: HashMap<String, String>,
+    /// Keep the OOM killer away from the build container.
+    #[serde(skip_serializing_if = "is_false")]
+    pub oom_kill_disable: bool,
+    /// The build container's OOM score adjustment.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub oom_score_adjust: i64,
+    /// Extra groups of the build container's user.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub group_add: Vec<String>,
+    /// The build container's IPC namespace mode (`host`, `shareable`).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub ipcmode: String,
+    /// Device cgroup rules of the build container (`c 13:* rmw`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub device_cgroup_rules: Vec<String>,
+    /// The build container's host name.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub hostname: String,
+    /// Memory plus swap of the build container (a size as `memory`).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub memory_swap: String,
+    /// The build container's soft memory limit.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub memory_reservation: String,
+    /// The CPUs the build container may use (`0-3`, `0,1`).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub cpuset_cpus: String,
+    /// The memory nodes the build container may use.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub cpuset_mems: String,
+    /// The build container's relative CPU weight.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub cpu_shares: i64,
+    /// Memory limit of each service container.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub service_memory: String,
+    /// Memory plus swap of each service container.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub service_memory_swap: String,
+    /// Soft memory limit of each service container.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub service_memory_reservation: String,
+    /// CPU limit of each service container (as `cpus`).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub service_cpus: String,
+    /// The CPUs the service containers may use.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub service_cpuset_cpus: String,
+    /// The service containers' relative CPU weight.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub service_cpu_shares: i64,
+}
+
+/// For `skip_serializing_if`: GitLab's zero default.
+#[allow(clippy::trivially_copy_pass_by_ref)]
+fn is_zero(n: &i64) -> bool {
+    *n == 0
+}
+
+/// For `skip_serializing_if`.
+#[allow(clippy::trivially_copy_pass_by_ref)]
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl DockerConfig {
+    /// The container options of this table as the docker level reads them
+    /// ([`flotilla_isolate::docker::options`]).
+    pub fn container_options(&self) -> flotilla_isolate::docker::options::RawContainerOptions {
+        flotilla_isolate::docker::options::RawContainerOptions {
+            dns: self.dns.clone(),
+            dns_search: self.dns_search.clone(),
+            extra_hosts: self.extra_hosts.clone(),
+            runtime: self.runtime.clone(),
+            shm_size: self.shm_size,
+            tmpfs: self.tmpfs.clone(),
+            services_tmpfs: self.services_tmpfs.clone(),
+            sysctls: self.sysctls.clone(),
+            ulimit: self.ulimit.clone(),
+            oom_kill_disable: self.oom_kill_disable,
+            oom_score_adjust: self.oom_score_adjust,
+            group_add: self.group_add.clone(),
+            ipcmode: self.ipcmode.clone(),
+            device_cgroup_rules: self.device_cgroup_rules.clone(),
+            hostname: self.hostname.clone(),
+            memory_swap: self.memory_swap.clone(),
+            memory_reservation: self.memory_reservation.clone(),
+            cpuset_cpus: self.cpuset_cpus.clone(),
+            cpuset_mems: self.cpuset_mems.clone(),
+            cpu_shares: self.cpu_shares,
+            service_memory: self.service_memory.clone(),
+            service_memory_swap: self.service_memory_swap.clone(),
+            service_memory_reservation: self.service_memory_reservation.clone(),
+            service_cpus: self.service_cpus.clone(),
+            service_cpuset_cpus: self.service_cpuset_cpus.clone(),
+            service_cpu_shares: self.service_cpu_shares,
+        }
+    }
+
     /// The pull policies in effect (`[always]` when none is configured).
     pub fn effective_pull_policies(&self) -> Vec<PullPolicy> {
         if self.pull_policy.is_empty() {

@@ -272,6 +272,11 @@ fn check_runner(f: &mut Findings, path: &KeyPath, runner: &RunnerConfig) {
                 f.error(docker_path.key("devices").index(j), e.to_string());
             }
         }
+        if let Err(e) =
+            flotilla_isolate::docker::options::ContainerOptions::parse(&docker.container_options())
+        {
+            f.error(docker_path.key(e.key()), e.to_string());
+        }
     }
     match (&runner.autoscaler, executor) {
         (None, e) if e.requires_autoscaler() => f.error(

@@ -3,9 +3,12 @@
 
 use crate::config::{PullPolicy, RunnerConfig};
 use anyhow::{Context, Result};
+use flotilla_connect::docker_api::DockerRoute;
+use flotilla_connect::shell::quote;
 use flotilla_isolate::cgroup::{DEFAULT_ROOT, SlotLimits};
 use flotilla_isolate::docker::SlotCgroupTemplates;
 use flotilla_isolate::docker::allowed::AllowedImages;
+use flotilla_isolate::docker::options::ContainerOptions;
 use flotilla_isolate::docker::security::{DeviceMapping, Security};
 use flotilla_isolate::vm::{VmLevel, VmLevelConfig};
 use flotilla_isolate::{
@@ -81,54 +84,119 @@ pub fn cgroup(cx: &LevelContext<'_>) -> Result<Arc<dyn Isolation>> {
 }
 
 /// `docker`: the job's image and its services as containers on the instance's daemon.
+///
+/// Every key of `[runners.docker]` is taken apart here by name: a key added to
+/// [`crate::config::DockerConfig`] and not used fails the build.
 pub fn docker(cx: &LevelContext<'_>) -> Result<Arc<dyn Isolation>> {
-    let docker = cx.runner.docker.clone().unwrap_or_default();
+    Ok(Arc::new(DockerIsolation::new(docker_config(cx.runner)?)))
+}
+
+/// The docker level's settings from `runner`'s `[runners.docker]`.
+fn docker_config(runner: &RunnerConfig) -> Result<DockerIsolationConfig> {
+    let docker = runner.docker.clone().unwrap_or_default();
     let policies = docker.effective_pull_policies();
-    let slot_cgroups = cx.runner.use_slot_cgroups.then(|| SlotCgroupTemplates {
-        build: cx.runner.slot_cgroup_template.clone(),
-        services: docker
-            .service_slot_cgroup_template
-            .clone()
-            .unwrap_or_else(|| cx.runner.slot_cgroup_template.clone()),
+    let allowed_policies = docker.allowed_pull_policies();
+    let raw_options = docker.container_options();
+    let crate::config::DockerConfig {
+        image,
+        privileged,
+        services_privileged,
+        allowed_privileged_images,
+        allowed_privileged_services,
+        cap_add,
+        cap_drop,
+        security_opt,
+        services_security_opt,
+        devices,
+        userns_mode,
+        // Read through `effective_pull_policies` and `allowed_pull_policies` above.
+        pull_policy: _,
+        allowed_pull_policies: _,
+        allowed_images,
+        allowed_services,
+        services_limit,
+        volumes,
+        cpus,
+        memory,
+        host,
+        service_slot_cgroup_template,
+        // Read through `container_options` below.
+        dns: _,
+        dns_search: _,
+        extra_hosts: _,
+        runtime: _,
+        shm_size: _,
+        tmpfs: _,
+        services_tmpfs: _,
+        sysctls: _,
+        ulimit: _,
+        oom_kill_disable: _,
+        oom_score_adjust: _,
+        group_add: _,
+        ipcmode: _,
+        device_cgroup_rules: _,
+        hostname: _,
+        memory_swap: _,
+        memory_reservation: _,
+        cpuset_cpus: _,
+        cpuset_mems: _,
+        cpu_shares: _,
+        service_memory: _,
+        service_memory_swap: _,
+        service_memory_reservation: _,
+        service_cpus: _,
+        service_cpuset_cpus: _,
+        service_cpu_shares: _,
+    } = docker;
+    let slot_cgroups = runner.use_slot_cgroups.then(|| SlotCgroupTemplates {
+        build: runner.slot_cgroup_template.clone(),
+        services: service_slot_cgroup_template
+            .unwrap_or_else(|| runner.slot_cgroup_template.clone()),
     });
-    let volumes = docker
-        .volumes
+    let volumes = volumes
         .iter()
         .map(|v| flotilla_isolate::docker::volumes::Volume::parse(v))
         .collect::<Result<Vec<_>, _>>()?;
-    let build_limits = flotilla_isolate::docker::limits::BuildLimits::parse(
-        docker.cpus.as_deref(),
-        docker.memory.as_deref(),
-    )?;
-    Ok(Arc::new(DockerIsolation::new(DockerIsolationConfig {
-        default_image: docker.image.clone(),
+    let build_limits =
+        flotilla_isolate::docker::limits::BuildLimits::parse(cpus.as_deref(), memory.as_deref())?;
+    let options = ContainerOptions::parse(&raw_options)?;
+    // GitLab's `host`: the daemon `docker system dial-stdio` speaks to on the instance.
+    let route = match host.as_deref().map(str::trim) {
+        Some(h) if !h.is_empty() => {
+            DockerRoute::DialStdio(format!("docker -H {} system dial-stdio", quote(h)))
+        }
+        _ => DockerRoute::default(),
+    };
+    Ok(DockerIsolationConfig {
+        route,
+        default_image: image,
         volumes,
         build_limits,
-        services_limit: docker.services_limit,
-        allowed_images: AllowedImages::new(&docker.allowed_images)?,
-        allowed_services: AllowedImages::new(&docker.allowed_services)?,
+        services_limit,
+        allowed_images: AllowedImages::new(&allowed_images)?,
+        allowed_services: AllowedImages::new(&allowed_services)?,
         pull_policy: policies.iter().map(pull).collect(),
-        allowed_pull_policies: docker.allowed_pull_policies().iter().map(pull).collect(),
-        owner: format!("flotilla-{}", cx.runner.name),
+        allowed_pull_policies: allowed_policies.iter().map(pull).collect(),
+        owner: format!("flotilla-{}", runner.name),
         security: Security {
-            privileged: docker.privileged,
-            services_privileged: docker.services_privileged,
-            allowed_privileged_images: AllowedImages::new(&docker.allowed_privileged_images)?,
-            allowed_privileged_services: AllowedImages::new(&docker.allowed_privileged_services)?,
-            cap_add: docker.cap_add.clone(),
-            cap_drop: docker.cap_drop.clone(),
-            security_opt: docker.security_opt.clone(),
-            services_security_opt: docker.services_security_opt.clone(),
-            devices: docker
-                .devices
+            privileged,
+            services_privileged,
+            allowed_privileged_images: AllowedImages::new(&allowed_privileged_images)?,
+            allowed_privileged_services: AllowedImages::new(&allowed_privileged_services)?,
+            cap_add,
+            cap_drop,
+            security_opt,
+            services_security_opt,
+            devices: devices
                 .iter()
                 .map(|d| DeviceMapping::parse(d))
                 .collect::<Result<_, _>>()?,
-            userns_mode: docker.userns_mode.clone().filter(|m| !m.is_empty()),
+            userns_mode: userns_mode.filter(|m| !m.is_empty()),
         },
         slot_cgroups,
+        options,
         ..DockerIsolationConfig::default()
-    })))
+    })
 }
 
 /// `microvm`: each job's build stages in a QEMU microVM of their own, booted from the job's
@@ -245,5 +313,54 @@ fn pull(p: &PullPolicy) -> flotilla_isolate::docker::PullPolicy {
         PullPolicy::Always => flotilla_isolate::docker::PullPolicy::Always,
         PullPolicy::IfNotPresent => flotilla_isolate::docker::PullPolicy::IfNotPresent,
         PullPolicy::Never => flotilla_isolate::docker::PullPolicy::Never,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::DockerConfig;
+
+    fn with_docker(docker: DockerConfig) -> RunnerConfig {
+        RunnerConfig {
+            docker: Some(docker),
+            ..RunnerConfig::embedded_default()
+        }
+    }
+
+    /// GitLab's `host`: the daemon on the instance `dial-stdio` speaks to (`docker -H host
+    /// system dial-stdio`, as GitLab's docker-autoscaler runs it); unset, the instance's
+    /// default daemon. It was accepted and ignored.
+    #[test]
+    fn host_names_the_daemon_dial_stdio_reaches() {
+        let plain = docker_config(&with_docker(DockerConfig::default())).unwrap();
+        assert_eq!(plain.route, DockerRoute::default());
+        let set = docker_config(&with_docker(DockerConfig {
+            host: Some("unix:///run/user/1000/docker.sock".into()),
+            ..DockerConfig::default()
+        }))
+        .unwrap();
+        assert_eq!(
+            set.route,
+            DockerRoute::DialStdio(
+                "docker -H unix:///run/user/1000/docker.sock system dial-stdio".into()
+            )
+        );
+    }
+
+    /// The container options reach the level's settings.
+    #[test]
+    fn container_options_reach_the_level() {
+        let config = docker_config(&with_docker(DockerConfig {
+            shm_size: 1 << 28,
+            ..DockerConfig::default()
+        }))
+        .unwrap();
+        let host = config
+            .options
+            .build(bollard::models::ContainerCreateBody::default())
+            .host_config
+            .unwrap();
+        assert_eq!(host.shm_size, Some(1 << 28));
     }
 }

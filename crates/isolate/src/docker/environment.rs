@@ -378,7 +378,7 @@ impl DockerEnvironment {
             )
             .await?;
         }
-        let build_body = build_container(
+        let build_body = self.config.options.build(build_container(
             image,
             &image_entrypoint,
             &docker_opts.user,
@@ -386,18 +386,18 @@ impl DockerEnvironment {
             network.as_deref(),
             &self.labels,
             &build_settings,
-        );
+        ));
         let helper = self.start_helper(build_settings.cgroup_parent.clone());
         let build = self.create_and_start(Role::Build, build_body);
         let services = join_all(self.services.iter().enumerate().map(|(i, s)| {
-            let body = service_container(
+            let body = self.config.options.service(service_container(
                 s,
                 i,
                 self.service_env[i].clone(),
                 network.as_deref().unwrap_or_default(),
                 &self.labels,
                 &service_settings(s),
-            );
+            ));
             self.create_and_start(Role::Service(i), body)
         }));
         let (helper, build, services) = tokio::join!(helper, build, services);

@@ -34,16 +34,17 @@ impl BuildLimits {
         let cpus = cpus.map(str::trim).filter(|s| !s.is_empty());
         let memory = memory.map(str::trim).filter(|s| !s.is_empty());
         Ok(BuildLimits {
-            nano_cpus: cpus.map(nano_cpus).transpose()?,
-            memory: memory.map(ram_in_bytes).transpose()?,
+            nano_cpus: cpus.map(|c| nano_cpus_of("cpus", c)).transpose()?,
+            memory: memory.map(|m| ram_in_bytes_of("memory", m)).transpose()?,
         })
     }
 }
 
-/// `cpus` as GitLab reads it (a `big.Rat`: `1.5` or `3/2`) in billionths of a CPU.
-fn nano_cpus(s: &str) -> Result<i64, LimitError> {
+/// A CPU count as GitLab reads `cpus` and `service_cpus` (a `big.Rat`: `1.5` or `3/2`) in
+/// billionths of a CPU; `key` names it in the error.
+pub(crate) fn nano_cpus_of(key: &'static str, s: &str) -> Result<i64, LimitError> {
     let err = |reason| LimitError {
-        key: "cpus",
+        key,
         value: s.to_string(),
         reason,
     };
@@ -66,10 +67,11 @@ fn nano_cpus(s: &str) -> Result<i64, LimitError> {
     Ok((value * 1e9) as i64)
 }
 
-/// Docker's `units.RAMInBytes`: `^(\d+(\.\d+)*) ?([kKmMgGtTpP])?[iI]?[bB]?$`, 1024-based.
-fn ram_in_bytes(s: &str) -> Result<i64, LimitError> {
+/// Docker's `units.RAMInBytes`: `^(\d+(\.\d+)*) ?([kKmMgGtTpP])?[iI]?[bB]?$`, 1024-based;
+/// `key` names the setting in the error.
+pub(crate) fn ram_in_bytes_of(key: &'static str, s: &str) -> Result<i64, LimitError> {
     let err = |reason| LimitError {
-        key: "memory",
+        key,
         value: s.to_string(),
         reason,
     };
@@ -144,7 +146,7 @@ mod tests {
             ("512m", 512 * 1024 * 1024),
             ("2g", 2 * 1024 * 1024 * 1024),
         ] {
-            assert_eq!(ram_in_bytes(s), Ok(want), "{s}");
+            assert_eq!(ram_in_bytes_of("memory", s), Ok(want), "{s}");
         }
         for bad in [
             "",
@@ -157,17 +159,17 @@ mod tests {
             "0.3m3",
             "32m bytes",
         ] {
-            assert!(ram_in_bytes(bad).is_err(), "{bad:?} accepted");
+            assert!(ram_in_bytes_of("memory", bad).is_err(), "{bad:?} accepted");
         }
     }
 
     #[test]
     fn cpus_as_a_rational_number() {
-        assert_eq!(nano_cpus("1.5"), Ok(1_500_000_000));
-        assert_eq!(nano_cpus("3/2"), Ok(1_500_000_000));
-        assert_eq!(nano_cpus("2"), Ok(2_000_000_000));
+        assert_eq!(nano_cpus_of("cpus", "1.5"), Ok(1_500_000_000));
+        assert_eq!(nano_cpus_of("cpus", "3/2"), Ok(1_500_000_000));
+        assert_eq!(nano_cpus_of("cpus", "2"), Ok(2_000_000_000));
         for bad in ["", "two", "0", "-1", "1/0"] {
-            assert!(nano_cpus(bad).is_err(), "{bad:?} accepted");
+            assert!(nano_cpus_of("cpus", bad).is_err(), "{bad:?} accepted");
         }
         assert_eq!(
             BuildLimits::parse(Some("1"), Some("")).unwrap(),

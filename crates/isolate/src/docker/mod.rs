@@ -36,6 +36,7 @@ mod environment;
 pub mod helper;
 pub mod labels;
 pub mod limits;
+pub mod options;
 pub mod pull;
 pub mod security;
 pub mod services;
@@ -95,6 +96,9 @@ pub struct DockerIsolationConfig {
     pub allowed_images: allowed::AllowedImages,
     /// `[runners.docker] allowed_services`: the services a job may name.
     pub allowed_services: allowed::AllowedImages,
+    /// `[runners.docker] dns`, `shm_size`, `tmpfs`, `ulimit` and the other container options
+    /// ([`options`]).
+    pub options: options::ContainerOptions,
 }
 
 /// Where a job's containers go in the cgroup tree when slot cgroups are on (GitLab's
@@ -137,6 +141,7 @@ impl Default for DockerIsolationConfig {
             services_limit: None,
             allowed_images: allowed::AllowedImages::default(),
             allowed_services: allowed::AllowedImages::default(),
+            options: options::ContainerOptions::default(),
         }
     }
 }

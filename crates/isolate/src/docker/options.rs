@@ -1,0 +1,423 @@
+//! The `[runners.docker]` keys that shape the job's containers beyond image, privileges and
+//! limits, read and applied as GitLab Runner does (`executors/docker/docker.go`:
+//! `createHostConfig` for the build container, `createHostConfigForService` for services;
+//! `common/config.go`: `GetUlimits`, `GetMemorySwap`, `GetMemoryReservation`,
+//! `GetServiceMemory*`, `GetServiceNanoCPUs`).
+//!
+//! | key | build container | services |
+//! |---|---|---|
+//! | `dns`, `dns_search`, `extra_hosts`, `runtime`, `shm_size` | yes | yes |
+//! | `tmpfs` / `services_tmpfs` | `tmpfs` | `services_tmpfs` |
+//! | `sysctls`, `ulimit`, `oom_kill_disable`, `oom_score_adjust`, `group_add`, `ipcmode`, `device_cgroup_rules`, `hostname` | yes | no |
+//! | `memory_swap`, `memory_reservation`, `cpuset_cpus`, `cpuset_mems`, `cpu_shares` | yes | no |
+//! | `service_memory`, `service_memory_swap`, `service_memory_reservation`, `service_cpus`, `service_cpuset_cpus`, `service_cpu_shares` | no | yes |
+
+use super::limits::{LimitError, nano_cpus_of, ram_in_bytes_of};
+use bollard::models::{ContainerCreateBody, HostConfig, ResourcesUlimits};
+use std::collections::HashMap;
+
+/// The keys as written in `config.toml` (GitLab's names and types).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RawContainerOptions {
+    /// `dns`.
+    pub dns: Vec<String>,
+    /// `dns_search`.
+    pub dns_search: Vec<String>,
+    /// `extra_hosts` (`host:ip`).
+    pub extra_hosts: Vec<String>,
+    /// `runtime`.
+    pub runtime: String,
+    /// `shm_size` in bytes (0: Docker's default).
+    pub shm_size: i64,
+    /// `tmpfs`: mount point to options.
+    pub tmpfs: HashMap<String, String>,
+    /// `services_tmpfs`.
+    pub services_tmpfs: HashMap<String, String>,
+    /// `sysctls`.
+    pub sysctls: HashMap<String, String>,
+    /// `ulimit`: name to `soft[:hard]`.
+    pub ulimit: HashMap<String, String>,
+    /// `oom_kill_disable`.
+    pub oom_kill_disable: bool,
+    /// `oom_score_adjust`.
+    pub oom_score_adjust: i64,
+    /// `group_add`.
+    pub group_add: Vec<String>,
+    /// `ipcmode`.
+    pub ipcmode: String,
+    /// `device_cgroup_rules`.
+    pub device_cgroup_rules: Vec<String>,
+    /// `hostname` of the build container.
+    pub hostname: String,
+    /// `memory_swap`, `memory_reservation` (sizes as `memory`).
+    pub memory_swap: String,
+    /// See `memory_swap`.
+    pub memory_reservation: String,
+    /// `cpuset_cpus`, `cpuset_mems`.
+    pub cpuset_cpus: String,
+    /// See `cpuset_cpus`.
+    pub cpuset_mems: String,
+    /// `cpu_shares`.
+    pub cpu_shares: i64,
+    /// `service_memory`, `service_memory_swap`, `service_memory_reservation`.
+    pub service_memory: String,
+    /// See `service_memory`.
+    pub service_memory_swap: String,
+    /// See `service_memory`.
+    pub service_memory_reservation: String,
+    /// `service_cpus` (as `cpus`).
+    pub service_cpus: String,
+    /// `service_cpuset_cpus`.
+    pub service_cpuset_cpus: String,
+    /// `service_cpu_shares`.
+    pub service_cpu_shares: i64,
+}
+
+/// The same, checked and in Docker's terms.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ContainerOptions {
+    /// What both the build container and the services get.
+    shared: Shared,
+    /// The build container's own.
+    build: Own,
+    /// The services' own.
+    services: Own,
+    /// The build container's host name.
+    hostname: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Shared {
+    dns: Vec<String>,
+    dns_search: Vec<String>,
+    extra_hosts: Vec<String>,
+    runtime: Option<String>,
+    shm_size: Option<i64>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Own {
+    tmpfs: HashMap<String, String>,
+    sysctls: HashMap<String, String>,
+    ulimits: Vec<ResourcesUlimits>,
+    oom_kill_disable: bool,
+    oom_score_adj: Option<i64>,
+    group_add: Vec<String>,
+    ipc_mode: Option<String>,
+    device_cgroup_rules: Vec<String>,
+    memory: Option<i64>,
+    memory_swap: Option<i64>,
+    memory_reservation: Option<i64>,
+    nano_cpus: Option<i64>,
+    cpuset_cpus: Option<String>,
+    cpuset_mems: Option<String>,
+    cpu_shares: Option<i64>,
+}
+
+/// A key whose value cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OptionsError {
+    /// A size or CPU count that does not parse.
+    #[error(transparent)]
+    Limit(#[from] LimitError),
+    /// An `ulimit` entry that is not `soft` or `soft:hard` numbers, or names no limit Docker
+    /// knows.
+    #[error("ulimit `{name} = {value}`: {reason}")]
+    Ulimit {
+        /// The limit's name.
+        name: String,
+        /// The value as written.
+        value: String,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// A negative `shm_size`.
+    #[error("shm_size {0} is negative")]
+    ShmSize(i64),
+}
+
+impl OptionsError {
+    /// The `config.toml` key at fault.
+    pub fn key(&self) -> &'static str {
+        match self {
+            OptionsError::Limit(e) => e.key,
+            OptionsError::Ulimit { .. } => "ulimit",
+            OptionsError::ShmSize(_) => "shm_size",
+        }
+    }
+}
+
+/// The limits Docker's `units.ParseUlimit` knows.
+const ULIMITS: &[&str] = &[
+    "core",
+    "cpu",
+    "data",
+    "fsize",
+    "locks",
+    "memlock",
+    "msgqueue",
+    "nice",
+    "nofile",
+    "nproc",
+    "rss",
+    "rtprio",
+    "rttime",
+    "sigpending",
+    "stack",
+];
+
+fn trimmed(s: &str) -> Option<String> {
+    let s = s.trim();
+    (!s.is_empty()).then(|| s.to_string())
+}
+
+fn size(key: &'static str, s: &str) -> Result<Option<i64>, OptionsError> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(ram_in_bytes_of(key, s)?))
+}
+
+fn ulimits(map: &HashMap<String, String>) -> Result<Vec<ResourcesUlimits>, OptionsError> {
+    let mut out = Vec::new();
+    let mut names: Vec<&String> = map.keys().collect();
+    names.sort();
+    for name in names {
+        let value = &map[name];
+        let err = |reason| OptionsError::Ulimit {
+            name: name.clone(),
+            value: value.clone(),
+            reason,
+        };
+        if !ULIMITS.contains(&name.as_str()) {
+            return Err(err("not a limit Docker knows"));
+        }
+        let (soft, hard) = match value.split_once(':') {
+            Some((s, h)) => (s, h),
+            None => (value.as_str(), value.as_str()),
+        };
+        let soft: i64 = soft.trim().parse().map_err(|_| err("not a number"))?;
+        let hard: i64 = hard.trim().parse().map_err(|_| err("not a number"))?;
+        if soft > hard {
+            return Err(err("the soft limit is above the hard one"));
+        }
+        out.push(ResourcesUlimits {
+            name: Some(name.clone()),
+            soft: Some(soft),
+            hard: Some(hard),
+        });
+    }
+    Ok(out)
+}
+
+impl ContainerOptions {
+    /// Checks `raw` and turns it into Docker's terms.
+    pub fn parse(raw: &RawContainerOptions) -> Result<ContainerOptions, OptionsError> {
+        if raw.shm_size < 0 {
+            return Err(OptionsError::ShmSize(raw.shm_size));
+        }
+        let service_cpus = raw.service_cpus.trim();
+        Ok(ContainerOptions {
+            shared: Shared {
+                dns: raw.dns.clone(),
+                dns_search: raw.dns_search.clone(),
+                extra_hosts: raw.extra_hosts.clone(),
+                runtime: trimmed(&raw.runtime),
+                shm_size: (raw.shm_size > 0).then_some(raw.shm_size),
+            },
+            build: Own {
+                tmpfs: raw.tmpfs.clone(),
+                sysctls: raw.sysctls.clone(),
+                ulimits: ulimits(&raw.ulimit)?,
+                oom_kill_disable: raw.oom_kill_disable,
+                oom_score_adj: (raw.oom_score_adjust != 0).then_some(raw.oom_score_adjust),
+                group_add: raw.group_add.clone(),
+                ipc_mode: trimmed(&raw.ipcmode),
+                device_cgroup_rules: raw.device_cgroup_rules.clone(),
+                memory: None,
+                memory_swap: size("memory_swap", &raw.memory_swap)?,
+                memory_reservation: size("memory_reservation", &raw.memory_reservation)?,
+                nano_cpus: None,
+                cpuset_cpus: trimmed(&raw.cpuset_cpus),
+                cpuset_mems: trimmed(&raw.cpuset_mems),
+                cpu_shares: (raw.cpu_shares != 0).then_some(raw.cpu_shares),
+            },
+            services: Own {
+                tmpfs: raw.services_tmpfs.clone(),
+                memory: size("service_memory", &raw.service_memory)?,
+                memory_swap: size("service_memory_swap", &raw.service_memory_swap)?,
+                memory_reservation: size(
+                    "service_memory_reservation",
+                    &raw.service_memory_reservation,
+                )?,
+                nano_cpus: if service_cpus.is_empty() {
+                    None
+                } else {
+                    Some(nano_cpus_of("service_cpus", service_cpus)?)
+                },
+                cpuset_cpus: trimmed(&raw.service_cpuset_cpus),
+                cpu_shares: (raw.service_cpu_shares != 0).then_some(raw.service_cpu_shares),
+                ..Own::default()
+            },
+            hostname: trimmed(&raw.hostname),
+        })
+    }
+
+    /// The build container's `body` with what it gets.
+    pub fn build(&self, mut body: ContainerCreateBody) -> ContainerCreateBody {
+        let host = body.host_config.take().unwrap_or_default();
+        body.host_config = Some(self.shared.apply(self.build.apply(host)));
+        if let Some(name) = &self.hostname {
+            body.hostname = Some(name.clone());
+        }
+        body
+    }
+
+    /// A service container's `body` with what it gets.
+    pub fn service(&self, mut body: ContainerCreateBody) -> ContainerCreateBody {
+        let host = body.host_config.take().unwrap_or_default();
+        body.host_config = Some(self.shared.apply(self.services.apply(host)));
+        body
+    }
+}
+
+/// `Some(v)` for a non-empty `v`.
+fn non_empty<T>(v: &[T]) -> Option<Vec<T>>
+where
+    T: Clone,
+{
+    (!v.is_empty()).then(|| v.to_vec())
+}
+
+impl Shared {
+    fn apply(&self, mut host: HostConfig) -> HostConfig {
+        host.dns = non_empty(&self.dns).or(host.dns);
+        host.dns_search = non_empty(&self.dns_search).or(host.dns_search);
+        host.extra_hosts = non_empty(&self.extra_hosts).or(host.extra_hosts);
+        host.runtime = self.runtime.clone().or(host.runtime);
+        host.shm_size = self.shm_size.or(host.shm_size);
+        host
+    }
+}
+
+impl Own {
+    fn apply(&self, mut host: HostConfig) -> HostConfig {
+        if !self.tmpfs.is_empty() {
+            host.tmpfs = Some(self.tmpfs.clone());
+        }
+        if !self.sysctls.is_empty() {
+            host.sysctls = Some(self.sysctls.clone());
+        }
+        host.ulimits = non_empty(&self.ulimits).or(host.ulimits);
+        if self.oom_kill_disable {
+            host.oom_kill_disable = Some(true);
+        }
+        host.oom_score_adj = self.oom_score_adj.or(host.oom_score_adj);
+        host.group_add = non_empty(&self.group_add).or(host.group_add);
+        host.ipc_mode = self.ipc_mode.clone().or(host.ipc_mode);
+        host.device_cgroup_rules =
+            non_empty(&self.device_cgroup_rules).or(host.device_cgroup_rules);
+        host.memory = self.memory.or(host.memory);
+        host.memory_swap = self.memory_swap.or(host.memory_swap);
+        host.memory_reservation = self.memory_reservation.or(host.memory_reservation);
+        host.nano_cpus = self.nano_cpus.or(host.nano_cpus);
+        host.cpuset_cpus = self.cpuset_cpus.clone().or(host.cpuset_cpus);
+        host.cpuset_mems = self.cpuset_mems.clone().or(host.cpuset_mems);
+        host.cpu_shares = self.cpu_shares.or(host.cpu_shares);
+        host
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw() -> RawContainerOptions {
+        RawContainerOptions {
+            dns: vec!["10.0.0.2".into()],
+            extra_hosts: vec!["gitlab.example:10.0.0.3".into()],
+            shm_size: 268_435_456,
+            tmpfs: HashMap::from([("/scratch".into(), "rw,size=64m".into())]),
+            services_tmpfs: HashMap::from([("/var/lib/db".into(), "rw".into())]),
+            sysctls: HashMap::from([("net.ipv4.ip_forward".into(), "1".into())]),
+            ulimit: HashMap::from([
+                ("nofile".into(), "1024:2048".into()),
+                ("rtprio".into(), "99".into()),
+            ]),
+            oom_kill_disable: true,
+            memory_swap: "1g".into(),
+            cpu_shares: 512,
+            service_memory: "256m".into(),
+            service_cpus: "0.5".into(),
+            hostname: "builder".into(),
+            ..RawContainerOptions::default()
+        }
+    }
+
+    #[test]
+    fn the_build_container_and_the_services_each_get_theirs() {
+        let o = ContainerOptions::parse(&raw()).unwrap();
+        let body = o.build(ContainerCreateBody::default());
+        assert_eq!(body.hostname.as_deref(), Some("builder"));
+        let b = body.host_config.unwrap();
+        assert_eq!(b.dns.as_deref(), Some(&["10.0.0.2".to_string()][..]));
+        assert_eq!(b.shm_size, Some(268_435_456));
+        assert_eq!(b.tmpfs.unwrap()["/scratch"], "rw,size=64m");
+        assert_eq!(b.sysctls.unwrap()["net.ipv4.ip_forward"], "1");
+        let u = b.ulimits.unwrap();
+        assert_eq!(
+            (u[0].name.as_deref(), u[0].soft, u[0].hard),
+            (Some("nofile"), Some(1024), Some(2048))
+        );
+        assert_eq!((u[1].soft, u[1].hard), (Some(99), Some(99)));
+        assert_eq!(b.oom_kill_disable, Some(true));
+        assert_eq!(b.memory_swap, Some(1 << 30));
+        assert_eq!(b.cpu_shares, Some(512));
+        assert_eq!(b.memory, None, "service_memory is the services'");
+        let service = o.service(ContainerCreateBody::default());
+        assert!(service.hostname.is_none());
+        let s = service.host_config.unwrap();
+        assert_eq!(s.extra_hosts.unwrap(), ["gitlab.example:10.0.0.3"]);
+        assert_eq!(s.shm_size, Some(268_435_456));
+        assert_eq!(s.tmpfs.unwrap().keys().collect::<Vec<_>>(), ["/var/lib/db"]);
+        assert_eq!(s.memory, Some(256 << 20));
+        assert_eq!(s.nano_cpus, Some(500_000_000));
+        assert!(s.sysctls.is_none() && s.ulimits.is_none() && s.oom_kill_disable.is_none());
+    }
+
+    #[test]
+    fn nothing_set_changes_nothing() {
+        let o = ContainerOptions::parse(&RawContainerOptions::default()).unwrap();
+        let with_host = || ContainerCreateBody {
+            host_config: Some(HostConfig::default()),
+            ..ContainerCreateBody::default()
+        };
+        assert_eq!(o.build(with_host()), with_host());
+        assert_eq!(o.service(with_host()), with_host());
+    }
+
+    #[test]
+    fn bad_values_are_refused_naming_the_key() {
+        let bad = |f: fn(&mut RawContainerOptions)| {
+            let mut r = RawContainerOptions::default();
+            f(&mut r);
+            ContainerOptions::parse(&r).unwrap_err().to_string()
+        };
+        assert!(
+            bad(|r| r.ulimit = HashMap::from([("nofiles".into(), "1".into())]))
+                .contains("ulimit `nofiles = 1`: not a limit Docker knows")
+        );
+        assert!(
+            bad(|r| r.ulimit = HashMap::from([("nofile".into(), "2:1".into())]))
+                .contains("soft limit is above")
+        );
+        assert!(
+            bad(|r| r.ulimit = HashMap::from([("nofile".into(), "x".into())]))
+                .contains("not a number")
+        );
+        assert!(bad(|r| r.memory_swap = "lots".into()).contains("memory_swap `lots`"));
+        assert!(bad(|r| r.service_cpus = "two".into()).contains("service_cpus `two`"));
+        assert!(bad(|r| r.shm_size = -1).contains("shm_size -1 is negative"));
+    }
+}
