@@ -773,3 +773,43 @@ async fn infra_docker_container_options_reach_the_build_container() {
     }
     assert!(t.contains("corp.flotilla.test"), "{t}");
 }
+
+/// Issue 32: `disable_entrypoint_overwrite` keeps the image's entrypoint whatever the job's
+/// `entrypoint` asks, with GitLab's warning, and `wait_for_services_timeout = -1` (zero here)
+/// starts the job without waiting for its services. Both were accepted and ignored.
+#[tokio::test]
+async fn infra_docker_entrypoint_overwrite_and_service_wait_follow_the_runner() {
+    if !require(Infra::Docker) {
+        return;
+    }
+    let config = flotilla_isolate::DockerIsolationConfig {
+        disable_entrypoint_overwrite: true,
+        wait_for_services_timeout: Duration::ZERO,
+        ..Default::default()
+    };
+    let f = docker_fleet("entrypoint", config).await;
+    let mut j = job_at(
+        Level::Docker,
+        &["echo \"mark=$(tr '\\0' '\\n' < /proc/1/environ | grep -c '^MARK=' || true)\""],
+    );
+    if let Some(image) = j.image.as_mut() {
+        image.entrypoint = vec!["env".into(), "MARK=overridden".into()];
+    }
+    // A service that never listens: with no wait, nothing is said about it.
+    j.services = vec![Image {
+        name: busybox_image(),
+        alias: "quiet".into(),
+        command: vec!["sleep".into(), "600".into()],
+        ports: vec![Port {
+            number: 6379,
+            ..Default::default()
+        }],
+        ..Default::default()
+    }];
+    let (r, t) = dispatch(&f.dispatcher, &j).await;
+    assert_eq!(r.outcome, Outcome::Success, "{t}");
+    assert!(t.contains("Entrypoint override disabled"), "{t}");
+    assert!(t.contains("mark=0\n"), "the job's entrypoint ran: {t}");
+    assert!(!t.contains("Waiting for services"), "{t}");
+    assert!(!t.contains("probably didn't start properly"), "{t}");
+}

@@ -415,6 +415,12 @@ pub struct DockerConfig {
     /// `slot_cgroup_template`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub service_slot_cgroup_template: Option<String>,
+    /// Seconds to wait for services to listen (GitLab's default 30; -1 or 0: not waited for).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub wait_for_services_timeout: Option<i64>,
+    /// Keep the images' own entrypoints whatever a job's `entrypoint` asks.
+    #[serde(skip_serializing_if = "is_false")]
+    pub disable_entrypoint_overwrite: bool,
     /// DNS servers of the job's containers.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub dns: Vec<String>,

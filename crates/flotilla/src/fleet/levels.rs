@@ -120,6 +120,8 @@ fn docker_config(runner: &RunnerConfig) -> Result<DockerIsolationConfig> {
         memory,
         host,
         service_slot_cgroup_template,
+        wait_for_services_timeout,
+        disable_entrypoint_overwrite,
         // Read through `container_options` below.
         dns: _,
         dns_search: _,
@@ -195,6 +197,11 @@ fn docker_config(runner: &RunnerConfig) -> Result<DockerIsolationConfig> {
         },
         slot_cgroups,
         options,
+        wait_for_services_timeout: match wait_for_services_timeout {
+            None => DockerIsolationConfig::default().wait_for_services_timeout,
+            Some(secs) => std::time::Duration::from_secs(u64::try_from(secs).unwrap_or(0)),
+        },
+        disable_entrypoint_overwrite,
         ..DockerIsolationConfig::default()
     })
 }
@@ -346,6 +353,22 @@ mod tests {
                 "docker -H unix:///run/user/1000/docker.sock system dial-stdio".into()
             )
         );
+    }
+
+    /// `wait_for_services_timeout`: seconds, GitLab's 30 when unset, -1 (or 0) not waited for.
+    #[test]
+    fn wait_for_services_timeout_as_gitlab_reads_it() {
+        let wait = |v: Option<i64>| {
+            docker_config(&with_docker(DockerConfig {
+                wait_for_services_timeout: v,
+                ..DockerConfig::default()
+            }))
+            .unwrap()
+            .wait_for_services_timeout
+        };
+        assert_eq!(wait(None), std::time::Duration::from_secs(30));
+        assert_eq!(wait(Some(45)), std::time::Duration::from_secs(45));
+        assert_eq!(wait(Some(-1)), std::time::Duration::ZERO);
     }
 
     /// The container options reach the level's settings.

@@ -76,6 +76,8 @@ pub struct DockerEnvironment {
     volume_binds: Vec<String>,
     /// The job's slot directory, its project's own ([`super::spec::slot_bind`]).
     slot_bind: String,
+    /// Whether `disable_entrypoint_overwrite` set aside an entrypoint the job asked for.
+    entrypoint_kept: bool,
     made: Arc<Mutex<Made>>,
     /// Docker calls that make something (the network, the containers). They run as tasks of
     /// their own, so that a canceled `prepare` does not abandon one half done on the daemon:
@@ -123,20 +125,31 @@ async fn warn(log: &mut (dyn AsyncWrite + Send + Unpin), line: &str) -> Result<(
 
 impl DockerEnvironment {
     pub(crate) fn new(p: Parts<'_>) -> DockerEnvironment {
-        let image = match p.job.image.as_ref().filter(|i| !i.name.is_empty()) {
+        let mut image = match p.job.image.as_ref().filter(|i| !i.name.is_empty()) {
             Some(i) => Some(i.clone()),
             None => p.config.default_image.as_ref().map(|name| Image {
                 name: name.clone(),
                 ..Default::default()
             }),
         };
-        let services: Vec<Image> = p
+        let mut services: Vec<Image> = p
             .job
             .services
             .iter()
             .filter(|s| !s.name.is_empty())
             .cloned()
             .collect();
+        // `disable_entrypoint_overwrite`: the images' own entrypoints, whatever the job asks
+        // (GitLab's `overwriteEntrypoint`).
+        let mut entrypoint_kept = false;
+        if p.config.disable_entrypoint_overwrite {
+            for i in image.iter_mut().chain(services.iter_mut()) {
+                if !i.entrypoint.is_empty() {
+                    i.entrypoint.clear();
+                    entrypoint_kept = true;
+                }
+            }
+        }
         let service_env = services
             .iter()
             .map(|s| service_env(p.job, s, &p.layout.paths, p.slot, "docker"))
@@ -158,6 +171,7 @@ impl DockerEnvironment {
             service_env,
             volume_binds,
             slot_bind,
+            entrypoint_kept,
             made: Arc::new(Mutex::new(Made::default())),
             in_flight: TaskTracker::new(),
             warm: tokio::sync::Mutex::new(None),
@@ -283,6 +297,10 @@ impl DockerEnvironment {
             ),
         )
         .await?;
+        if self.entrypoint_kept {
+            // GitLab's words.
+            warn(log, "Entrypoint override disabled").await?;
+        }
         let inspected = pull::ensure_image(
             &self.docker,
             &image.name,
@@ -410,7 +428,9 @@ impl DockerEnvironment {
         )));
         self.made().build = Some(build);
 
-        if let Some(network) = network {
+        if let Some(network) = network
+            && !self.config.wait_for_services_timeout.is_zero()
+        {
             self.wait_for_services(log, &network, &services, &exposed)
                 .await?;
         }

@@ -73,8 +73,12 @@ pub struct DockerIsolationConfig {
     pub pull_policy: Vec<PullPolicy>,
     /// The pull policies a job may ask for (empty: those of `pull_policy`).
     pub allowed_pull_policies: Vec<PullPolicy>,
-    /// How long to wait for services to listen on their ports.
+    /// How long to wait for services to listen on their ports (zero: not waited for,
+    /// GitLab's `wait_for_services_timeout = -1`).
     pub wait_for_services_timeout: Duration,
+    /// `[runners.docker] disable_entrypoint_overwrite`: the images' own entrypoints, whatever
+    /// a job's `entrypoint` asks.
+    pub disable_entrypoint_overwrite: bool,
     /// The owner label of everything this manager makes; give every manager sharing a fleet
     /// its own (e.g. the runner's id).
     pub owner: String,
@@ -133,6 +137,7 @@ impl Default for DockerIsolationConfig {
             pull_policy: vec![PullPolicy::IfNotPresent],
             allowed_pull_policies: PullPolicy::ALL.to_vec(),
             wait_for_services_timeout: Duration::from_secs(30),
+            disable_entrypoint_overwrite: false,
             owner: "flotilla".into(),
             security: security::Security::default(),
             slot_cgroups: None,
