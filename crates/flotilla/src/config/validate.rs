@@ -83,6 +83,7 @@ fn runner_label(runner: &RunnerConfig) -> String {
 fn check_runner(f: &mut Findings, path: &KeyPath, runner: &RunnerConfig) {
     let label = runner_label(runner);
     let executor = runner.executor;
+    check_shell_and_cache_dir(f, path, runner);
     if executor.requires_gitlab() {
         match runner.url.as_deref() {
             None => f.error(
@@ -293,6 +294,38 @@ fn check_runner(f: &mut Findings, path: &KeyPath, runner: &RunnerConfig) {
         ),
         (Some(a), _) => check_autoscaler(f, &path.key("autoscaler"), a),
         (None, _) => {}
+    }
+}
+
+/// `shell` and `cache_dir`, GitLab keys whose meaning flotilla keeps only in part.
+///
+/// flotilla writes POSIX shell scripts and runs them with bash where it is found and sh
+/// otherwise, which is GitLab's `bash` shell (its detection script falls back to sh the same
+/// way); `sh` runs the same scripts (they are POSIX) with bash where present; PowerShell and
+/// `cmd` scripts are not written at all, so a runner set up for them is refused rather than
+/// run in the wrong language. The job cache lives on the manager, not in `cache_dir`.
+fn check_shell_and_cache_dir(f: &mut Findings, path: &KeyPath, runner: &RunnerConfig) {
+    match runner.shell.as_deref().map(str::trim) {
+        None | Some("" | "bash") => {}
+        Some("sh") => f.warn(
+            path.key("shell"),
+            "shell = \"sh\": flotilla's scripts are POSIX and run with bash where the image or \
+             host has it, else with sh",
+        ),
+        Some(other) => f.error(
+            path.key("shell"),
+            format!(
+                "shell = \"{other}\" is not supported: flotilla writes POSIX shell scripts \
+                 (bash, falling back to sh), not PowerShell or cmd"
+            ),
+        ),
+    }
+    if runner.cache_dir.is_some() {
+        f.warn(
+            path.key("cache_dir"),
+            "`cache_dir` is not used: flotilla keeps each runner's job cache on the manager \
+             (<state_dir>/cache/<runner>)",
+        );
     }
 }
 
@@ -713,5 +746,44 @@ mod tests {
         let w = messages(&c, Severity::Warning);
         assert_eq!(w.len(), 1);
         assert!(w[0].contains("all jobs will share one cgroup"));
+    }
+
+    /// Issue 32: `shell` and `cache_dir` were accepted and ignored. `bash` is what flotilla
+    /// does; `sh` is warned (bash runs the POSIX scripts where present); PowerShell and `cmd`
+    /// are refused; `cache_dir` is warned with where the cache is.
+    #[test]
+    fn shell_and_cache_dir_say_what_they_do() {
+        let with = |shell: Option<&str>, cache_dir: Option<&str>| {
+            let mut r = runner(Executor::Instance);
+            r.shell = shell.map(str::to_string);
+            r.cache_dir = cache_dir.map(str::to_string);
+            Config {
+                concurrent: 10,
+                runners: vec![r],
+                ..Default::default()
+            }
+        };
+        let c = with(Some("bash"), None);
+        let all = [
+            messages(&c, Severity::Warning),
+            messages(&c, Severity::Error),
+        ]
+        .concat();
+        assert!(!all.iter().any(|m| m.contains(".shell")), "{all:?}");
+        let w = messages(&with(Some("sh"), None), Severity::Warning);
+        assert!(w.iter().any(|m| m.contains("POSIX")), "{w:?}");
+        for windows in ["pwsh", "powershell", "cmd"] {
+            let e = messages(&with(Some(windows), None), Severity::Error);
+            assert!(
+                e.iter()
+                    .any(|m| m.contains("is not supported: flotilla writes POSIX")),
+                "{windows}: {e:?}"
+            );
+        }
+        let w = messages(&with(None, Some("/cache")), Severity::Warning);
+        assert!(
+            w.iter().any(|m| m.contains("job cache on the manager")),
+            "{w:?}"
+        );
     }
 }
