@@ -100,6 +100,9 @@ pub struct SourceConfig {
     /// the job's with the same name wins, and services get them too. Like GitLab, flotilla
     /// does not mask them.
     pub environment: Vec<Variable>,
+    /// The runner's `clone_url`: where jobs fetch their sources instead of the payload's
+    /// `repo_url` ([`flotilla_job::script::clone_url_remote`]).
+    pub clone_url: Option<String>,
 }
 
 impl Default for SourceConfig {
@@ -116,6 +119,7 @@ impl Default for SourceConfig {
             shutdown_timeout: Duration::from_secs(30),
             trace: TraceOptions::default(),
             environment: Vec::new(),
+            clone_url: None,
         }
     }
 }
@@ -736,6 +740,19 @@ async fn handle_job(
     payload
         .variables
         .splice(0..0, inner.config.environment.iter().cloned());
+    if let Some(remote) = inner.config.clone_url.as_deref().and_then(|c| {
+        let project = payload
+            .variables
+            .iter()
+            .rev()
+            .find(|v| v.key == "CI_PROJECT_PATH")
+            .map_or(payload.job_info.project_full_path.as_str(), |v| {
+                v.value.as_str()
+            });
+        flotilla_job::script::clone_url_remote(c, payload.token.expose(), project)
+    }) {
+        payload.git_info.repo_url = Secret::new(remote);
+    }
     tracing::info!(runner = %inner.config.name, job = id, name = %name, "received a job");
 
     let mut trace = immediately.then(|| {

@@ -765,3 +765,81 @@ async fn jobs_are_recorded_before_the_accept_and_a_refused_accept_is_a_withdrawa
 async fn with_two_phase_acceptance_jobs_are_recorded_before_the_accept_too() {
     recorded_before_anything_is_sent(true).await;
 }
+
+/// Issue 32: the runner's `clone_url` is where jobs fetch from (GitLab Runner's
+/// `GetRemoteURL`: `clone_url` + `<CI_PROJECT_PATH>.git`, as `gitlab-ci-token`); the payload's
+/// `repo_url` here leads nowhere, so the job passes only through the clone URL. Before, the key
+/// was warned and ignored.
+#[tokio::test]
+async fn clone_url_is_where_the_sources_come_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let seed = dir.path().join("seed");
+    let mirror = dir.path().join("mirror/group/project.git");
+    let git = |args: &[&str], cwd: &std::path::Path| {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(cwd)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    std::fs::create_dir_all(&seed).unwrap();
+    git(&["-c", "init.defaultBranch=main", "init", "-q", "."], &seed);
+    std::fs::write(seed.join("README"), "from the clone url\n").unwrap();
+    git(&["add", "README"], &seed);
+    git(
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.invalid",
+            "commit",
+            "-qm",
+            "one",
+        ],
+        &seed,
+    );
+    let sha = git(&["rev-parse", "HEAD"], &seed).trim().to_string();
+    git(
+        &["clone", "-q", "--bare", ".", mirror.to_str().unwrap()],
+        &seed,
+    );
+
+    let fake = fake().start().await.unwrap();
+    let exec = LocalExecutor::new(local_scaler(1, true).await, None);
+    let config = flotilla_gitlab::SourceConfig {
+        clone_url: Some(format!("file://{}", dir.path().join("mirror").display())),
+        ..source_config()
+    };
+    let source = Arc::new(flotilla_gitlab::JobSource::new(
+        client(&fake),
+        exec.clone(),
+        config,
+    ));
+    let s = source.clone();
+    let run = tokio::spawn(async move { s.run().await });
+    let id = fake.enqueue(
+        RUNNER_TOKEN,
+        JobBuilder::new("cloned")
+            .variable("GIT_STRATEGY", "clone")
+            .variable("CI_PROJECT_PATH", "group/project")
+            .field(
+                "git_info",
+                json!({
+                    "repo_url": "http://gitlab-ci-token:x@127.0.0.1:9/nowhere.git",
+                    "repo_object_format": "sha1", "ref": "main", "sha": sha,
+                    "before_sha": "0000000000000000000000000000000000000000",
+                    "ref_type": "branch", "refspecs": [], "depth": 0
+                }),
+            )
+            .script(["cat README"]),
+    );
+    assert!(fake.wait_finished(&[id], Duration::from_secs(60)).await);
+    let j = fake.job(id).unwrap();
+    let text = j.trace_text();
+    assert_eq!(j.state, FakeJobState::Success, "{text}");
+    assert!(text.contains("from the clone url"), "{text}");
+    source.stop_handle().graceful();
+    run.await.unwrap();
+}

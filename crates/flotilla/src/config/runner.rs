@@ -180,6 +180,10 @@ pub struct RunnerConfig {
     /// Where the local cache is kept on the instance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_dir: Option<String>,
+    /// Where jobs fetch their sources instead of the URL GitLab gives (`https://gitlab.internal`,
+    /// `ssh://gitlab.internal:2222`): GitLab Runner's `clone_url`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clone_url: Option<String>,
     /// The shell scripts are generated for (`bash`, `sh`, `pwsh`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shell: Option<String>,
@@ -261,6 +265,7 @@ impl RunnerConfig {
             request_concurrency: default_request_concurrency(),
             builds_dir: None,
             cache_dir: None,
+            clone_url: None,
             shell: None,
             pre_get_sources_script: None,
             pre_clone_script: None,

@@ -320,6 +320,14 @@ fn check_shell_and_cache_dir(f: &mut Findings, path: &KeyPath, runner: &RunnerCo
             ),
         ),
     }
+    if let Some(url) = &runner.clone_url
+        && flotilla_job::script::clone_url_remote(url, "", "p").is_none()
+    {
+        f.error(
+            path.key("clone_url"),
+            format!("clone_url `{url}` has no scheme (https://, http:// or ssh://)"),
+        );
+    }
     if runner.cache_dir.is_some() {
         f.warn(
             path.key("cache_dir"),

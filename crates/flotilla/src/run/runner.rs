@@ -288,6 +288,7 @@ async fn start_fleet(
             debug_trace_disabled: runner.debug_trace_disabled,
             ..flotilla_gitlab::TraceOptions::default()
         },
+        clone_url: runner.clone_url.clone(),
         ..SourceConfig::default()
     };
     let mut executor: Arc<dyn SlotExecutor> = fleet.dispatcher.clone();

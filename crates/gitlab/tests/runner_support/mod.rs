@@ -81,6 +81,7 @@ pub(crate) fn source_config() -> SourceConfig {
         shutdown_timeout: Duration::from_secs(10),
         trace: trace_options(),
         environment: Vec::new(),
+        clone_url: None,
     }
 }
 

@@ -12,7 +12,7 @@ mod writer;
 
 pub use flotilla_shell::quote;
 pub(crate) use sources::url_password;
-pub use sources::{GitStrategy, SourcesPlan, SubmoduleStrategy};
+pub use sources::{GitStrategy, SourcesPlan, SubmoduleStrategy, clone_url_remote};
 pub use writer::{ANSI_BOLD_GREEN, ANSI_BOLD_RED, ANSI_RESET, ANSI_YELLOW, ScriptWriter};
 
 use crate::model::JobPayload;

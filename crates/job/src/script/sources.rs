@@ -309,6 +309,33 @@ pub(super) fn write_post_hooks(w: &mut ScriptWriter, job: &JobPayload) {
     }
 }
 
+/// The URL to fetch from when the runner sets `clone_url` (GitLab Runner's `GetRemoteURL`,
+/// `common/build.go`): `clone_url` with `<project path>.git` added to its path, authenticated
+/// as `gitlab-ci-token` with the job's token, or as the user `git` (no password) for `ssh`.
+/// `None` when `clone_url` has no scheme: GitLab then fetches the payload's `repo_url`.
+pub fn clone_url_remote(clone_url: &str, token: &str, project_path: &str) -> Option<String> {
+    let (scheme, rest) = clone_url.trim().split_once("://")?;
+    if scheme.is_empty() {
+        return None;
+    }
+    let (authority, path) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let (user, host) = match authority.rsplit_once('@') {
+        Some((user, host)) => (Some(user), host),
+        None => (None, authority),
+    };
+    let userinfo = if scheme == "ssh" {
+        user.unwrap_or("git").to_owned()
+    } else {
+        format!("gitlab-ci-token:{token}")
+    };
+    let path = path.trim_end_matches('/');
+    let project = project_path.trim_matches('/');
+    Some(format!("{scheme}://{userinfo}@{host}{path}/{project}.git"))
+}
+
 /// The password embedded in a repository URL (the job token for GitLab), if any.
 pub(crate) fn url_password(url: &str) -> Option<String> {
     RepoUrl::parse(url)
@@ -377,6 +404,30 @@ fn percent_decode(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// As GitLab Runner's `GetRemoteURL` builds it (`common/build.go`).
+    #[test]
+    fn clone_url_as_gitlab_builds_the_remote() {
+        let remote = |c| clone_url_remote(c, "tok", "group/project");
+        assert_eq!(
+            remote("https://gitlab.internal").as_deref(),
+            Some("https://gitlab-ci-token:tok@gitlab.internal/group/project.git")
+        );
+        assert_eq!(
+            remote("http://10.0.0.5:8080/gitlab/").as_deref(),
+            Some("http://gitlab-ci-token:tok@10.0.0.5:8080/gitlab/group/project.git")
+        );
+        assert_eq!(
+            remote("ssh://gitlab.internal:2222").as_deref(),
+            Some("ssh://git@gitlab.internal:2222/group/project.git")
+        );
+        assert_eq!(
+            remote("ssh://deploy@gitlab.internal").as_deref(),
+            Some("ssh://deploy@gitlab.internal/group/project.git")
+        );
+        assert_eq!(remote("gitlab.internal"), None);
+        assert_eq!(remote(""), None);
+    }
 
     #[test]
     fn credentials_are_taken_out_of_the_url() {
