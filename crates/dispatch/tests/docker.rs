@@ -813,3 +813,74 @@ async fn infra_docker_entrypoint_overwrite_and_service_wait_follow_the_runner() 
     assert!(!t.contains("Waiting for services"), "{t}");
     assert!(!t.contains("probably didn't start properly"), "{t}");
 }
+
+/// Issue 32: `network_mode` as GitLab reads it. The name of a network the operator made: the
+/// job's build container and services join it and reach each other by alias, and flotilla
+/// makes no network of its own. `host` for a job without services: the build container shares
+/// the instance's network. It was warned and ignored.
+#[tokio::test]
+async fn infra_docker_network_mode_places_the_jobs_containers() {
+    if !require(Infra::Docker) {
+        return;
+    }
+    use flotilla_isolate::docker::network::NetworkMode;
+    let shared = format!("flotilla-ci-net-{}", std::process::id());
+    let named = docker_fleet(
+        "netnamed",
+        flotilla_isolate::DockerIsolationConfig {
+            network_mode: NetworkMode::UserDefined(shared.clone()),
+            ..Default::default()
+        },
+    )
+    .await;
+    let instance = named.instances().remove(0);
+    named
+        .inner_docker(&instance)
+        .await
+        .create_network(bollard::models::NetworkCreateRequest {
+            name: shared.clone(),
+            driver: Some("bridge".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut j = job_at(Level::Docker, &["wget -qO- http://svc-shared:6379/"]);
+    j.services = vec![web_service("svc-shared", "on-shared")];
+    let (r, t) = dispatch(&named.dispatcher, &j).await;
+    assert_eq!(r.outcome, Outcome::Success, "{t}");
+    assert!(t.contains(&format!("on-shared::{}:no-secret", j.id)), "{t}");
+    assert!(
+        job_networks(&named).await.is_empty(),
+        "a job network was made"
+    );
+    // The operator's network is still there.
+    let left = named
+        .inner_docker(&instance)
+        .await
+        .inspect_network(&shared, None)
+        .await;
+    assert!(left.is_ok(), "{left:?}");
+
+    let host = docker_fleet(
+        "nethost",
+        flotilla_isolate::DockerIsolationConfig {
+            network_mode: NetworkMode::Builtin("host".into()),
+            ..Default::default()
+        },
+    )
+    .await;
+    // The instance runs its own dockerd: only its network namespace has `docker0`.
+    let (r, t) = dispatch(
+        &host.dispatcher,
+        &job_at(
+            Level::Docker,
+            &["echo \"docker0=$(grep -c docker0: /proc/net/dev || true)\""],
+        ),
+    )
+    .await;
+    assert_eq!(r.outcome, Outcome::Success, "{t}");
+    assert!(
+        t.contains("docker0=1\n"),
+        "the job is not on the instance's network: {t}"
+    );
+}

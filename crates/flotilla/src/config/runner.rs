@@ -420,6 +420,9 @@ pub struct DockerConfig {
     /// `slot_cgroup_template`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub service_slot_cgroup_template: Option<String>,
+    /// The network the job's containers join (`host`, `bridge`, `none`, or a network's name).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network_mode: Option<String>,
     /// Seconds to wait for services to listen (GitLab's default 30; -1 or 0: not waited for).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub wait_for_services_timeout: Option<i64>,

@@ -8,6 +8,7 @@ use flotilla_connect::shell::quote;
 use flotilla_isolate::cgroup::{DEFAULT_ROOT, SlotLimits};
 use flotilla_isolate::docker::SlotCgroupTemplates;
 use flotilla_isolate::docker::allowed::AllowedImages;
+use flotilla_isolate::docker::network::NetworkMode;
 use flotilla_isolate::docker::options::ContainerOptions;
 use flotilla_isolate::docker::security::{DeviceMapping, Security};
 use flotilla_isolate::vm::{VmLevel, VmLevelConfig};
@@ -122,6 +123,7 @@ fn docker_config(runner: &RunnerConfig) -> Result<DockerIsolationConfig> {
         service_slot_cgroup_template,
         wait_for_services_timeout,
         disable_entrypoint_overwrite,
+        network_mode,
         // Read through `container_options` below.
         dns: _,
         dns_search: _,
@@ -202,6 +204,7 @@ fn docker_config(runner: &RunnerConfig) -> Result<DockerIsolationConfig> {
             Some(secs) => std::time::Duration::from_secs(u64::try_from(secs).unwrap_or(0)),
         },
         disable_entrypoint_overwrite,
+        network_mode: NetworkMode::parse(network_mode.as_deref()),
         ..DockerIsolationConfig::default()
     })
 }

@@ -3,6 +3,7 @@
 use super::SlotCgroupTemplates;
 use super::cleanup::remove_matching;
 use super::labels::{JobLabels, Role};
+use super::network::JobNetwork;
 use super::services::{Target, parse_down, wait_script};
 use super::spec::{HostSettings, build_container, service_container};
 use super::warm::WarmShell;
@@ -330,27 +331,39 @@ impl DockerEnvironment {
             );
         }
 
-        let network = if self.services.is_empty() {
-            None
-        } else {
-            let name = self.labels.network_name();
-            let request = NetworkCreateRequest {
-                name: name.clone(),
-                driver: Some("bridge".into()),
-                labels: Some(self.labels.labels(None)),
-                ..Default::default()
-            };
-            let (docker, made) = (self.docker.clone(), self.made.clone());
-            let created = self
-                .tracked("the job's network", async move {
-                    docker.create_network(request).await.map_err(|e| {
-                        EnvError::System(format!("creating the job's network: {e}"))
-                    })?;
-                    lock(&made).network = Some(name.clone());
-                    Ok(name)
-                })
-                .await?;
-            Some(created)
+        let (placement, placement_warning) =
+            super::network::plan(&self.config.network_mode, !self.services.is_empty());
+        if let Some(w) = placement_warning {
+            warn(log, &w).await?;
+        }
+        // The network the services are on (and the build container with them).
+        let network = match &placement {
+            JobNetwork::Alone(_) => None,
+            JobNetwork::Shared(name) => Some(name.clone()),
+            JobNetwork::OwnNetwork => {
+                let name = self.labels.network_name();
+                let request = NetworkCreateRequest {
+                    name: name.clone(),
+                    driver: Some("bridge".into()),
+                    labels: Some(self.labels.labels(None)),
+                    ..Default::default()
+                };
+                let (docker, made) = (self.docker.clone(), self.made.clone());
+                let created = self
+                    .tracked("the job's network", async move {
+                        docker.create_network(request).await.map_err(|e| {
+                            EnvError::System(format!("creating the job's network: {e}"))
+                        })?;
+                        lock(&made).network = Some(name.clone());
+                        Ok(name)
+                    })
+                    .await?;
+                Some(created)
+            }
+        };
+        let build_network = match &placement {
+            JobNetwork::Alone(mode) => mode.clone(),
+            JobNetwork::OwnNetwork | JobNetwork::Shared(_) => network.clone(),
         };
 
         for s in &self.services {
@@ -401,7 +414,7 @@ impl DockerEnvironment {
             &image_entrypoint,
             &docker_opts.user,
             &self.slot_bind,
-            network.as_deref(),
+            build_network.as_deref(),
             &self.labels,
             &build_settings,
         ));

@@ -36,6 +36,7 @@ mod environment;
 pub mod helper;
 pub mod labels;
 pub mod limits;
+pub mod network;
 pub mod options;
 pub mod pull;
 pub mod security;
@@ -100,6 +101,8 @@ pub struct DockerIsolationConfig {
     pub allowed_images: allowed::AllowedImages,
     /// `[runners.docker] allowed_services`: the services a job may name.
     pub allowed_services: allowed::AllowedImages,
+    /// `[runners.docker] network_mode` ([`network`]).
+    pub network_mode: network::NetworkMode,
     /// `[runners.docker] dns`, `shm_size`, `tmpfs`, `ulimit` and the other container options
     /// ([`options`]).
     pub options: options::ContainerOptions,
@@ -147,6 +150,7 @@ impl Default for DockerIsolationConfig {
             allowed_images: allowed::AllowedImages::default(),
             allowed_services: allowed::AllowedImages::default(),
             options: options::ContainerOptions::default(),
+            network_mode: network::NetworkMode::Default,
         }
     }
 }
