@@ -83,7 +83,8 @@ fn config_check_prints_warnings_to_stderr_and_still_succeeds() {
             .all(|l| l.starts_with(&format!("warning: {file}:")))
     );
     assert!(lines.contains(&&*format!(
-        "warning: {file}:10:2: `session_server` at the top level is not used by flotilla; ignored"
+        "warning: {file}:10:2: `session_server` at the top level is not used by flotilla; \
+         ignored (interactive web terminals are not supported)"
     )));
     let stdout = text(&out.stdout);
     assert!(!stdout.contains("glrt-extras-example-token"));

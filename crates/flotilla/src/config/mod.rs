@@ -227,7 +227,9 @@ fn classify_unknown(
         format!("in [{table_name}]")
     };
     let mut message = format!("`{key}` {place} is not used by flotilla; ignored");
-    if let Some(s) = schema::suggest(key, known) {
+    if let Some(why) = schema::unused_reason(&table_name, key) {
+        message.push_str(&format!(" ({why})"));
+    } else if let Some(s) = schema::suggest(key, known) {
         message.push_str(&format!(" (did you mean `{s}`?)"));
     }
     warnings.push(Warning { location, message });

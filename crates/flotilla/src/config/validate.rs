@@ -320,7 +320,8 @@ fn check_shell_and_cache_dir(f: &mut Findings, path: &KeyPath, runner: &RunnerCo
             ),
         ),
     }
-    if let Some(url) = &runner.clone_url
+    // Empty is unset, as GitLab reads it (rendered configs write `clone_url = ""`).
+    if let Some(url) = runner.clone_url.as_deref().filter(|u| !u.trim().is_empty())
         && flotilla_job::script::clone_url_remote(url, "", "p").is_none()
     {
         f.error(

@@ -116,7 +116,7 @@ pub fn migrate(
             report.items.push(Item {
                 line: map.locate(&root_path.key(key), At::Key).line,
                 what: key.clone(),
-                outcome: Outcome::Dropped(unused_reason(key).into()),
+                outcome: Outcome::Dropped(unused_reason("", key).into()),
             });
         }
     }
@@ -195,7 +195,7 @@ fn migrate_runner(
                 report.items.push(Item {
                     line: line(&p),
                     what: format!("[runners] {k}"),
-                    outcome: Outcome::Dropped(unused_reason(k).into()),
+                    outcome: Outcome::Dropped(unused_reason("runners", k).into()),
                 });
             }
         }
@@ -308,7 +308,7 @@ fn migrate_docker(
         let drop = if known(path, key) {
             None
         } else {
-            Some(unused_reason(key))
+            Some(unused_reason("runners.docker", key))
         };
         if let Some(why) = drop {
             table.remove(key);
@@ -355,20 +355,10 @@ fn known(path: &KeyPath, key: &str) -> bool {
     schema::table_at(path).is_some_and(|t| t.keys.contains(&key))
 }
 
-/// Why flotilla leaves a GitLab setting out.
-fn unused_reason(key: &str) -> &'static str {
-    match key {
-        "session_server" => "interactive web terminals are not supported",
-        "sentry_dsn" => "flotilla does not report errors to Sentry",
-        "cache" => {
-            "flotilla keeps each runner's job cache on the manager; GitLab's distributed \
-             cache (S3, GCS, Azure) is not supported"
-        }
-        "feature_flags" => "GitLab Runner's feature flags do not apply to flotilla",
-        "custom_build_dir" => "builds_dir is used as configured",
-        "tls_verify" | "tls_cert_path" => "flotilla talks to the instance's dockerd over SSH",
-        _ => "flotilla does not use this GitLab setting",
-    }
+/// Why flotilla leaves the GitLab setting `key` of `table` out.
+fn unused_reason(table: &str, key: &str) -> &'static str {
+    crate::config::schema::unused_reason(table, key)
+        .unwrap_or("flotilla does not use this GitLab setting")
 }
 
 /// `flotilla migrate`.
