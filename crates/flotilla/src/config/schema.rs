@@ -125,6 +125,36 @@ pub(crate) fn suggest(unknown: &str, known: &[&str]) -> Option<String> {
         .map(|(_, k)| k.to_string())
 }
 
+/// Why flotilla does not use the GitLab key `key` of the table `table` (`""` for the top level,
+/// `runners`, `runners.docker`), when there is more to say than that it is unused. One list for
+/// `config check`'s warnings and `migrate`'s report; docs/configuration.md says the same.
+pub(crate) fn unused_reason(table: &str, key: &str) -> Option<&'static str> {
+    Some(match (table, key) {
+        ("", "session_server") => "interactive web terminals are not supported",
+        ("", "sentry_dsn") => "flotilla does not report errors to Sentry",
+        ("runners", "cache") => {
+            "flotilla keeps each runner's job cache on the manager; GitLab's distributed \
+             cache (S3, GCS, Azure) is not supported yet"
+        }
+        ("runners", "feature_flags") => {
+            "GitLab Runner's feature flags are not read: flotilla has one behaviour for each"
+        }
+        ("runners", "custom_build_dir") => "builds_dir is used as configured",
+        ("runners.docker", "tls_verify" | "tls_cert_path") => {
+            "flotilla reaches the instance's dockerd through its connector, not over TCP"
+        }
+        (
+            "runners.docker",
+            "helper_image" | "helper_image_flavor" | "helper_image_autoset_arch_and_os",
+        ) => "the helper container runs the instance's own programs; no helper image is pulled",
+        ("runners.docker", "disable_cache" | "cache_dir") => "the job cache lives on the manager",
+        ("runners.docker", "network_mtu" | "enable_ipv6") => {
+            "the job's own network is made with Docker's defaults"
+        }
+        _ => return None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,34 +220,4 @@ mod tests {
         );
         assert_eq!(suggest("services", fields_of::<DockerConfig>()), None);
     }
-}
-
-/// Why flotilla does not use the GitLab key `key` of the table `table` (`""` for the top level,
-/// `runners`, `runners.docker`), when there is more to say than that it is unused. One list for
-/// `config check`'s warnings and `migrate`'s report; docs/configuration.md says the same.
-pub(crate) fn unused_reason(table: &str, key: &str) -> Option<&'static str> {
-    Some(match (table, key) {
-        ("", "session_server") => "interactive web terminals are not supported",
-        ("", "sentry_dsn") => "flotilla does not report errors to Sentry",
-        ("runners", "cache") => {
-            "flotilla keeps each runner's job cache on the manager; GitLab's distributed \
-             cache (S3, GCS, Azure) is not supported yet"
-        }
-        ("runners", "feature_flags") => {
-            "GitLab Runner's feature flags are not read: flotilla has one behaviour for each"
-        }
-        ("runners", "custom_build_dir") => "builds_dir is used as configured",
-        ("runners.docker", "tls_verify" | "tls_cert_path") => {
-            "flotilla reaches the instance's dockerd through its connector, not over TCP"
-        }
-        (
-            "runners.docker",
-            "helper_image" | "helper_image_flavor" | "helper_image_autoset_arch_and_os",
-        ) => "the helper container runs the instance's own programs; no helper image is pulled",
-        ("runners.docker", "disable_cache" | "cache_dir") => "the job cache lives on the manager",
-        ("runners.docker", "network_mtu" | "enable_ipv6") => {
-            "the job's own network is made with Docker's defaults"
-        }
-        _ => return None,
-    })
 }
