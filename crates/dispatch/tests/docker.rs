@@ -884,3 +884,44 @@ async fn infra_docker_network_mode_places_the_jobs_containers() {
         "the job is not on the instance's network: {t}"
     );
 }
+
+/// Issue 32: `allowed_users` as GitLab's `IsUserAllowed` reads it: a job's
+/// `image:docker:user` off the list is refused in GitLab's words, one on it runs as that user,
+/// and the image's own user is always allowed. Both keys were warned and ignored.
+#[tokio::test]
+async fn infra_docker_allowed_users_decide_the_build_user() {
+    if !require(Infra::Docker) {
+        return;
+    }
+    let config = flotilla_isolate::DockerIsolationConfig {
+        security: flotilla_isolate::docker::security::Security {
+            allowed_users: vec!["1000".into()],
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let f = docker_fleet("users", config).await;
+    let as_user = |user: &str| {
+        let mut j = job_at(Level::Docker, &["echo \"uid=$(id -u)\""]);
+        if let Some(image) = j.image.as_mut() {
+            image.executor_opts.docker = Some(flotilla_job::model::DockerOptions {
+                user: user.into(),
+                ..Default::default()
+            });
+        }
+        j
+    };
+    let (r, t) = dispatch(&f.dispatcher, &as_user("1000")).await;
+    assert_eq!(r.outcome, Outcome::Success, "{t}");
+    assert!(t.contains("uid=1000\n"), "{t}");
+    let (r, t) = dispatch(&f.dispatcher, &as_user("0")).await;
+    assert!(matches!(r.outcome, Outcome::Failed { .. }), "{t}");
+    assert!(
+        t.contains("user \"0\" is not an allowed user: [1000]"),
+        "{t}"
+    );
+    assert!(!t.contains("uid="), "{t}");
+    let (r, t) = dispatch(&f.dispatcher, &as_user("")).await;
+    assert_eq!(r.outcome, Outcome::Success, "{t}");
+    assert!(t.contains("uid=0\n"), "{t}");
+}

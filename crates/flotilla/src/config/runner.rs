@@ -420,6 +420,24 @@ pub struct DockerConfig {
     /// `slot_cgroup_template`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub service_slot_cgroup_template: Option<String>,
+    /// The build container's user, ahead of the job's `image:docker:user`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// The users the build container may run as (empty: only `user`, or any without it).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allowed_users: Vec<String>,
+    /// The build container's cgroup parent (slot cgroups, when on, come first).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub cgroup_parent: String,
+    /// The services' cgroup parent.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub service_cgroup_parent: String,
+    /// Containers whose volumes the build container mounts.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub volumes_from: Vec<String>,
+    /// Legacy links of the build container.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<String>,
     /// The network the job's containers join (`host`, `bridge`, `none`, or a network's name).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub network_mode: Option<String>,
@@ -552,6 +570,10 @@ impl DockerConfig {
             service_cpus: self.service_cpus.clone(),
             service_cpuset_cpus: self.service_cpuset_cpus.clone(),
             service_cpu_shares: self.service_cpu_shares,
+            cgroup_parent: self.cgroup_parent.clone(),
+            service_cgroup_parent: self.service_cgroup_parent.clone(),
+            volumes_from: self.volumes_from.clone(),
+            links: self.links.clone(),
         }
     }
 

@@ -124,7 +124,13 @@ fn docker_config(runner: &RunnerConfig) -> Result<DockerIsolationConfig> {
         wait_for_services_timeout,
         disable_entrypoint_overwrite,
         network_mode,
+        user,
+        allowed_users,
         // Read through `container_options` below.
+        cgroup_parent: _,
+        service_cgroup_parent: _,
+        volumes_from: _,
+        links: _,
         dns: _,
         dns_search: _,
         extra_hosts: _,
@@ -196,6 +202,8 @@ fn docker_config(runner: &RunnerConfig) -> Result<DockerIsolationConfig> {
                 .map(|d| DeviceMapping::parse(d))
                 .collect::<Result<_, _>>()?,
             userns_mode: userns_mode.filter(|m| !m.is_empty()),
+            user,
+            allowed_users,
         },
         slot_cgroups,
         options,

@@ -283,6 +283,11 @@ impl DockerEnvironment {
                 .map_err(EnvError::Configuration)?;
         }
         let docker_opts = image.executor_opts.docker.clone().unwrap_or_default();
+        let build_user = self
+            .config
+            .security
+            .build_user(&docker_opts.user)
+            .map_err(EnvError::Configuration)?;
         let build_policies = self.policies(image)?;
         let service_policies = self
             .services
@@ -412,7 +417,7 @@ impl DockerEnvironment {
         let build_body = self.config.options.build(build_container(
             image,
             &image_entrypoint,
-            &docker_opts.user,
+            &build_user,
             &self.slot_bind,
             build_network.as_deref(),
             &self.labels,

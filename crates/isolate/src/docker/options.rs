@@ -11,6 +11,8 @@
 //! | `sysctls`, `ulimit`, `oom_kill_disable`, `oom_score_adjust`, `group_add`, `ipcmode`, `device_cgroup_rules`, `hostname` | yes | no |
 //! | `memory_swap`, `memory_reservation`, `cpuset_cpus`, `cpuset_mems`, `cpu_shares` | yes | no |
 //! | `service_memory`, `service_memory_swap`, `service_memory_reservation`, `service_cpus`, `service_cpuset_cpus`, `service_cpu_shares` | no | yes |
+//! | `cgroup_parent` / `service_cgroup_parent` (when no slot cgroup is set) | `cgroup_parent` | `service_cgroup_parent` |
+//! | `volumes_from`, `links` | yes | no |
 
 use super::limits::{LimitError, nano_cpus_of, ram_in_bytes_of};
 use bollard::models::{ContainerCreateBody, HostConfig, ResourcesUlimits};
@@ -71,6 +73,14 @@ pub struct RawContainerOptions {
     pub service_cpuset_cpus: String,
     /// `service_cpu_shares`.
     pub service_cpu_shares: i64,
+    /// `cgroup_parent` of the build container (slot cgroups, when on, come first).
+    pub cgroup_parent: String,
+    /// `service_cgroup_parent` of the services (the services' slot cgroup comes first).
+    pub service_cgroup_parent: String,
+    /// `volumes_from`: containers whose volumes the build container mounts.
+    pub volumes_from: Vec<String>,
+    /// `links`: legacy links of the build container (`container:alias`).
+    pub links: Vec<String>,
 }
 
 /// The same, checked and in Docker's terms.
@@ -112,6 +122,9 @@ struct Own {
     cpuset_cpus: Option<String>,
     cpuset_mems: Option<String>,
     cpu_shares: Option<i64>,
+    cgroup_parent: Option<String>,
+    volumes_from: Vec<String>,
+    links: Vec<String>,
 }
 
 /// A key whose value cannot be used.
@@ -242,6 +255,9 @@ impl ContainerOptions {
                 cpuset_cpus: trimmed(&raw.cpuset_cpus),
                 cpuset_mems: trimmed(&raw.cpuset_mems),
                 cpu_shares: (raw.cpu_shares != 0).then_some(raw.cpu_shares),
+                cgroup_parent: trimmed(&raw.cgroup_parent),
+                volumes_from: raw.volumes_from.clone(),
+                links: raw.links.clone(),
             },
             services: Own {
                 tmpfs: raw.services_tmpfs.clone(),
@@ -258,6 +274,7 @@ impl ContainerOptions {
                 },
                 cpuset_cpus: trimmed(&raw.service_cpuset_cpus),
                 cpu_shares: (raw.service_cpu_shares != 0).then_some(raw.service_cpu_shares),
+                cgroup_parent: trimmed(&raw.service_cgroup_parent),
                 ..Own::default()
             },
             hostname: trimmed(&raw.hostname),
@@ -325,6 +342,10 @@ impl Own {
         host.cpuset_cpus = self.cpuset_cpus.clone().or(host.cpuset_cpus);
         host.cpuset_mems = self.cpuset_mems.clone().or(host.cpuset_mems);
         host.cpu_shares = self.cpu_shares.or(host.cpu_shares);
+        // A slot cgroup set before wins, as GitLab's `getCgroupParent` prefers the slot's path.
+        host.cgroup_parent = host.cgroup_parent.or_else(|| self.cgroup_parent.clone());
+        host.volumes_from = non_empty(&self.volumes_from).or(host.volumes_from);
+        host.links = non_empty(&self.links).or(host.links);
         host
     }
 }
@@ -351,6 +372,10 @@ mod tests {
             service_memory: "256m".into(),
             service_cpus: "0.5".into(),
             hostname: "builder".into(),
+            cgroup_parent: "/ci/build".into(),
+            service_cgroup_parent: "/ci/services".into(),
+            volumes_from: vec!["data-container:ro".into()],
+            links: vec!["legacy-db:db".into()],
             ..RawContainerOptions::default()
         }
     }
@@ -375,6 +400,9 @@ mod tests {
         assert_eq!(b.memory_swap, Some(1 << 30));
         assert_eq!(b.cpu_shares, Some(512));
         assert_eq!(b.memory, None, "service_memory is the services'");
+        assert_eq!(b.cgroup_parent.as_deref(), Some("/ci/build"));
+        assert_eq!(b.volumes_from.unwrap(), ["data-container:ro"]);
+        assert_eq!(b.links.unwrap(), ["legacy-db:db"]);
         let service = o.service(ContainerCreateBody::default());
         assert!(service.hostname.is_none());
         let s = service.host_config.unwrap();
@@ -384,6 +412,20 @@ mod tests {
         assert_eq!(s.memory, Some(256 << 20));
         assert_eq!(s.nano_cpus, Some(500_000_000));
         assert!(s.sysctls.is_none() && s.ulimits.is_none() && s.oom_kill_disable.is_none());
+        assert_eq!(s.cgroup_parent.as_deref(), Some("/ci/services"));
+        assert!(s.volumes_from.is_none() && s.links.is_none());
+        // A slot cgroup set before wins.
+        let slot = o.build(ContainerCreateBody {
+            host_config: Some(HostConfig {
+                cgroup_parent: Some("/gitlab-runner/slot-1".into()),
+                ..HostConfig::default()
+            }),
+            ..ContainerCreateBody::default()
+        });
+        assert_eq!(
+            slot.host_config.unwrap().cgroup_parent.as_deref(),
+            Some("/gitlab-runner/slot-1")
+        );
     }
 
     #[test]

@@ -80,9 +80,45 @@ pub struct Security {
     pub devices: Vec<DeviceMapping>,
     /// `userns_mode`: the user namespace mode of every container of the job.
     pub userns_mode: Option<String>,
+    /// `user`: the build container's user, ahead of the job's `image:docker:user`.
+    pub user: Option<String>,
+    /// `allowed_users`: the users the build container may run as (empty: only `user`).
+    pub allowed_users: Vec<String>,
 }
 
 impl Security {
+    /// The build container's user for a job whose image asks for `job_user` (empty: the
+    /// image's own), as GitLab Runner's `getBuildContainerUser` and `IsUserAllowed` decide:
+    /// the runner's `user` comes first; the image's default user is always allowed; with
+    /// neither `user` nor `allowed_users` any user is; otherwise the user must be in
+    /// `allowed_users`, or be `user` when that list is empty. A refusal is GitLab's message.
+    pub fn build_user(&self, job_user: &str) -> Result<String, String> {
+        let user = match self.user.as_deref().filter(|u| !u.is_empty()) {
+            Some(u) => u,
+            None => job_user,
+        };
+        if user.is_empty() {
+            return Ok(String::new());
+        }
+        let allowed: Vec<&str> = if self.allowed_users.is_empty() {
+            self.user
+                .as_deref()
+                .filter(|u| !u.is_empty())
+                .into_iter()
+                .collect()
+        } else {
+            self.allowed_users.iter().map(String::as_str).collect()
+        };
+        if allowed.is_empty() || allowed.contains(&user) {
+            Ok(user.to_string())
+        } else {
+            Err(format!(
+                "user {user:?} is not an allowed user: [{}]",
+                allowed.join(" ")
+            ))
+        }
+    }
+
     /// Whether the build container of `image` runs privileged.
     pub fn build_privileged(&self, image: &str) -> bool {
         self.privileged && self.allowed_privileged_images.allows(image)
@@ -152,5 +188,36 @@ mod tests {
         assert!(services_only.service_privileged("docker:dind"));
         assert!(!services_only.service_privileged("postgres"));
         assert!(!services_only.build_privileged("docker:dind"));
+    }
+
+    /// GitLab's `IsUserAllowed` cases.
+    #[test]
+    fn the_build_user_as_gitlab_decides_it() {
+        let open = Security::default();
+        assert_eq!(open.build_user(""), Ok(String::new()));
+        assert_eq!(open.build_user("1000"), Ok("1000".into()));
+        let pinned = Security {
+            user: Some("ci".into()),
+            ..Security::default()
+        };
+        assert_eq!(
+            pinned.build_user("root"),
+            Ok("ci".into()),
+            "the runner's user first"
+        );
+        let listed = Security {
+            allowed_users: vec!["1000".into(), "ci".into()],
+            ..Security::default()
+        };
+        assert_eq!(
+            listed.build_user(""),
+            Ok(String::new()),
+            "the image's default user"
+        );
+        assert_eq!(listed.build_user("ci"), Ok("ci".into()));
+        assert_eq!(
+            listed.build_user("root"),
+            Err("user \"root\" is not an allowed user: [1000 ci]".into())
+        );
     }
 }

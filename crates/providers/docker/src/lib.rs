@@ -214,8 +214,15 @@ impl DockerGroup {
         if s.inner_dockerd {
             env.push(format!("{INNER_DOCKERD_ENV}=1"));
             // Privileged mode fails on cgroup-v1 hosts like this one; these are what an inner
-            // dockerd needs instead.
-            host.cap_add = Some(vec!["SYS_ADMIN".into(), "NET_ADMIN".into()]);
+            // dockerd needs instead. SYS_PTRACE: runc joins a container's namespaces through
+            // /proc/<pid>/ns, which for a container running as another user (`user = "1000"`)
+            // needs it; without it every exec into such a container failed ("error executing
+            // setns process").
+            host.cap_add = Some(vec![
+                "SYS_ADMIN".into(),
+                "NET_ADMIN".into(),
+                "SYS_PTRACE".into(),
+            ]);
             host.security_opt = Some(vec![
                 "seccomp=unconfined".into(),
                 "apparmor=unconfined".into(),
@@ -664,7 +671,10 @@ mod tests {
         let g = DockerGroup::new(s).unwrap();
         let b = g.container_body(None);
         let host = b.host_config.as_ref().unwrap();
-        assert_eq!(host.cap_add.as_deref().unwrap(), ["SYS_ADMIN", "NET_ADMIN"]);
+        assert_eq!(
+            host.cap_add.as_deref().unwrap(),
+            ["SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE"]
+        );
         assert!(host.privileged.is_none());
         assert!(
             host.binds
