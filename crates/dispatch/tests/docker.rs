@@ -925,3 +925,57 @@ async fn infra_docker_allowed_users_decide_the_build_user() {
     assert_eq!(r.outcome, Outcome::Success, "{t}");
     assert!(t.contains("uid=0\n"), "{t}");
 }
+
+/// Issue 32: `[[runners.docker.services]]` start with every job, before its own, reachable by
+/// their alias, and allowed whatever `allowed_services` says (GitLab's internal images);
+/// `services_devices` gives a matching service its devices. Both were warned and ignored.
+#[tokio::test]
+async fn infra_docker_the_runners_services_come_with_every_job() {
+    if !require(Infra::Docker) {
+        return;
+    }
+    use flotilla_isolate::docker::allowed::AllowedImages;
+    use flotilla_isolate::docker::security::DeviceMapping;
+    let runner_service = Image {
+        name: busybox_image(),
+        alias: "runner-svc".into(),
+        command: vec![
+            "sh".into(),
+            "-c".into(),
+            "mkdir -p /www && ls /dev/svc-zero > /www/index.html 2>&1; exec httpd -f -p 6379 -h /www"
+                .into(),
+        ],
+        ..Default::default()
+    };
+    let config = flotilla_isolate::DockerIsolationConfig {
+        services: vec![runner_service],
+        services_devices: vec![(
+            AllowedImages::new(&["local/flotilla-busybox:*".to_string()]).unwrap(),
+            vec![DeviceMapping::parse("/dev/zero:/dev/svc-zero").unwrap()],
+        )],
+        allowed_services: AllowedImages::new(&["registry.example/**/*:*".to_string()]).unwrap(),
+        ..Default::default()
+    };
+    let f = docker_fleet("runnersvc", config).await;
+    // The job names no service of its own, and the allow list names none of the runner's.
+    let j = job_at(Level::Docker, &["wget -qO- http://runner-svc:6379/"]);
+    let (r, t) = dispatch(&f.dispatcher, &j).await;
+    assert_eq!(r.outcome, Outcome::Success, "{t}");
+    assert!(
+        t.contains("/dev/svc-zero\n"),
+        "the service has no /dev/svc-zero: {t}"
+    );
+    // A service the job names itself is still checked against the list (the runner's own
+    // images excepted, as GitLab's `internalServiceImages`).
+    let mut own = job_at(Level::Docker, &["echo must-not-run"]);
+    own.services = vec![Image {
+        name: "other.example/db:1".into(),
+        ..Default::default()
+    }];
+    let (r, t) = dispatch(&f.dispatcher, &own).await;
+    assert!(matches!(r.outcome, Outcome::Failed { .. }), "{t}");
+    assert!(
+        t.contains("is not present on list of allowed services"),
+        "{t}"
+    );
+}

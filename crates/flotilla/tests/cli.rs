@@ -74,9 +74,9 @@ fn config_check_prints_warnings_to_stderr_and_still_succeeds() {
     assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
     let file = path.display().to_string();
     let lines: Vec<&str> = stderr.lines().collect();
-    // `shm_size`, `oom_kill_disable` and `disable_entrypoint_overwrite` are honoured now
-    // (issue 32): no longer warned.
-    assert_eq!(lines.len(), 14, "{stderr}");
+    // `shm_size`, `oom_kill_disable`, `disable_entrypoint_overwrite` and `services` are
+    // honoured now (issue 32): no longer warned.
+    assert_eq!(lines.len(), 13, "{stderr}");
     assert!(
         lines
             .iter()

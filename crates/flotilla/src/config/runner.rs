@@ -420,6 +420,13 @@ pub struct DockerConfig {
     /// `slot_cgroup_template`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub service_slot_cgroup_template: Option<String>,
+    /// `[[runners.docker.services]]`: services every job gets, before its own.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub services: Vec<RunnerService>,
+    /// Host devices for the services whose image matches each pattern (GitLab's
+    /// `services_devices`, `"postgres:*" = ["/dev/fuse"]`).
+    #[serde(skip_serializing_if = "HashMap::is_empty")]
+    pub services_devices: HashMap<String, Vec<String>>,
     /// The build container's user, ahead of the job's `image:docker:user`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
@@ -525,6 +532,23 @@ pub struct DockerConfig {
     /// The service containers' relative CPU weight.
     #[serde(skip_serializing_if = "is_zero")]
     pub service_cpu_shares: i64,
+}
+
+/// One `[[runners.docker.services]]` entry (GitLab's `Service`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct RunnerService {
+    /// The image.
+    pub name: String,
+    /// The host name jobs reach it by (besides those derived from the image name).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub alias: String,
+    /// The command (the image's when empty).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub command: Vec<String>,
+    /// The entrypoint (the image's when empty).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub entrypoint: Vec<String>,
 }
 
 /// For `skip_serializing_if`: GitLab's zero default.

@@ -218,6 +218,7 @@ mod tests {
             suggest("imgae", fields_of::<DockerConfig>()).as_deref(),
             Some("image")
         );
-        assert_eq!(suggest("services", fields_of::<DockerConfig>()), None);
+        assert_eq!(suggest("log_options", fields_of::<DockerConfig>()), None);
+        assert_eq!(suggest("volume_keep", fields_of::<DockerConfig>()), None);
     }
 }

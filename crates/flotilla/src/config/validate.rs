@@ -273,6 +273,27 @@ fn check_runner(f: &mut Findings, path: &KeyPath, runner: &RunnerConfig) {
                 f.error(docker_path.key("devices").index(j), e.to_string());
             }
         }
+        for (pattern, devices) in &docker.services_devices {
+            let at = docker_path.key("services_devices").key(pattern);
+            if let Err(e) =
+                flotilla_isolate::docker::allowed::AllowedImages::new(std::slice::from_ref(pattern))
+            {
+                f.error(at.clone(), e.to_string());
+            }
+            for (j, entry) in devices.iter().enumerate() {
+                if let Err(e) = flotilla_isolate::docker::security::DeviceMapping::parse(entry) {
+                    f.error(at.clone().index(j), e.to_string());
+                }
+            }
+        }
+        for (j, service) in docker.services.iter().enumerate() {
+            if service.name.trim().is_empty() {
+                f.error(
+                    docker_path.key("services").index(j),
+                    "a [[runners.docker.services]] entry needs a `name` (its image)",
+                );
+            }
+        }
         if let Err(e) =
             flotilla_isolate::docker::options::ContainerOptions::parse(&docker.container_options())
         {

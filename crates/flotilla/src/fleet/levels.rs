@@ -126,6 +126,8 @@ fn docker_config(runner: &RunnerConfig) -> Result<DockerIsolationConfig> {
         network_mode,
         user,
         allowed_users,
+        services,
+        services_devices,
         // Read through `container_options` below.
         cgroup_parent: _,
         service_cgroup_parent: _,
@@ -213,6 +215,32 @@ fn docker_config(runner: &RunnerConfig) -> Result<DockerIsolationConfig> {
         },
         disable_entrypoint_overwrite,
         network_mode: NetworkMode::parse(network_mode.as_deref()),
+        services: services
+            .into_iter()
+            .map(|s| flotilla_job::model::Image {
+                name: s.name,
+                alias: s.alias,
+                command: s.command,
+                entrypoint: s.entrypoint,
+                ..flotilla_job::model::Image::default()
+            })
+            .collect(),
+        services_devices: {
+            let mut patterns: Vec<(String, Vec<String>)> = services_devices.into_iter().collect();
+            patterns.sort();
+            patterns
+                .into_iter()
+                .map(|(pattern, devices)| {
+                    Ok((
+                        AllowedImages::new(std::slice::from_ref(&pattern))?,
+                        devices
+                            .iter()
+                            .map(|d| DeviceMapping::parse(d))
+                            .collect::<Result<Vec<_>, _>>()?,
+                    ))
+                })
+                .collect::<Result<Vec<_>>>()?
+        },
         ..DockerIsolationConfig::default()
     })
 }

@@ -52,14 +52,16 @@ impl AllowedImages {
         self.patterns.is_empty()
     }
 
+    /// Whether one of the patterns matches `image` (an empty list matches nothing).
+    pub fn matches(&self, image: &str) -> bool {
+        self.patterns.iter().any(|(_, m)| m.is_match(image))
+    }
+
     /// Checks `image`, which the job named, against the list; `internal` are the images the
     /// runner's configuration names itself. `option` is GitLab's name of the list in its
     /// message (`images`, `services`). `Err` carries the lines GitLab prints.
     pub fn verify(&self, image: &str, option: &str, internal: &[&str]) -> Result<(), String> {
-        if self.patterns.is_empty()
-            || self.patterns.iter().any(|(_, m)| m.is_match(image))
-            || internal.contains(&image)
-        {
+        if self.patterns.is_empty() || self.matches(image) || internal.contains(&image) {
             return Ok(());
         }
         let mut message =

@@ -79,6 +79,8 @@ pub struct DockerEnvironment {
     slot_bind: String,
     /// Whether `disable_entrypoint_overwrite` set aside an entrypoint the job asked for.
     entrypoint_kept: bool,
+    /// How many of `services` are the runner's own (`[[runners.docker.services]]`, first).
+    runner_services: usize,
     made: Arc<Mutex<Made>>,
     /// Docker calls that make something (the network, the containers). They run as tasks of
     /// their own, so that a canceled `prepare` does not abandon one half done on the daemon:
@@ -133,10 +135,13 @@ impl DockerEnvironment {
                 ..Default::default()
             }),
         };
+        // The runner's own services first, then the job's (GitLab's `getServicesDefinitions`).
+        let runner_services = p.config.services.len();
         let mut services: Vec<Image> = p
-            .job
+            .config
             .services
             .iter()
+            .chain(p.job.services.iter())
             .filter(|s| !s.name.is_empty())
             .cloned()
             .collect();
@@ -173,6 +178,7 @@ impl DockerEnvironment {
             volume_binds,
             slot_bind,
             entrypoint_kept,
+            runner_services,
             made: Arc::new(Mutex::new(Made::default())),
             in_flight: TaskTracker::new(),
             warm: tokio::sync::Mutex::new(None),
@@ -264,9 +270,10 @@ impl DockerEnvironment {
                 unsupported.join(", ")
             )));
         }
-        if let Some(refused) =
-            super::limits::too_many_services(self.services.len(), self.config.services_limit)
-        {
+        if let Some(refused) = super::limits::too_many_services(
+            self.services.len() - self.runner_services,
+            self.config.services_limit,
+        ) {
             return Err(EnvError::Configuration(refused));
         }
         // allowed_images and allowed_services; the runner's own default image is always
@@ -276,10 +283,16 @@ impl DockerEnvironment {
             .allowed_images
             .verify(&image.name, "images", default.as_slice())
             .map_err(EnvError::Configuration)?;
-        for s in &self.services {
+        // The runner's own services are allowed whatever the list says (GitLab's internal
+        // images); the job's must be on it.
+        let internal: Vec<&str> = self.services[..self.runner_services]
+            .iter()
+            .map(|s| s.name.as_str())
+            .collect();
+        for s in &self.services[self.runner_services..] {
             self.config
                 .allowed_services
-                .verify(&s.name, "services", &[])
+                .verify(&s.name, "services", &internal)
                 .map_err(EnvError::Configuration)?;
         }
         let docker_opts = image.executor_opts.docker.clone().unwrap_or_default();
@@ -405,6 +418,13 @@ impl DockerEnvironment {
         let service_settings = |service: &Image| HostSettings {
             privileged: security.service_privileged(&service.name),
             security_opt: security.services_security_opt.clone(),
+            devices: self
+                .config
+                .services_devices
+                .iter()
+                .filter(|(pattern, _)| pattern.matches(&service.name))
+                .flat_map(|(_, devices)| devices.iter().cloned())
+                .collect(),
             ..settings(|t| &t.services)
         };
         if let Some(parent) = &build_settings.cgroup_parent {

@@ -101,6 +101,12 @@ pub struct DockerIsolationConfig {
     pub allowed_images: allowed::AllowedImages,
     /// `[runners.docker] allowed_services`: the services a job may name.
     pub allowed_services: allowed::AllowedImages,
+    /// `[[runners.docker.services]]`: services every job gets, started before its own (and
+    /// allowed whatever `allowed_services` says, as GitLab's internal images are).
+    pub services: Vec<flotilla_job::model::Image>,
+    /// `[runners.docker] services_devices`: host devices for the services whose image
+    /// matches each pattern.
+    pub services_devices: Vec<(allowed::AllowedImages, Vec<security::DeviceMapping>)>,
     /// `[runners.docker] network_mode` ([`network`]).
     pub network_mode: network::NetworkMode,
     /// `[runners.docker] dns`, `shm_size`, `tmpfs`, `ulimit` and the other container options
@@ -151,6 +157,8 @@ impl Default for DockerIsolationConfig {
             allowed_services: allowed::AllowedImages::default(),
             options: options::ContainerOptions::default(),
             network_mode: network::NetworkMode::Default,
+            services: Vec::new(),
+            services_devices: Vec::new(),
         }
     }
 }
