@@ -309,6 +309,17 @@ async fn run_serves_gitlab_metrics_that_real_parsers_accept() {
         Some(2.0),
         "{text}"
     );
+    // The `exit 3` job, by GitLab's failure reason (issue 34).
+    assert_eq!(
+        sample(
+            &text,
+            "gitlab_runner_failed_jobs_total",
+            &l(&[r#"failure_reason="script_failure""#])
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert!(sample(&text, "process_resident_memory_bytes", &[]).is_some_and(|v| v > 0.0));
     assert_eq!(
         sum(&text, "gitlab_runner_job_queue_duration_seconds_count", &[]),
         2.0,

@@ -20,6 +20,7 @@ pub mod jobs;
 pub mod labels;
 pub mod metrics;
 mod monitor;
+pub mod process;
 mod runner;
 pub mod server;
 pub mod status;

@@ -88,6 +88,7 @@ pub(crate) struct RunnerMetrics {
     pub(crate) jobs: IntGaugeVec,
     pub(crate) limit: IntGauge,
     pub(crate) jobs_total: IntCounter,
+    pub(crate) failed_jobs: IntCounterVec,
     pub(crate) job_duration: Histogram,
     pub(crate) job_queue_duration: HistogramVec,
     pub(crate) request_concurrency_hard_limit: IntGauge,
@@ -294,6 +295,12 @@ impl RunnerMetrics {
                 )?;
                 k.keep(c)
             },
+            // `commands/builds_helper.go`: `failedJobsCount`, by failure reason.
+            failed_jobs: k.counter_vec(
+                "gitlab_runner_failed_jobs_total",
+                "Total number of failed jobs",
+                &["failure_reason"],
+            )?,
             job_duration: k.histogram(
                 "gitlab_runner_job_duration_seconds",
                 "Histogram of job durations",

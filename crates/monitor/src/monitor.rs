@@ -4,7 +4,7 @@
 use crate::error::MonitorError;
 use crate::runner::{RunnerHandle, RunnerSpec, RunnerState};
 use crate::status::{Phase, StatusView};
-use prometheus::{Encoder, IntGauge, Opts, Registry, TextEncoder};
+use prometheus::{Encoder, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
 use serde::Serialize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -76,6 +76,31 @@ impl Monitor {
         gauge.set(i64::from(concurrent));
         registry
             .register(Box::new(gauge))
+            .map_err(MonitorError::Metrics)?;
+        // `gitlab_runner_version_info` (`commands/multi.go` registers GitLab's), always 1.
+        let version_info = IntGaugeVec::new(
+            Opts::new(
+                "gitlab_runner_version_info",
+                "A metric with a constant '1' value labeled by different build stats fields.",
+            ),
+            &["name", "version", "os", "architecture"],
+        )
+        .map_err(MonitorError::Metrics)?;
+        version_info
+            .with_label_values(&[
+                "flotilla",
+                version,
+                std::env::consts::OS,
+                std::env::consts::ARCH,
+            ])
+            .set(1);
+        registry
+            .register(Box::new(version_info))
+            .map_err(MonitorError::Metrics)?;
+        registry
+            .register(Box::new(
+                crate::process::ProcessMetrics::new().map_err(MonitorError::Metrics)?,
+            ))
             .map_err(MonitorError::Metrics)?;
         Ok(Monitor {
             shared: Arc::new(Shared {

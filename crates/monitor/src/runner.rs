@@ -429,6 +429,17 @@ impl RunnerHandle {
         s.set_job_gauges(&inner);
     }
 
+    /// A job ended failed for `failure_reason` (GitLab's name, `script_failure`...):
+    /// `gitlab_runner_failed_jobs_total{failure_reason}`, the error-rate series of GitLab's
+    /// runbooks.
+    pub fn job_failed(&self, failure_reason: &str) {
+        self.state()
+            .metrics
+            .failed_jobs
+            .with_label_values(&[failure_reason])
+            .inc();
+    }
+
     /// GitLab's queue facts of a job, from its payload
     /// (`gitlab_runner_job_queue_duration_seconds`).
     pub fn job_queue_facts(&self, time_in_queue: Duration, project_jobs_running: &str) {

@@ -295,9 +295,49 @@ async fn two_runners_share_one_exposition_and_the_parser_accepts_it() {
         r.api_request("request_job", "POST", 201, Duration::from_millis(800));
         r.job_received(1, "test");
         r.job_queue_facts(Duration::from_secs(4), "0");
+        if name == "east" {
+            r.job_failed("script_failure");
+            r.job_failed("script_failure");
+            r.job_failed("runner_system_failure");
+        }
     }
     tokio::time::sleep(Duration::from_secs(30)).await;
     let text = monitor.metrics_text().unwrap();
+    // Issue 34: the error-rate series of GitLab's runbooks, the version, the process.
+    let failed = |reason: &str| {
+        sample(
+            &text,
+            &format!("gitlab_runner_failed_jobs_total{{failure_reason=\"{reason}\",{LABELS}}}"),
+        )
+    };
+    assert_eq!(failed("script_failure"), Some(2.0), "{text}");
+    assert_eq!(failed("runner_system_failure"), Some(1.0), "{text}");
+    assert!(
+        !text.contains("failure_reason=\"script_failure\",runner=\"zyxwvutsr\""),
+        "{text}"
+    );
+    let version = format!(
+        "gitlab_runner_version_info{{architecture=\"{}\",name=\"flotilla\",os=\"{}\",version=\"test\"}}",
+        std::env::consts::ARCH,
+        std::env::consts::OS
+    );
+    assert_eq!(sample(&text, &version), Some(1.0), "{text}");
+    for series in [
+        "process_resident_memory_bytes",
+        "process_virtual_memory_bytes",
+        "process_open_fds",
+        "process_max_fds",
+        "process_start_time_seconds",
+    ] {
+        assert!(
+            sample(&text, series).is_some_and(|v| v > 0.0),
+            "{series}:\n{text}"
+        );
+    }
+    assert!(
+        text.contains("# TYPE process_cpu_seconds_total counter"),
+        "{text}"
+    );
     for runner in ["abcdefghi", "zyxwvutsr"] {
         assert!(
             text.contains(&format!(

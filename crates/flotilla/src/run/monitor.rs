@@ -115,6 +115,9 @@ impl JobHooks for ObservedHooks {
 
     async fn job_finished(&self, job: &StartedJob, outcome: &Outcome) {
         self.inner.job_finished(job, outcome).await;
+        if let Outcome::Failed { reason, .. } = outcome {
+            self.handle.job_failed(reason.as_str());
+        }
     }
 
     async fn job_reported(&self, job: &StartedJob, report: &FinalReport) {
