@@ -163,8 +163,54 @@ fn a_synthetic_day_reports_cost_waits_and_plots() {
     for what in ["instance-hours", "idle slot-hours", "p50", "p95", "p99"] {
         assert!(stdout.contains(what), "{what} missing:\n{stdout}");
     }
+    assert!(!stdout.contains("cannot keep up"), "{stdout}");
+    assert!(!stdout.contains("pending timeout"), "{stdout}");
     assert!(is_png(&plots.join("simulate.png")));
     assert!(is_svg_with_lines(&plots.join("simulate.svg")));
+}
+
+/// Issue 34: an overloaded fleet is said to be one. 200 ten-minute jobs an hour need 34
+/// slots; the limits allow 20 (120 jobs an hour), so the queue grows for three days and the
+/// jobs that waited past GitLab's 24 h pending timeout are counted as GitLab would fail them.
+/// Before, the report showed a median wait of hours beside "0 jobs got no slot".
+#[test]
+fn an_overloaded_fleet_is_said_to_be_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let plots = dir.path().join("plots");
+    let out = flotilla(&[
+        "simulate",
+        "--config",
+        config(dir.path()).to_str().unwrap(),
+        "--workload",
+        "synthetic",
+        "--days",
+        "3",
+        "--jobs-per-hour",
+        "200",
+        "--job-duration",
+        "10m",
+        "--burstiness",
+        "1",
+        "--provider-profile",
+        "docker",
+        "--plots",
+        plots.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("the fleet cannot keep up: jobs arrive at 2")
+            && stdout.contains("its 20 slots (max_instances x capacity_per_instance) run at most"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("waited longer than GitLab's pending timeout (24 h)"),
+        "{stdout}"
+    );
 }
 
 #[test]

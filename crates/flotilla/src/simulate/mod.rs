@@ -9,6 +9,7 @@
 //! With `--sweep idle_count=0,2,4` (or `scale_factor=...`) it runs once per value and
 //! prints a cost-versus-wait table and its plot.
 
+mod capacity;
 mod plot;
 mod spec;
 
@@ -246,9 +247,11 @@ fn simulate(args: &SimulateArgs, out: &mut dyn Write, err: &mut dyn Write) -> Re
     match sweep {
         None => {
             let t = Instant::now();
+            let throughput = capacity::Throughput::of(&jobs, slots(&base));
             let outcome = flotilla_sim::run(&base, jobs)?;
             let wall = t.elapsed();
             print_outcome(out, &outcome, wall, start);
+            print_capacity(out, &outcome, &throughput, slots(&base));
             let files = plot::fleet(&outcome, &args.plots, "simulate", &runner.name, start)?;
             let _ = writeln!(out, "plots: {}", files.join(", "));
         }
@@ -307,6 +310,38 @@ fn simulate(args: &SimulateArgs, out: &mut dyn Write, err: &mut dyn Write) -> Re
         }
     }
     Ok(())
+}
+
+/// The slots the fleet's limits allow at most.
+fn slots(spec: &flotilla_sim::Spec) -> u32 {
+    u32::try_from(
+        spec.scaler
+            .max_instances
+            .saturating_mul(spec.scaler.capacity_per_instance),
+    )
+    .unwrap_or(u32::MAX)
+}
+
+/// Whether the fleet can keep up, and the jobs GitLab would have failed for waiting.
+fn print_capacity(out: &mut dyn Write, o: &Outcome, t: &capacity::Throughput, slots: u32) {
+    if t.overloaded() {
+        let _ = writeln!(
+            out,
+            "the fleet cannot keep up: jobs arrive at {:.0} an hour, and its {slots} slots \
+             (max_instances x capacity_per_instance) run at most {:.0} an hour at the mean job \
+             duration; the queue grows for as long as the workload lasts",
+            t.arriving_per_hour, t.most_per_hour
+        );
+    }
+    let dropped = capacity::dropped_by_gitlab(&o.waits);
+    if dropped > 0 {
+        let _ = writeln!(
+            out,
+            "{dropped} of {} jobs waited longer than GitLab's pending timeout (24 h): GitLab \
+             fails such jobs (stuck_or_timeout_failure) before a runner takes them",
+            o.jobs
+        );
+    }
 }
 
 fn print_outcome(out: &mut dyn Write, o: &Outcome, wall: Duration, start: DateTime<Utc>) {
