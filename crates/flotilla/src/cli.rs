@@ -119,6 +119,9 @@ pub struct StatusArgs {
     /// gitlab-runner's (see `flotilla config check`).
     #[arg(short, long, value_name = "FILE", env = "FLOTILLA_CONFIG")]
     pub config: Option<PathBuf>,
+    /// Print what it shows as JSON, for scripts (durations in seconds).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `flotilla config ...`.

@@ -46,6 +46,24 @@ pub fn run(args: &StatusArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitC
             return ExitCode::FAILURE;
         }
     };
+    if args.json {
+        return match status(&store, SystemTime::now()) {
+            Ok(st) => match serde_json::to_string_pretty(&st) {
+                Ok(json) => {
+                    let _ = writeln!(out, "{json}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    let _ = writeln!(err, "error: {e}");
+                    ExitCode::FAILURE
+                }
+            },
+            Err(e) => {
+                let _ = writeln!(err, "error: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     match report(&store, SystemTime::now()) {
         Ok(text) => {
             let _ = out.write_all(text.as_bytes());
@@ -84,62 +102,200 @@ fn live_url(listen_address: &str) -> String {
     format!("http://{host}:{port}/")
 }
 
+/// What the state file says, as `--json` prints it and the text is made from.
+#[derive(Debug, serde::Serialize)]
+pub struct Status {
+    /// The state file.
+    pub state: String,
+    /// Every fleet recorded in it.
+    pub fleets: Vec<FleetStatus>,
+}
+
+/// One fleet.
+#[derive(Debug, serde::Serialize)]
+pub struct FleetStatus {
+    /// The provider's id of the fleet.
+    pub fleet: String,
+    /// The runner's id at GitLab.
+    pub runner: String,
+    /// GitLab's URL, credentials removed.
+    pub url: String,
+    /// Who holds the lease, if anyone ever did.
+    pub lease: Option<LeaseStatus>,
+    /// The scaler's last decision: seconds ago and what it said.
+    pub last_decision: Option<(u64, String)>,
+    /// Instances known.
+    pub instances: Vec<InstanceStatus>,
+    /// Instances requested and not seen yet.
+    pub requested_in_flight: usize,
+    /// Jobs not yet reported to GitLab.
+    pub unreported_jobs: Vec<JobStatus>,
+}
+
+/// The lease.
+#[derive(Debug, serde::Serialize)]
+pub struct LeaseStatus {
+    /// The manager holding it.
+    pub holder: String,
+    /// Whether it is still valid.
+    pub held: bool,
+    /// Seconds until it lapses (held) or since it lapsed.
+    pub seconds: u64,
+}
+
+/// One instance.
+#[derive(Debug, serde::Serialize)]
+pub struct InstanceStatus {
+    /// Its id.
+    pub id: String,
+    /// Its state.
+    pub state: String,
+    /// How it came to the fleet.
+    pub origin: String,
+    /// Jobs it ran.
+    pub uses: u64,
+    /// Slots held on it now.
+    pub slots_held: usize,
+    /// Why it is being removed, if it is.
+    pub removing: Option<String>,
+}
+
+/// One job not yet reported.
+#[derive(Debug, serde::Serialize)]
+pub struct JobStatus {
+    /// The job source (runner).
+    pub source: String,
+    /// GitLab's job id.
+    pub job: String,
+    /// Where it is.
+    pub state: String,
+    /// Its instance and slot, once it has one.
+    pub instance: Option<(String, usize)>,
+    /// Seconds since it started.
+    pub started_seconds_ago: u64,
+    /// Its outcome, once known.
+    pub outcome: Option<String>,
+}
+
+/// The status of every fleet in `store`, as of `now`.
+pub fn status(store: &Store, now: SystemTime) -> Result<Status, flotilla_store::StoreError> {
+    let since = |t: SystemTime| now.duration_since(t).unwrap_or_default().as_secs();
+    let mut fleets = Vec::new();
+    for (scope, identity) in store.scopes()? {
+        let lease = store.current_lease(scope)?.map(|lease| LeaseStatus {
+            held: lease.expires_at > now,
+            seconds: if lease.expires_at > now {
+                lease
+                    .expires_at
+                    .duration_since(now)
+                    .unwrap_or_default()
+                    .as_secs()
+            } else {
+                since(lease.expires_at)
+            },
+            holder: lease.holder.to_string(),
+        });
+        let last_decision = store
+            .last_decision(scope)?
+            .map(|(at, text)| (since(at), text));
+        let fleet = store.load_fleet(scope)?;
+        let instances = fleet
+            .instances
+            .iter()
+            .map(|i| InstanceStatus {
+                id: i.id.clone(),
+                state: i.state.to_string(),
+                origin: format!("{:?}", i.cause).to_lowercase(),
+                uses: u64::from(i.use_count),
+                slots_held: fleet.acquisitions.iter().filter(|a| a.1 == i.id).count(),
+                removing: i.removal.map(|r| r.to_string()),
+            })
+            .collect();
+        let unreported_jobs = store
+            .unfinished_jobs(scope)?
+            .iter()
+            .map(|j| JobStatus {
+                source: j.source.clone(),
+                job: j.job_id.clone(),
+                state: j.state.as_str().to_string(),
+                // A job recorded before it had a slot (as GitLab jobs are) has no instance yet.
+                instance: (!j.instance.is_empty()).then(|| (j.instance.clone(), j.slot)),
+                started_seconds_ago: since(j.started_at),
+                outcome: outcome(j),
+            })
+            .collect();
+        fleets.push(FleetStatus {
+            fleet: identity.provider_id.clone(),
+            runner: identity.runner_id.clone(),
+            url: identity.shown_url(),
+            lease,
+            last_decision,
+            instances,
+            requested_in_flight: fleet.requested_in_flight,
+            unreported_jobs,
+        });
+    }
+    Ok(Status {
+        state: store.path().display().to_string(),
+        fleets,
+    })
+}
+
 /// The report for every fleet in `store`, as of `now`.
 pub fn report(store: &Store, now: SystemTime) -> Result<String, flotilla_store::StoreError> {
-    let mut s = format!("state: {}\n", store.path().display());
-    let scopes = store.scopes()?;
-    if scopes.is_empty() {
+    Ok(render(&status(store, now)?))
+}
+
+/// `status` as text.
+fn render(status: &Status) -> String {
+    let secs = Duration::from_secs;
+    let mut s = format!("state: {}\n", status.state);
+    if status.fleets.is_empty() {
         s.push_str("no fleet recorded yet\n");
     }
-    for (scope, identity) in scopes {
+    for f in &status.fleets {
         s.push('\n');
         s.push_str(&format!(
             "fleet {} (runner {} at {})\n",
-            identity.provider_id,
-            identity.runner_id,
-            identity.shown_url()
+            f.fleet, f.runner, f.url
         ));
-        match store.current_lease(scope)? {
-            Some(lease) if lease.expires_at > now => s.push_str(&format!(
+        match &f.lease {
+            Some(l) if l.held => s.push_str(&format!(
                 "  managed by {}; its lease lapses in {} unless renewed\n",
-                lease.holder,
-                human(lease.expires_at.duration_since(now).unwrap_or_default())
+                l.holder,
+                human(secs(l.seconds))
             )),
-            Some(lease) => s.push_str(&format!(
+            Some(l) => s.push_str(&format!(
                 "  not managed: the lease of {} lapsed {} ago\n",
-                lease.holder,
-                human(now.duration_since(lease.expires_at).unwrap_or_default())
+                l.holder,
+                human(secs(l.seconds))
             )),
             None => s.push_str("  not managed: no lease\n"),
         }
-
-        match store.last_decision(scope)? {
-            Some((at, text)) => s.push_str(&format!(
+        match &f.last_decision {
+            Some((ago, text)) => s.push_str(&format!(
                 "  last decision ({} ago): {text}\n",
-                human(now.duration_since(at).unwrap_or_default())
+                human(secs(*ago))
             )),
             None => s.push_str("  no decision recorded yet\n"),
         }
-
-        let fleet = store.load_fleet(scope)?;
         s.push_str(&format!(
             "  instances: {} known, {} requested and not seen yet\n",
-            fleet.instances.len(),
-            fleet.requested_in_flight
+            f.instances.len(),
+            f.requested_in_flight
         ));
-        if !fleet.instances.is_empty() {
-            let rows: Vec<Vec<String>> = fleet
+        if !f.instances.is_empty() {
+            let rows: Vec<Vec<String>> = f
                 .instances
                 .iter()
                 .map(|i| {
-                    let held = fleet.acquisitions.iter().filter(|a| a.1 == i.id).count();
                     vec![
                         i.id.clone(),
-                        i.state.to_string(),
-                        format!("{:?}", i.cause).to_lowercase(),
-                        i.use_count.to_string(),
-                        held.to_string(),
-                        i.removal.map(|r| r.to_string()).unwrap_or_default(),
+                        i.state.clone(),
+                        i.origin.clone(),
+                        i.uses.to_string(),
+                        i.slots_held.to_string(),
+                        i.removing.clone().unwrap_or_default(),
                     ]
                 })
                 .collect();
@@ -149,11 +305,30 @@ pub fn report(store: &Store, now: SystemTime) -> Result<String, flotilla_store::
                 &rows,
             );
         }
-
-        let jobs = store.unfinished_jobs(scope)?;
-        s.push_str(&format!("  jobs not yet reported: {}\n", jobs.len()));
-        if !jobs.is_empty() {
-            let rows: Vec<Vec<String>> = jobs.iter().map(|j| job_row(j, now)).collect();
+        s.push_str(&format!(
+            "  jobs not yet reported: {}\n",
+            f.unreported_jobs.len()
+        ));
+        if !f.unreported_jobs.is_empty() {
+            let rows: Vec<Vec<String>> = f
+                .unreported_jobs
+                .iter()
+                .map(|j| {
+                    let (instance, slot) = match &j.instance {
+                        Some((i, slot)) => (i.clone(), slot.to_string()),
+                        None => ("-".into(), "-".into()),
+                    };
+                    vec![
+                        j.source.clone(),
+                        j.job.clone(),
+                        j.state.clone(),
+                        instance,
+                        slot,
+                        format!("{} ago", human(secs(j.started_seconds_ago))),
+                        j.outcome.clone().unwrap_or_default(),
+                    ]
+                })
+                .collect();
             table(
                 &mut s,
                 &[
@@ -163,40 +338,18 @@ pub fn report(store: &Store, now: SystemTime) -> Result<String, flotilla_store::
             );
         }
     }
-    Ok(s)
+    s
 }
 
-fn job_row(j: &JobRecord, now: SystemTime) -> Vec<String> {
-    let outcome = match &j.outcome {
-        None => String::new(),
-        Some(JobOutcome::Success) => "success".into(),
-        Some(JobOutcome::Failed {
+fn outcome(j: &JobRecord) -> Option<String> {
+    Some(match j.outcome.as_ref()? {
+        JobOutcome::Success => "success".into(),
+        JobOutcome::Failed {
             failure_reason,
             exit_code: Some(code),
-        }) => format!("failed: {failure_reason} (exit code {code})"),
-        Some(JobOutcome::Failed { failure_reason, .. }) => format!("failed: {failure_reason}"),
-    };
-    vec![
-        j.source.clone(),
-        j.job_id.clone(),
-        j.state.as_str().to_string(),
-        // A job recorded before it had a slot (as GitLab jobs are) has no instance yet.
-        if j.instance.is_empty() {
-            "-".into()
-        } else {
-            j.instance.clone()
-        },
-        if j.instance.is_empty() {
-            "-".into()
-        } else {
-            j.slot.to_string()
-        },
-        format!(
-            "{} ago",
-            human(now.duration_since(j.started_at).unwrap_or_default())
-        ),
-        outcome,
-    ]
+        } => format!("failed: {failure_reason} (exit code {code})"),
+        JobOutcome::Failed { failure_reason, .. } => format!("failed: {failure_reason}"),
+    })
 }
 
 /// Appends an indented table with aligned columns.

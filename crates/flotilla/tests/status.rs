@@ -185,4 +185,27 @@ fn it_shows_the_lease_instances_slots_and_unreported_jobs() {
     assert_eq!(row("inst-a")[1..5], ["running", "requested", "4", "1"]);
     assert_eq!(row("inst-b").last().map(String::as_str), Some("idle_time"));
     assert_eq!(row("gitlab:ci")[1..3], ["1001", "running"]);
+
+    // Issue 34: the same, for scripts.
+    let out = status(&["--config", &config, "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let fleet = &json["fleets"][0];
+    assert_eq!(fleet["fleet"], "docker/ci-fleet");
+    assert_eq!(fleet["runner"], "77");
+    assert_eq!(fleet["lease"]["held"], true);
+    assert_eq!(fleet["requested_in_flight"], 2);
+    assert_eq!(fleet["instances"][0]["id"], "inst-a");
+    assert_eq!(fleet["instances"][0]["slots_held"], 1);
+    assert_eq!(fleet["instances"][1]["removing"], "idle_time");
+    assert_eq!(
+        fleet["last_decision"][1],
+        "scale up by 1: demand 5 vs free 4"
+    );
+    let jobs = fleet["unreported_jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 2);
+    assert_eq!(jobs[0]["job"], "1001");
+    assert_eq!(jobs[0]["instance"], serde_json::json!(["inst-a", 2]));
+    assert!(jobs[0]["started_seconds_ago"].as_u64().unwrap() >= 125);
+    assert_eq!(jobs[1]["outcome"], "failed: script_failure (exit code 3)");
 }
