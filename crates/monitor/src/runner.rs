@@ -334,17 +334,17 @@ impl RunnerState {
             ("requested", snapshot.ledger.requested_in_flight()),
         ]);
         view.instances = status::instances(&snapshot.ledger, &keys, tokio::time::Instant::now());
-        view.decisions = scaler
-            .recent_decisions()
-            .into_iter()
-            .rev()
-            .take(DECISIONS_SHOWN)
-            .map(|d| DecisionView {
-                at: d.at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        view.decisions = status::collapse(scaler.recent_decisions().into_iter().rev().map(|d| {
+            let at = d.at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+            DecisionView {
+                since: at.clone(),
+                at,
                 kind: d.kind.as_str(),
                 explanation: d.explanation.to_string(),
-            })
-            .collect();
+                count: 1,
+            }
+        }));
+        view.decisions.truncate(DECISIONS_SHOWN);
         view
     }
 

@@ -121,15 +121,36 @@ pub struct SlotView {
     pub job: Option<i64>,
 }
 
-/// One decision.
-#[derive(Debug, Clone, Serialize)]
+/// One decision, or a run of the same decision made again and again (the scaler decides
+/// every second; a fleet at rest holds for hours).
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct DecisionView {
-    /// When (RFC 3339).
+    /// When (RFC 3339): the latest of the run.
     pub at: String,
     /// What it amounted to (`scale_up`, `hold`, ...).
     pub kind: &'static str,
     /// The scaler's explanation.
     pub explanation: String,
+    /// How many times in a row it was made (1 for a lone decision).
+    pub count: u32,
+    /// When the run began (RFC 3339; `at` for a lone decision).
+    pub since: String,
+}
+
+/// `newest_first` with each run of identical consecutive decisions (same kind and
+/// explanation) made one, counted, keeping the latest time and the run's first.
+pub fn collapse(newest_first: impl IntoIterator<Item = DecisionView>) -> Vec<DecisionView> {
+    let mut out: Vec<DecisionView> = Vec::new();
+    for d in newest_first {
+        match out.last_mut() {
+            Some(last) if last.kind == d.kind && last.explanation == d.explanation => {
+                last.count += d.count;
+                last.since = d.since;
+            }
+            _ => out.push(d),
+        }
+    }
+    out
 }
 
 /// One instance that left the fleet.
@@ -208,4 +229,40 @@ pub(crate) fn instances(
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(at: &str, kind: &'static str, why: &str) -> DecisionView {
+        DecisionView {
+            at: at.into(),
+            kind,
+            explanation: why.into(),
+            count: 1,
+            since: at.into(),
+        }
+    }
+
+    #[test]
+    fn runs_of_the_same_decision_are_one_with_a_count() {
+        let got = collapse([
+            d("t5", "hold", "demand 0 vs free 2"),
+            d("t4", "hold", "demand 0 vs free 2"),
+            d("t3", "hold", "demand 0 vs free 2"),
+            d("t2", "scale_up", "demand 3 vs free 2"),
+            d("t1", "hold", "demand 0 vs free 2"),
+        ]);
+        assert_eq!(got.len(), 3);
+        assert_eq!(
+            (got[0].count, got[0].at.as_str(), got[0].since.as_str()),
+            (3, "t5", "t3")
+        );
+        assert_eq!((got[1].kind, got[1].count), ("scale_up", 1));
+        assert_eq!((got[2].count, got[2].since.as_str()), (1, "t1"));
+        // A hold for another reason is another entry.
+        let other = collapse([d("t2", "hold", "a"), d("t1", "hold", "b")]);
+        assert_eq!(other.len(), 2);
+    }
 }

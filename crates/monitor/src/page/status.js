@@ -100,7 +100,7 @@ function decisions(r) {
   const body = el("tbody");
   for (const d of r.decisions) {
     body.appendChild(el("tr", { "data-testid": "decision" },
-      el("td", { text: clock(d.at) }),
+      el("td", { text: d.count > 1 ? `${clock(d.at)} (×${d.count} since ${clock(d.since)})` : clock(d.at) }),
       el("td", {}, el("span", { class: `badge ${d.kind}`, text: d.kind.replaceAll("_", " ") })),
       el("td", { class: "explanation", text: d.explanation })));
   }
