@@ -475,3 +475,76 @@ fn docker_container_options_load_and_are_used() {
             .contains_key("/var/lib/postgresql/data")
     );
 }
+
+/// Public `config.toml` files, as their repositories hold them (source named at the top of
+/// each, `tests/fixtures/public/`): the docker-executor ones load, every key flotilla does not
+/// use is warned at its line with the reason, and the keys that shape jobs are read; a
+/// third-party fleeting plugin this build lacks is refused by name, before any GitLab call.
+#[test]
+fn public_configs_load_or_are_refused_with_the_reason() {
+    let warned_keys = |name: &str| -> Vec<String> {
+        let loaded = load(&format!("public/{name}"));
+        loaded
+            .warnings
+            .iter()
+            .map(|w| {
+                let text = w.to_string();
+                let key = text.split('`').nth(1).unwrap_or_default().to_string();
+                assert!(
+                    text.contains("is not used") && text.contains(" ("),
+                    "a warning without its reason: {text}"
+                );
+                key
+            })
+            .collect()
+    };
+    assert_eq!(
+        warned_keys("webees-devops.toml"),
+        [
+            "session_server",
+            "custom_build_dir",
+            "cache",
+            "tls_verify",
+            "disable_cache",
+            "custom_build_dir",
+            "cache",
+            "tls_verify",
+            "disable_cache",
+            "custom_build_dir",
+            "cache",
+            "tls_verify",
+            "disable_cache",
+        ]
+    );
+    let loaded = load("public/webees-devops.toml");
+    assert_eq!(loaded.config.runners.len(), 3);
+    let docker = loaded.config.runners[0].docker.clone().unwrap();
+    assert_eq!(
+        docker.volumes,
+        ["/var/run/docker.sock:/var/run/docker.sock", "/cache"]
+    );
+
+    assert_eq!(
+        warned_keys("mritd-composes.toml"),
+        ["cache_dir", "tls_verify", "disable_cache", "cache"]
+    );
+    let loaded = load("public/mritd-composes.toml");
+    let r = &loaded.config.runners[0];
+    assert_eq!(r.builds_dir.as_deref(), Some("/gitlab/runner-builds"));
+    let docker = r.docker.clone().unwrap();
+    assert_eq!(docker.extra_hosts, ["git.mritd.me:172.16.0.37"]);
+    assert_eq!(docker.volumes.len(), 8);
+
+    // `config check` refuses what `run` could not start (the registry of this build).
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_flotilla"))
+        .args(["config", "check"])
+        .arg(fixture("public/lavr-fleeting-yc.toml"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("plugin \"fleeting-plugin-yandexcloud\" is not available in this build"),
+        "{stderr}"
+    );
+}
