@@ -19,7 +19,13 @@ fn identity(c: &Arc<dyn Connector>) -> *const () {
 struct Cached {
     connector: Arc<dyn Connector>,
     docker: Docker,
+    helper: HelperBase,
 }
+
+/// What every helper container on one instance starts from, found once per connection by the
+/// first job that needs it ([`super::helper`]: the instance's system paths, the empty root
+/// imported); concurrent jobs wait for that one.
+pub(crate) type HelperBase = Arc<tokio::sync::OnceCell<Vec<String>>>;
 
 /// Clients by instance id.
 #[derive(Default)]
@@ -36,6 +42,16 @@ impl Clients {
         connector: &Arc<dyn Connector>,
         config: &DockerIsolationConfig,
     ) -> Result<Docker, IsolateError> {
+        Ok(self.get_with_helper(instance, connector, config).await?.0)
+    }
+
+    /// [`Self::get`], with the instance's [`HelperBase`] (new with a new client).
+    pub(crate) async fn get_with_helper(
+        &self,
+        instance: &str,
+        connector: &Arc<dyn Connector>,
+        config: &DockerIsolationConfig,
+    ) -> Result<(Docker, HelperBase), IsolateError> {
         let slot = {
             let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
             // Forget clients whose connector nobody but the cache (and the client's own
@@ -55,14 +71,16 @@ impl Clients {
         if let Some(c) = cached.as_ref()
             && identity(&c.connector) == identity(connector)
         {
-            return Ok(c.docker.clone());
+            return Ok((c.docker.clone(), c.helper.clone()));
         }
         let docker = connect(instance, connector, config).await?;
+        let helper = HelperBase::default();
         *cached = Some(Cached {
             connector: connector.clone(),
             docker: docker.clone(),
+            helper: helper.clone(),
         });
-        Ok(docker)
+        Ok((docker, helper))
     }
 }
 

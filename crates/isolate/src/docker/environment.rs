@@ -41,6 +41,7 @@ const HELPER_CLEANUP_TIMEOUT: Duration = Duration::from_secs(20);
 /// What [`DockerEnvironment::new`] is made from.
 pub(crate) struct Parts<'a> {
     pub docker: Docker,
+    pub helper_base: super::client::HelperBase,
     pub connector: Arc<dyn Connector>,
     pub instance: String,
     pub job: &'a JobPayload,
@@ -64,6 +65,8 @@ struct Made {
 /// One job's containers (and network) on an instance's Docker daemon.
 pub struct DockerEnvironment {
     docker: Docker,
+    /// The instance's system paths for the helper container, found once per instance.
+    helper_base: super::client::HelperBase,
     connector: Arc<dyn Connector>,
     instance: String,
     layout: BuildLayout,
@@ -166,6 +169,7 @@ impl DockerEnvironment {
         let slot_bind = super::spec::slot_bind(&p.layout.slot_dir, p.job.job_info.project_id);
         DockerEnvironment {
             docker: p.docker,
+            helper_base: p.helper_base,
             connector: p.connector,
             instance: p.instance,
             layout: p.layout,
@@ -478,21 +482,29 @@ impl DockerEnvironment {
     /// Makes and starts the job's helper container ([`helper`]): the instance's system paths
     /// found, the empty root image imported when missing.
     async fn start_helper(&self, cgroup_parent: Option<String>) -> Result<String, EnvError> {
-        let probe = self
-            .connector
-            .output(&helper_command(&helper::probe_command()))
-            .await
-            .map_err(|e| EnvError::System(format!("looking for the instance's programs: {e}")))?;
-        let system = helper::existing_paths(&probe.stdout_str());
-        if !system.iter().any(|p| p == "/usr" || p == "/bin") {
-            return Err(EnvError::System(
-                "the instance has neither /usr nor /bin for the helper container".into(),
-            ));
-        }
-        helper::ensure_root_image(&self.docker)
-            .await
-            .map_err(EnvError::System)?;
-        let body = helper::helper_container(&self.slot_bind, &system, &self.labels, cgroup_parent);
+        let system = self
+            .helper_base
+            .get_or_try_init(|| async {
+                let probe = self
+                    .connector
+                    .output(&helper_command(&helper::probe_command()))
+                    .await
+                    .map_err(|e| {
+                        EnvError::System(format!("looking for the instance's programs: {e}"))
+                    })?;
+                let system = helper::existing_paths(&probe.stdout_str());
+                if !system.iter().any(|p| p == "/usr" || p == "/bin") {
+                    return Err(EnvError::System(
+                        "the instance has neither /usr nor /bin for the helper container".into(),
+                    ));
+                }
+                helper::ensure_root_image(&self.docker)
+                    .await
+                    .map_err(EnvError::System)?;
+                Ok(system)
+            })
+            .await?;
+        let body = helper::helper_container(&self.slot_bind, system, &self.labels, cgroup_parent);
         let id = self.create_and_start(Role::Helper, body).await?;
         self.helper_ready(&id).await?;
         Ok(id)

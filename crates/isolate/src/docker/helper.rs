@@ -117,16 +117,12 @@ pub fn helper_container(
     }
 }
 
-/// Imports [`ROOT_IMAGE`] (an empty file system) into the daemon unless it is there.
+/// Imports [`ROOT_IMAGE`] (an empty file system) into the daemon unless it is there. Called
+/// once per instance connection (the instance's `HelperBase` in `client.rs`), so jobs starting
+/// together on a fresh instance do not import it twice: an import retagging the image while
+/// another job's helper container started from it broke that container's execs (seen on
+/// Docker 20.10).
 pub async fn ensure_root_image(docker: &Docker) -> Result<(), String> {
-    if docker.inspect_image(ROOT_IMAGE).await.is_ok() {
-        return Ok(());
-    }
-    // One import at a time in this process: jobs starting together on a fresh instance would
-    // each import it otherwise, and an import that retags the image while another job's
-    // helper container starts from it broke that container's execs (seen on Docker 20.10).
-    static IMPORTING: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-    let _one = IMPORTING.lock().await;
     if docker.inspect_image(ROOT_IMAGE).await.is_ok() {
         return Ok(());
     }

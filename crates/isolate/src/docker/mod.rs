@@ -277,9 +277,9 @@ impl Isolation for DockerIsolation {
     ) -> Result<Box<dyn IsolatedEnvironment>, IsolateError> {
         let layout = BuildLayout::new(&req.builds_dir, req.slot, req.job)
             .map_err(IsolateError::Configuration)?;
-        let docker = self
+        let (docker, helper_base) = self
             .clients
-            .get(req.instance_id, &req.connector, &self.config)
+            .get_with_helper(req.instance_id, &req.connector, &self.config)
             .await?;
         let labels = JobLabels {
             owner: self.config.owner.clone(),
@@ -291,6 +291,7 @@ impl Isolation for DockerIsolation {
         let live = self.live.register(&labels.env_id);
         Ok(Box::new(DockerEnvironment::new(environment::Parts {
             docker,
+            helper_base,
             connector: req.connector.clone(),
             instance: req.instance_id.to_string(),
             job: req.job,
