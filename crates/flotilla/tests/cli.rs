@@ -48,7 +48,9 @@ fn config_check_accepts_a_good_file_and_prints_it_redacted() {
     assert_eq!(stderr.lines().count(), 2, "{stderr}");
     assert!(
         stderr.lines().all(|l| l.starts_with("warning: "))
-            && stderr.contains("docker-autoscaler-aws-full.toml:18:15: `cache_dir` is not used")
+            && stderr.contains(
+                "docker-autoscaler-aws-full.toml:18:3: `cache_dir` in [runners] is not used"
+            )
             && stderr.contains("docker-autoscaler-aws-full.toml:44:30: reservation_throttling"),
         "{stderr}"
     );

@@ -177,9 +177,6 @@ pub struct RunnerConfig {
     /// Where builds are checked out on the instance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub builds_dir: Option<String>,
-    /// Where the local cache is kept on the instance.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_dir: Option<String>,
     /// Where jobs fetch their sources instead of the URL GitLab gives (`https://gitlab.internal`,
     /// `ssh://gitlab.internal:2222`): GitLab Runner's `clone_url`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -264,7 +261,6 @@ impl RunnerConfig {
             limit: 0,
             request_concurrency: default_request_concurrency(),
             builds_dir: None,
-            cache_dir: None,
             clone_url: None,
             shell: None,
             pre_get_sources_script: None,
@@ -448,7 +444,8 @@ pub struct DockerConfig {
     /// The network the job's containers join (`host`, `bridge`, `none`, or a network's name).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub network_mode: Option<String>,
-    /// Seconds to wait for services to listen (GitLab's default 30; -1 or 0: not waited for).
+    /// Seconds to wait for services to listen (0 or unset: GitLab's default 30; negative: not
+    /// waited for).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub wait_for_services_timeout: Option<i64>,
     /// Keep the images' own entrypoints whatever a job's `entrypoint` asks.

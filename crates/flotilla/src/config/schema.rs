@@ -140,6 +140,9 @@ pub(crate) fn unused_reason(table: &str, key: &str) -> Option<&'static str> {
             "GitLab Runner's feature flags are not read: flotilla has one behaviour for each"
         }
         ("runners", "custom_build_dir") => "builds_dir is used as configured",
+        ("runners", "cache_dir") => {
+            "flotilla keeps each runner's job cache on the manager, in <state_dir>/cache/<runner>"
+        }
         ("runners.docker", "tls_verify" | "tls_cert_path") => {
             "flotilla reaches the instance's dockerd through its connector, not over TCP"
         }

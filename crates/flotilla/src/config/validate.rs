@@ -83,7 +83,7 @@ fn runner_label(runner: &RunnerConfig) -> String {
 fn check_runner(f: &mut Findings, path: &KeyPath, runner: &RunnerConfig) {
     let label = runner_label(runner);
     let executor = runner.executor;
-    check_shell_and_cache_dir(f, path, runner);
+    check_shell_and_clone_url(f, path, runner);
     if executor.requires_gitlab() {
         match runner.url.as_deref() {
             None => f.error(
@@ -318,14 +318,14 @@ fn check_runner(f: &mut Findings, path: &KeyPath, runner: &RunnerConfig) {
     }
 }
 
-/// `shell` and `cache_dir`, GitLab keys whose meaning flotilla keeps only in part.
+/// `shell`, whose meaning flotilla keeps only in part, and `clone_url`.
 ///
 /// flotilla writes POSIX shell scripts and runs them with bash where it is found and sh
 /// otherwise, which is GitLab's `bash` shell (its detection script falls back to sh the same
 /// way); `sh` runs the same scripts (they are POSIX) with bash where present; PowerShell and
 /// `cmd` scripts are not written at all, so a runner set up for them is refused rather than
-/// run in the wrong language. The job cache lives on the manager, not in `cache_dir`.
-fn check_shell_and_cache_dir(f: &mut Findings, path: &KeyPath, runner: &RunnerConfig) {
+/// run in the wrong language.
+fn check_shell_and_clone_url(f: &mut Findings, path: &KeyPath, runner: &RunnerConfig) {
     match runner.shell.as_deref().map(str::trim) {
         None | Some("" | "bash") => {}
         Some("sh") => f.warn(
@@ -347,14 +347,7 @@ fn check_shell_and_cache_dir(f: &mut Findings, path: &KeyPath, runner: &RunnerCo
     {
         f.error(
             path.key("clone_url"),
-            format!("clone_url `{url}` has no scheme (https://, http:// or ssh://)"),
-        );
-    }
-    if runner.cache_dir.is_some() {
-        f.warn(
-            path.key("cache_dir"),
-            "`cache_dir` is not used: flotilla keeps each runner's job cache on the manager \
-             (<state_dir>/cache/<runner>)",
+            format!("clone_url `{url}` has no scheme (such as https:// or ssh://)"),
         );
     }
 }
@@ -778,42 +771,56 @@ mod tests {
         assert!(w[0].contains("all jobs will share one cgroup"));
     }
 
-    /// Issue 32: `shell` and `cache_dir` were accepted and ignored. `bash` is what flotilla
-    /// does; `sh` is warned (bash runs the POSIX scripts where present); PowerShell and `cmd`
-    /// are refused; `cache_dir` is warned with where the cache is.
+    /// Issue 32: `shell` was accepted and ignored. `bash` is what flotilla does; `sh` is warned
+    /// (bash runs the POSIX scripts where present); PowerShell and `cmd` are refused.
     #[test]
-    fn shell_and_cache_dir_say_what_they_do() {
-        let with = |shell: Option<&str>, cache_dir: Option<&str>| {
+    fn shell_says_what_it_does() {
+        let with = |shell: Option<&str>| {
             let mut r = runner(Executor::Instance);
             r.shell = shell.map(str::to_string);
-            r.cache_dir = cache_dir.map(str::to_string);
             Config {
                 concurrent: 10,
                 runners: vec![r],
                 ..Default::default()
             }
         };
-        let c = with(Some("bash"), None);
+        let c = with(Some("bash"));
         let all = [
             messages(&c, Severity::Warning),
             messages(&c, Severity::Error),
         ]
         .concat();
         assert!(!all.iter().any(|m| m.contains(".shell")), "{all:?}");
-        let w = messages(&with(Some("sh"), None), Severity::Warning);
+        let w = messages(&with(Some("sh")), Severity::Warning);
         assert!(w.iter().any(|m| m.contains("POSIX")), "{w:?}");
         for windows in ["pwsh", "powershell", "cmd"] {
-            let e = messages(&with(Some(windows), None), Severity::Error);
+            let e = messages(&with(Some(windows)), Severity::Error);
             assert!(
                 e.iter()
                     .any(|m| m.contains("is not supported: flotilla writes POSIX")),
                 "{windows}: {e:?}"
             );
         }
-        let w = messages(&with(None, Some("/cache")), Severity::Warning);
-        assert!(
-            w.iter().any(|m| m.contains("job cache on the manager")),
-            "{w:?}"
-        );
+    }
+
+    /// `clone_url` must name a scheme for GitLab Runner to use it; empty is unset (rendered
+    /// configs write `clone_url = ""`).
+    #[test]
+    fn clone_url_needs_a_scheme() {
+        let with = |url: &str| {
+            let mut r = runner(Executor::Instance);
+            r.clone_url = Some(url.into());
+            Config {
+                concurrent: 10,
+                runners: vec![r],
+                ..Default::default()
+            }
+        };
+        for fine in ["https://gitlab.internal", "ssh://gitlab.internal:2222", ""] {
+            let e = messages(&with(fine), Severity::Error);
+            assert!(!e.iter().any(|m| m.contains("clone_url")), "{fine}: {e:?}");
+        }
+        let e = messages(&with("gitlab.internal"), Severity::Error);
+        assert!(e.iter().any(|m| m.contains("has no scheme")), "{e:?}");
     }
 }

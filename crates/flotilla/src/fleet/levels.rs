@@ -209,8 +209,9 @@ fn docker_config(runner: &RunnerConfig) -> Result<DockerIsolationConfig> {
         },
         slot_cgroups,
         options,
+        // GitLab's `waitForServices`: 0 (or unset) is the default 30 s, negative is no wait.
         wait_for_services_timeout: match wait_for_services_timeout {
-            None => DockerIsolationConfig::default().wait_for_services_timeout,
+            None | Some(0) => DockerIsolationConfig::default().wait_for_services_timeout,
             Some(secs) => std::time::Duration::from_secs(u64::try_from(secs).unwrap_or(0)),
         },
         disable_entrypoint_overwrite,
@@ -394,7 +395,7 @@ mod tests {
         );
     }
 
-    /// `wait_for_services_timeout`: seconds, GitLab's 30 when unset, -1 (or 0) not waited for.
+    /// `wait_for_services_timeout`: seconds, GitLab's 30 when unset or 0, -1 not waited for.
     #[test]
     fn wait_for_services_timeout_as_gitlab_reads_it() {
         let wait = |v: Option<i64>| {
@@ -406,6 +407,7 @@ mod tests {
             .wait_for_services_timeout
         };
         assert_eq!(wait(None), std::time::Duration::from_secs(30));
+        assert_eq!(wait(Some(0)), std::time::Duration::from_secs(30));
         assert_eq!(wait(Some(45)), std::time::Duration::from_secs(45));
         assert_eq!(wait(Some(-1)), std::time::Duration::ZERO);
     }

@@ -247,11 +247,15 @@ fn simulate(args: &SimulateArgs, out: &mut dyn Write, err: &mut dyn Write) -> Re
     match sweep {
         None => {
             let t = Instant::now();
-            let throughput = capacity::Throughput::of(&jobs, slots(&base));
+            // Unlimited instances (max_instances = 0): no most to compare against.
+            let throughput = base.scaler.max_slots().map(|slots| {
+                let slots = u32::try_from(slots).unwrap_or(u32::MAX);
+                (capacity::Throughput::of(&jobs, slots), slots)
+            });
             let outcome = flotilla_sim::run(&base, jobs)?;
             let wall = t.elapsed();
             print_outcome(out, &outcome, wall, start);
-            print_capacity(out, &outcome, &throughput, slots(&base));
+            print_capacity(out, &outcome, throughput.as_ref());
             let files = plot::fleet(&outcome, &args.plots, "simulate", &runner.name, start)?;
             let _ = writeln!(out, "plots: {}", files.join(", "));
         }
@@ -312,19 +316,15 @@ fn simulate(args: &SimulateArgs, out: &mut dyn Write, err: &mut dyn Write) -> Re
     Ok(())
 }
 
-/// The slots the fleet's limits allow at most.
-fn slots(spec: &flotilla_sim::Spec) -> u32 {
-    u32::try_from(
-        spec.scaler
-            .max_instances
-            .saturating_mul(spec.scaler.capacity_per_instance),
-    )
-    .unwrap_or(u32::MAX)
-}
-
 /// Whether the fleet can keep up, and the jobs GitLab would have failed for waiting.
-fn print_capacity(out: &mut dyn Write, o: &Outcome, t: &capacity::Throughput, slots: u32) {
-    if t.overloaded() {
+fn print_capacity(
+    out: &mut dyn Write,
+    o: &Outcome,
+    throughput: Option<&(capacity::Throughput, u32)>,
+) {
+    if let Some((t, slots)) = throughput
+        && t.overloaded()
+    {
         let _ = writeln!(
             out,
             "the fleet cannot keep up: jobs arrive at {:.0} an hour, and its {slots} slots \
