@@ -658,7 +658,13 @@ async fn infra_docker_nothing_a_job_controls_runs_outside_its_container() {
     first.variables.extend([
         Variable::new("GIT_CONFIG_COUNT", "1"),
         Variable::new("GIT_CONFIG_KEY_0", "core.fsmonitor"),
-        Variable::new("GIT_CONFIG_VALUE_0", "touch /tmp/flotilla-mark-env; false"),
+        // Also in the project's `.git` (git runs the monitor there, and `git clean` leaves
+        // `.git` alone): a mark that a variable reached git wherever the fetch ran, helper
+        // container included.
+        Variable::new(
+            "GIT_CONFIG_VALUE_0",
+            "touch /tmp/flotilla-mark-env .git/flotilla-mark-env; false",
+        ),
     ]);
     let (r, t) = dispatch(&f.dispatcher, &first).await;
     assert_eq!(r.outcome, Outcome::Success, "{t}");
@@ -673,6 +679,18 @@ async fn infra_docker_nothing_a_job_controls_runs_outside_its_container() {
     )
     .await;
     assert_eq!(left.trim(), "", "a job ran commands on the instance:\n{t}");
+    let in_project = on_instance(
+        &f,
+        &instance,
+        "[ ! -e /builds/0/.project-7/group/project/.git/flotilla-mark-env ] || echo reached; \
+         [ -d /builds/0/.project-7/group/project/.git ] && echo checked-out",
+    )
+    .await;
+    assert_eq!(
+        in_project.trim(),
+        "checked-out",
+        "the job's GIT_CONFIG_* variables reached git:\n{t}"
+    );
 }
 
 /// A job sees its own project's directory, never another project's: on GitLab each project
@@ -792,9 +810,10 @@ async fn infra_docker_entrypoint_overwrite_and_service_wait_follow_the_runner() 
         Level::Docker,
         &["echo \"mark=$(tr '\\0' '\\n' < /proc/1/environ | grep -c '^MARK=' || true)\""],
     );
-    if let Some(image) = j.image.as_mut() {
-        image.entrypoint = vec!["env".into(), "MARK=overridden".into()];
-    }
+    j.image
+        .as_mut()
+        .expect("a docker job has an image")
+        .entrypoint = vec!["env".into(), "MARK=overridden".into()];
     // A service that never listens: with no wait, nothing is said about it.
     j.services = vec![Image {
         name: busybox_image(),
@@ -903,12 +922,14 @@ async fn infra_docker_allowed_users_decide_the_build_user() {
     let f = docker_fleet("users", config).await;
     let as_user = |user: &str| {
         let mut j = job_at(Level::Docker, &["echo \"uid=$(id -u)\""]);
-        if let Some(image) = j.image.as_mut() {
-            image.executor_opts.docker = Some(flotilla_job::model::DockerOptions {
-                user: user.into(),
-                ..Default::default()
-            });
-        }
+        j.image
+            .as_mut()
+            .expect("a docker job has an image")
+            .executor_opts
+            .docker = Some(flotilla_job::model::DockerOptions {
+            user: user.into(),
+            ..Default::default()
+        });
         j
     };
     let (r, t) = dispatch(&f.dispatcher, &as_user("1000")).await;

@@ -139,13 +139,14 @@ impl DockerEnvironment {
             }),
         };
         // The runner's own services first, then the job's (GitLab's `getServicesDefinitions`).
-        let runner_services = p.config.services.len();
+        let named = |s: &&Image| !s.name.is_empty();
+        let runner_services = p.config.services.iter().filter(named).count();
         let mut services: Vec<Image> = p
             .config
             .services
             .iter()
             .chain(p.job.services.iter())
-            .filter(|s| !s.name.is_empty())
+            .filter(named)
             .cloned()
             .collect();
         // `disable_entrypoint_overwrite`: the images' own entrypoints, whatever the job asks
@@ -738,8 +739,21 @@ impl IsolatedEnvironment for DockerEnvironment {
         };
         let mut errors = Vec::new();
         // The job's directories go first, from inside the helper container, where a link the
-        // job left in them can lead nowhere but the slot directory. Without a helper container
-        // nothing of the job was written there.
+        // job left in them can lead nowhere but the slot directory; the build container is
+        // killed before, so nothing the job left running writes there meanwhile. Without a
+        // helper container nothing of the job was written there.
+        if let Some(build) = self.build_container()
+            && let Err(e) = self
+                .docker
+                .kill_container(
+                    &build,
+                    None::<bollard::query_parameters::KillContainerOptions>,
+                )
+                .await
+            && !super::client::is_not_found(&e)
+        {
+            tracing::debug!(instance = %self.instance, error = %e, "killing the build container before cleanup");
+        }
         if let Some(id) = helper {
             let container = DockerExecConnector::new(self.docker.clone(), id);
             let line = helper_command(&self.helper_cleanup_line());

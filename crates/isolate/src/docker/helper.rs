@@ -10,9 +10,9 @@
 //! is flotilla's.
 //!
 //! It needs no image of its own, nothing to pull and nothing to keep in step with flotilla's
-//! scripts: its root is an empty image imported once per daemon ([`ROOT_IMAGE`]), and the
-//! instance's own programs (`sh`, `git`, `tar`) are bound into it read-only
-//! ([`SYSTEM_PATHS`], those that exist). The only writable places are the slot directory
+//! scripts: its root is an empty image imported when a daemon lacks it ([`ROOT_IMAGE`], looked
+//! for once per instance connection), and the instance's own programs (`sh`, `git`, `tar`) are
+//! bound into it read-only ([`SYSTEM_PATHS`], those that exist). The only writable places are the slot directory
 //! (the job's own, bound at the same path as in the build container) and a private `/tmp`. It
 //! shares the instance's network (the fetch reaches what the instance reaches, as the
 //! instance's shell did), keeps its own process and mount namespaces, runs with the few

@@ -9,13 +9,14 @@
 //!   ([`spec::keepalive`]); `step_script` and `after_script` run in it through the exec API,
 //!   the script piped to bash (or sh). Helper stages (sources, caches, artifacts, removing the
 //!   job's directories) run in the job's helper container ([`helper`]): the instance's own
-//!   programs, read-only, over an empty root, with only `<builds_dir>/<slot>` writable, which
-//!   is bind-mounted into the build container at the same path.
+//!   programs, read-only, over an empty root, with only the job's slot directory writable:
+//!   the instance's `<builds_dir>/<slot>/.project-<id>`, bound at `<builds_dir>/<slot>` in the
+//!   helper and build containers alike ([`spec::slot_bind`]).
 //! - **Services**: each in its own container, so its own network namespace, on a per-job
 //!   user-defined bridge network with its aliases (GitLab's rules: the alias, or
 //!   `name__sub` and `name-sub` from the image name). Two services listening on the same port
 //!   do not clash: each has its own address. Jobs without services use the default bridge and
-//!   no network is made. Before the job starts, the service ports are waited for (up to
+//!   no network is made; `network_mode` changes both ([`network`]). Before the job starts, the service ports are waited for (up to
 //!   [`DockerIsolationConfig::wait_for_services_timeout`]), with a warning for a service
 //!   that never listened.
 //! - **Pull policies** ([`pull`]): `always`, `if-not-present`, `never`, tried in order.

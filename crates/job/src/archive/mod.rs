@@ -2,10 +2,11 @@
 //! through stdin/stdout of a command in the helper context (so an instance needs nothing but
 //! `sh`, `find` and `tar`), and are kept on the manager as zip archives.
 //!
-//! Every path is checked on both sides: patterns and entries that are absolute, climb out
-//! with `..`, or are symbolic links pointing out of the project directory are refused with a
-//! message saying which and why; an archive with such an entry is refused as a whole before
-//! anything is extracted (zip-slip).
+//! Every path is checked on both sides: patterns and entries that are absolute or climb out
+//! with `..` are refused with a message saying which and why; an archive with such an entry,
+//! or one that would write through a symbolic link, is refused as a whole before anything is
+//! extracted (zip-slip). Symbolic links themselves are archived and extracted as links,
+//! wherever they point, as GitLab Runner does.
 
 mod collect;
 mod extract;

@@ -29,8 +29,8 @@ pub enum Place {
     /// The job's build context: `step_script`, `after_script` (the job image for docker
     /// isolation).
     Build,
-    /// The helper context (the instance's shell, with git and tar): `get_sources`, caches,
-    /// artifacts, cleanup.
+    /// The helper context, with git and tar: `get_sources`, caches, artifacts, cleanup. The
+    /// instance's shell at most levels; a helper container of the job's at `docker`.
     Helper,
 }
 

@@ -619,9 +619,9 @@ impl Run<'_, '_> {
     }
 
     /// Where the job's `get_sources` hooks run. They are its own commands: where the build
-    /// place is the job's own container or VM, the helper place (the instance's shell, shared
-    /// with other jobs) is outside it, and they run in the build place instead (GitLab runs
-    /// them in the helper container, which is the job's too).
+    /// place is the job's own container or VM, the helper place (the instance's shell, or at
+    /// `docker` a helper container) is outside it, and they run in the build place instead,
+    /// with the job's image and tools.
     fn hooks_place(&self) -> Place {
         if self.runner.env.disposable() {
             Place::Build
