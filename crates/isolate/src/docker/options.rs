@@ -192,6 +192,14 @@ fn size(key: &'static str, s: &str) -> Result<Option<i64>, OptionsError> {
     Ok(Some(ram_in_bytes_of(key, s)?))
 }
 
+fn cpus(key: &'static str, s: &str) -> Result<Option<i64>, OptionsError> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(nano_cpus_of(key, s)?))
+}
+
 fn ulimits(map: &HashMap<String, String>) -> Result<Vec<ResourcesUlimits>, OptionsError> {
     let mut out = Vec::new();
     let mut names: Vec<&String> = map.keys().collect();
@@ -230,7 +238,6 @@ impl ContainerOptions {
         if raw.shm_size < 0 {
             return Err(OptionsError::ShmSize(raw.shm_size));
         }
-        let service_cpus = raw.service_cpus.trim();
         Ok(ContainerOptions {
             shared: Shared {
                 dns: raw.dns.clone(),
@@ -267,11 +274,7 @@ impl ContainerOptions {
                     "service_memory_reservation",
                     &raw.service_memory_reservation,
                 )?,
-                nano_cpus: if service_cpus.is_empty() {
-                    None
-                } else {
-                    Some(nano_cpus_of("service_cpus", service_cpus)?)
-                },
+                nano_cpus: cpus("service_cpus", &raw.service_cpus)?,
                 cpuset_cpus: trimmed(&raw.service_cpuset_cpus),
                 cpu_shares: (raw.service_cpu_shares != 0).then_some(raw.service_cpu_shares),
                 cgroup_parent: trimmed(&raw.service_cgroup_parent),

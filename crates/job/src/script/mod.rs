@@ -70,16 +70,7 @@ impl ScriptContext<'_> {
     fn writer(&self, first: bool) -> ScriptWriter {
         let mut w = ScriptWriter::new();
         let vars = self.vars;
-        if vars.iter().any(|v| v.file && v.has_valid_name()) {
-            w.private_dir(vars.tmp_dir());
-        }
-        for v in vars.iter().filter(|v| v.has_valid_name()) {
-            if v.file {
-                w.file_variable(&v.key, &vars.file_path(&v.key), &v.value);
-            } else {
-                w.export(&v.key, &v.value);
-            }
-        }
+        self.export_variables(&mut w, |v| v.has_valid_name());
         w.dotenv_file(
             GITLAB_ENV,
             vars.tmp_dir(),
@@ -137,6 +128,22 @@ impl ScriptContext<'_> {
         Ok(w.finish())
     }
 
+    /// Exports the variables `keep` takes into `w`, file variables written to private files
+    /// under the job's temporary directory (made only when there is one).
+    fn export_variables(&self, w: &mut ScriptWriter, keep: impl Fn(&crate::Variable) -> bool) {
+        let vars = self.vars;
+        if vars.iter().any(|v| v.file && keep(v)) {
+            w.private_dir(vars.tmp_dir());
+        }
+        for v in vars.iter().filter(|v| keep(v)) {
+            if v.file {
+                w.file_variable(&v.key, &vars.file_path(&v.key), &v.value);
+            } else {
+                w.export(&v.key, &v.value);
+            }
+        }
+    }
+
     /// A writer for a fetch outside the job's container or VM: only the variables
     /// [`fetch_env`] passes are exported, git variables held back are named in a warning, and
     /// the job's `GITLAB_ENV` file is emptied (the job's first stage) but not read, since the
@@ -145,22 +152,15 @@ impl ScriptContext<'_> {
         let mut w = ScriptWriter::new();
         let vars = self.vars;
         let passed =
-            |v: &&crate::Variable| v.has_valid_name() && fetch_env::passes(&v.key, &v.value);
-        if vars.iter().filter(passed).any(|v| v.file) {
-            w.private_dir(vars.tmp_dir());
-        }
-        let mut held = Vec::new();
-        for v in vars.iter() {
-            if !passed(&v) {
-                if fetch_env::worth_naming(&v.key) && !held.contains(&v.key.as_str()) {
-                    held.push(v.key.as_str());
-                }
-                continue;
-            }
-            if v.file {
-                w.file_variable(&v.key, &vars.file_path(&v.key), &v.value);
-            } else {
-                w.export(&v.key, &v.value);
+            |v: &crate::Variable| v.has_valid_name() && fetch_env::passes(&v.key, &v.value);
+        self.export_variables(&mut w, passed);
+        let mut held: Vec<&str> = Vec::new();
+        for v in vars
+            .iter()
+            .filter(|v| !passed(v) && fetch_env::worth_naming(&v.key))
+        {
+            if !held.contains(&v.key.as_str()) {
+                held.push(&v.key);
             }
         }
         if !held.is_empty() {

@@ -95,13 +95,8 @@ impl ScriptWriter {
     /// nothing rather than failing every stage.
     pub fn dotenv_file(&mut self, key: &str, dir: &str, path: &str, fresh: bool) {
         self.export(key, path);
-        let (d, p) = (quote(dir), quote(path));
-        let open = if fresh { ">" } else { ">>" };
-        // `true`, not `:`: a redirection that fails on a special built-in ends a POSIX shell
-        // (dash, busybox), whatever `||` follows.
-        self.line(&format!(
-            "{{ [ -d {d} ] || {{ mkdir -p {d} && chmod 700 {d}; }}; true {open} {p}; }} 2>/dev/null || :"
-        ));
+        self.open_dotenv_file(dir, path, if fresh { ">" } else { ">>" });
+        let p = quote(path);
         self.line(&format!(
             "if [ -r {p} ]; then while read -r _flotilla_line; do export \"$_flotilla_line\"; \
              done < {p}; unset _flotilla_line; fi"
@@ -112,9 +107,17 @@ impl ScriptWriter {
     /// reading it: the first stage of a job whose first script runs where the job's own
     /// lines must not be exported (see [`Self::dotenv_file`]).
     pub fn fresh_dotenv_file(&mut self, dir: &str, path: &str) {
+        self.open_dotenv_file(dir, path, ">");
+    }
+
+    /// Makes the private directory `dir` and opens the dotenv file at `path` with `open` (`>`
+    /// empties it, `>>` creates it), quietly doing nothing where it cannot.
+    fn open_dotenv_file(&mut self, dir: &str, path: &str, open: &str) {
         let (d, p) = (quote(dir), quote(path));
+        // `true`, not `:`: a redirection that fails on a special built-in ends a POSIX shell
+        // (dash, busybox), whatever `||` follows.
         self.line(&format!(
-            "{{ [ -d {d} ] || {{ mkdir -p {d} && chmod 700 {d}; }}; true > {p}; }} 2>/dev/null || :"
+            "{{ [ -d {d} ] || {{ mkdir -p {d} && chmod 700 {d}; }}; true {open} {p}; }} 2>/dev/null || :"
         ));
     }
 
