@@ -122,8 +122,8 @@ pub struct FleetStatus {
     pub url: String,
     /// Who holds the lease, if anyone ever did.
     pub lease: Option<LeaseStatus>,
-    /// The scaler's last decision: seconds ago and what it said.
-    pub last_decision: Option<(u64, String)>,
+    /// The scaler's last decision.
+    pub last_decision: Option<DecisionStatus>,
     /// Instances known.
     pub instances: Vec<InstanceStatus>,
     /// Instances requested and not seen yet.
@@ -139,8 +139,28 @@ pub struct LeaseStatus {
     pub holder: String,
     /// Whether it is still valid.
     pub held: bool,
-    /// Seconds until it lapses (held) or since it lapsed.
-    pub seconds: u64,
+    /// Seconds until it lapses, while held.
+    pub expires_in_seconds: Option<u64>,
+    /// Seconds since it lapsed, once it has.
+    pub lapsed_seconds_ago: Option<u64>,
+}
+
+/// The scaler's last decision.
+#[derive(Debug, serde::Serialize)]
+pub struct DecisionStatus {
+    /// Seconds since it was made.
+    pub seconds_ago: u64,
+    /// What it said.
+    pub text: String,
+}
+
+/// Where a job runs.
+#[derive(Debug, serde::Serialize)]
+pub struct PlaceStatus {
+    /// The instance.
+    pub instance: String,
+    /// The slot on it.
+    pub slot: usize,
 }
 
 /// One instance.
@@ -170,7 +190,7 @@ pub struct JobStatus {
     /// Where it is.
     pub state: String,
     /// Its instance and slot, once it has one.
-    pub instance: Option<(String, usize)>,
+    pub place: Option<PlaceStatus>,
     /// Seconds since it started.
     pub started_seconds_ago: u64,
     /// Its outcome, once known.
@@ -182,22 +202,27 @@ pub fn status(store: &Store, now: SystemTime) -> Result<Status, flotilla_store::
     let since = |t: SystemTime| now.duration_since(t).unwrap_or_default().as_secs();
     let mut fleets = Vec::new();
     for (scope, identity) in store.scopes()? {
-        let lease = store.current_lease(scope)?.map(|lease| LeaseStatus {
-            held: lease.expires_at > now,
-            seconds: if lease.expires_at > now {
-                lease
-                    .expires_at
-                    .duration_since(now)
-                    .unwrap_or_default()
-                    .as_secs()
-            } else {
-                since(lease.expires_at)
-            },
-            holder: lease.holder.to_string(),
+        let lease = store.current_lease(scope)?.map(|lease| {
+            let held = lease.expires_at > now;
+            LeaseStatus {
+                held,
+                expires_in_seconds: held.then(|| {
+                    lease
+                        .expires_at
+                        .duration_since(now)
+                        .unwrap_or_default()
+                        .as_secs()
+                }),
+                lapsed_seconds_ago: (!held).then(|| since(lease.expires_at)),
+                holder: lease.holder.to_string(),
+            }
         });
         let last_decision = store
             .last_decision(scope)?
-            .map(|(at, text)| (since(at), text));
+            .map(|(at, text)| DecisionStatus {
+                seconds_ago: since(at),
+                text,
+            });
         let fleet = store.load_fleet(scope)?;
         let instances = fleet
             .instances
@@ -205,7 +230,7 @@ pub fn status(store: &Store, now: SystemTime) -> Result<Status, flotilla_store::
             .map(|i| InstanceStatus {
                 id: i.id.clone(),
                 state: i.state.to_string(),
-                origin: format!("{:?}", i.cause).to_lowercase(),
+                origin: i.cause.as_str().to_string(),
                 uses: u64::from(i.use_count),
                 slots_held: fleet.acquisitions.iter().filter(|a| a.1 == i.id).count(),
                 removing: i.removal.map(|r| r.to_string()),
@@ -219,7 +244,10 @@ pub fn status(store: &Store, now: SystemTime) -> Result<Status, flotilla_store::
                 job: j.job_id.clone(),
                 state: j.state.as_str().to_string(),
                 // A job recorded before it had a slot (as GitLab jobs are) has no instance yet.
-                instance: (!j.instance.is_empty()).then(|| (j.instance.clone(), j.slot)),
+                place: (!j.instance.is_empty()).then(|| PlaceStatus {
+                    instance: j.instance.clone(),
+                    slot: j.slot,
+                }),
                 started_seconds_ago: since(j.started_at),
                 outcome: outcome(j),
             })
@@ -260,22 +288,25 @@ fn render(status: &Status) -> String {
             f.fleet, f.runner, f.url
         ));
         match &f.lease {
-            Some(l) if l.held => s.push_str(&format!(
-                "  managed by {}; its lease lapses in {} unless renewed\n",
-                l.holder,
-                human(secs(l.seconds))
-            )),
-            Some(l) => s.push_str(&format!(
-                "  not managed: the lease of {} lapsed {} ago\n",
-                l.holder,
-                human(secs(l.seconds))
-            )),
+            Some(l) => match l.expires_in_seconds {
+                Some(left) => s.push_str(&format!(
+                    "  managed by {}; its lease lapses in {} unless renewed\n",
+                    l.holder,
+                    human(secs(left))
+                )),
+                None => s.push_str(&format!(
+                    "  not managed: the lease of {} lapsed {} ago\n",
+                    l.holder,
+                    human(secs(l.lapsed_seconds_ago.unwrap_or_default()))
+                )),
+            },
             None => s.push_str("  not managed: no lease\n"),
         }
         match &f.last_decision {
-            Some((ago, text)) => s.push_str(&format!(
-                "  last decision ({} ago): {text}\n",
-                human(secs(*ago))
+            Some(d) => s.push_str(&format!(
+                "  last decision ({} ago): {}\n",
+                human(secs(d.seconds_ago)),
+                d.text
             )),
             None => s.push_str("  no decision recorded yet\n"),
         }
@@ -314,8 +345,8 @@ fn render(status: &Status) -> String {
                 .unreported_jobs
                 .iter()
                 .map(|j| {
-                    let (instance, slot) = match &j.instance {
-                        Some((i, slot)) => (i.clone(), slot.to_string()),
+                    let (instance, slot) = match &j.place {
+                        Some(p) => (p.instance.clone(), p.slot.to_string()),
                         None => ("-".into(), "-".into()),
                     };
                     vec![

@@ -194,18 +194,24 @@ fn it_shows_the_lease_instances_slots_and_unreported_jobs() {
     assert_eq!(fleet["fleet"], "docker/ci-fleet");
     assert_eq!(fleet["runner"], "77");
     assert_eq!(fleet["lease"]["held"], true);
+    assert!(fleet["lease"]["expires_in_seconds"].as_u64().unwrap() > 500);
+    assert!(fleet["lease"]["lapsed_seconds_ago"].is_null());
     assert_eq!(fleet["requested_in_flight"], 2);
     assert_eq!(fleet["instances"][0]["id"], "inst-a");
     assert_eq!(fleet["instances"][0]["slots_held"], 1);
     assert_eq!(fleet["instances"][1]["removing"], "idle_time");
     assert_eq!(
-        fleet["last_decision"][1],
+        fleet["last_decision"]["text"],
         "scale up by 1: demand 5 vs free 4"
     );
     let jobs = fleet["unreported_jobs"].as_array().unwrap();
     assert_eq!(jobs.len(), 2);
     assert_eq!(jobs[0]["job"], "1001");
-    assert_eq!(jobs[0]["instance"], serde_json::json!(["inst-a", 2]));
+    assert_eq!(
+        jobs[0]["place"],
+        serde_json::json!({"instance": "inst-a", "slot": 2})
+    );
+    assert_eq!(fleet["instances"][0]["origin"], "requested");
     assert!(jobs[0]["started_seconds_ago"].as_u64().unwrap() >= 125);
     assert_eq!(jobs[1]["outcome"], "failed: script_failure (exit code 3)");
 }

@@ -199,11 +199,7 @@ pub(crate) fn instances(
                     Readiness::Ready => "ready",
                     Readiness::Failed(_) => "failed",
                 },
-                cause: match i.cause {
-                    flotilla_scaler::Cause::Requested => "requested",
-                    flotilla_scaler::Cause::Preexisted => "preexisted",
-                    flotilla_scaler::Cause::Restored => "restored",
-                },
+                cause: i.cause.as_str(),
                 use_count: i.use_count,
                 age_s: now.saturating_duration_since(i.first_seen).as_secs_f64(),
                 removing: i.removal.as_ref().map(|r| r.reason.as_str()),

@@ -15,6 +15,17 @@ pub enum Cause {
     Restored,
 }
 
+impl Cause {
+    /// A short name for the status page and `flotilla status`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cause::Requested => "requested",
+            Cause::Preexisted => "preexisted",
+            Cause::Restored => "restored",
+        }
+    }
+}
+
 /// What to do with instances found in the group that this scaler never created (and has no
 /// record of).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
