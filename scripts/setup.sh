@@ -29,6 +29,7 @@ PACKAGES=(
   e2fsprogs            # mke2fs: the microvm level's root file systems
   prometheus           # promtool: judges the /metrics exposition
   python3-prometheus-client  # a second, independent parser of it
+  python3-yaml         # libyaml in C (PyYAML's CParser): judges how flotilla reads YAML
   chromium nodejs npm  # the status page in a real browser (playwright-core from npm)
 )
 

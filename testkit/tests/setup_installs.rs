@@ -57,6 +57,14 @@ const PROGRAMS: &[(&str, From)] = &[
     ("moto_server", From::SetupD("aws.sh", "moto")),
 ];
 
+/// Python modules the tests import in Debian's interpreter (`/usr/bin/python3`), and the Debian
+/// package each comes from.
+const PYTHON_MODULES: &[(&str, &str)] = &[
+    ("prometheus_client", "python3-prometheus-client"),
+    // scripts/yaml-psych-tree.py: libyaml in C, the judge of crates/ci's YAML reading.
+    ("yaml._yaml", "python3-yaml"),
+];
+
 /// Programs of Debian's essential base (or of bash itself), on every machine.
 const BASE: &[&str] = &[
     "sh", "/bin/sh", "bash", "dash", "kill", "true", "false", "env", "tar", "gzip", "cat", "sleep",
@@ -138,6 +146,22 @@ fn started_programs(dir: &Path, out: &mut BTreeSet<(String, String)>) {
             }
         }
     }
+}
+
+#[test]
+fn setup_installs_every_python_module_the_tests_import() {
+    let packages = setup_packages();
+    let missing: Vec<String> = PYTHON_MODULES
+        .iter()
+        .filter(|(_, package)| !packages.contains(*package))
+        .map(|(module, package)| {
+            format!("{module}: package {package} is not in scripts/setup.sh's PACKAGES")
+        })
+        .collect();
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
+    // The judges' scripts import nothing else outside the standard library.
+    let judge = std::fs::read_to_string(root().join("scripts/yaml-psych-tree.py")).unwrap();
+    assert!(judge.contains("from yaml._yaml import CParser"));
 }
 
 #[test]

@@ -29,7 +29,7 @@ pub(crate) fn deep_size(node: &Node) -> usize {
     while let Some(n) = pending.pop() {
         total = total.saturating_add(NODE_COST);
         match &n.value {
-            Value::Str(s) => total = total.saturating_add(s.len()),
+            Value::Str(s) | Value::Symbol(s) => total = total.saturating_add(s.len()),
             Value::Seq(items) | Value::Reference(items) => pending.extend(items),
             Value::Map(m) => {
                 for (k, v) in m.iter() {

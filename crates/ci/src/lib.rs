@@ -37,6 +37,7 @@ mod git;
 mod image;
 mod include;
 mod job;
+mod libyaml;
 mod merge;
 mod needs;
 mod parallel;
@@ -47,10 +48,14 @@ mod re2;
 mod reader;
 mod reference;
 mod rules;
+mod scalar;
 mod script;
 mod spec;
 mod variables;
 mod yaml;
+
+#[doc(hidden)]
+pub use yaml::differential_tree;
 
 pub use artifacts::{Artifacts, ArtifactsWhen, Report};
 pub use cache::{Cache, CachePolicy, CacheWhen};

@@ -1,18 +1,25 @@
 //! YAML into a tree of nodes that remember where they came from.
 //!
-//! GitLab reads `.gitlab-ci.yml` with Ruby's Psych (YAML 1.1), so plain scalars resolve the way
-//! Psych resolves them: `yes`/`no`/`on`/`off` are booleans, `0755` is octal, `1:30` is base 60.
-//! Merge keys (`<<: *a`, `<<: [*a, *b]`) are applied here, in Psych's order: the merged hash is
-//! applied where `<<` appears, later keys override it, and in a list the earlier hashes win.
-//! `!reference [a, b]` becomes [`Value::Reference`]; other local tags are dropped with a warning.
+//! GitLab reads `.gitlab-ci.yml` with Ruby's Psych: libyaml's parser ([`crate::libyaml`]), then
+//! Psych's tree building, which this file follows (ruby/psych `lib/psych/visitors/to_ruby.rb`):
+//! - plain scalars resolve as `Psych::ScalarScanner` resolves them ([`crate::scalar`]);
+//!   quoted and block scalars are strings; a tagged scalar is deserialized by its tag;
+//! - merge keys are applied where `<<` appears (`revive_hash`): a hash (or an alias of one) is
+//!   merged over what is there, later keys override it; a literal list of hashes is merged
+//!   with its earlier hashes winning; anything else (a scalar, an alias of a list, a list
+//!   holding a non-hash) is kept as an ordinary `<<` key, as Psych keeps it. A `<<` key in any
+//!   style merges, unless tagged `!!str`;
+//! - a repeated key keeps its first place and its last value, as in a Ruby hash.
+//!
+//! `!reference [a, b]` becomes [`Value::Reference`]; other tags on collections are ignored
+//! with a warning, as Psych ignores the ones it does not know.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use yaml_rust2::parser::{Event, MarkedEventReceiver, Parser, Tag};
-use yaml_rust2::scanner::{Marker, TScalarStyle};
-
 use super::error::{CiError, Location, Warning};
+use super::libyaml::{Event, Mark, Parser, Style};
+use super::scalar::{Refused, resolve_plain, resolve_tagged};
 
 use super::budget::{MAX_FILE_BYTES, NODE_COST};
 
@@ -37,6 +44,9 @@ pub(crate) enum Value {
     Float(f64),
     /// A string.
     Str(String),
+    /// A Ruby symbol (`:name` unquoted): GitLab's loader permits them, and its validators
+    /// refuse them where a string is expected.
+    Symbol(String),
     /// A sequence.
     Seq(Vec<Node>),
     /// A mapping, in file order.
@@ -209,6 +219,7 @@ impl Node {
             Value::Int(_) => "an integer",
             Value::Float(_) => "a float",
             Value::Str(_) => "a string",
+            Value::Symbol(_) => "a symbol",
             Value::Seq(_) => "an array",
             Value::Map(_) => "a hash",
             Value::Reference(_) => "an unresolved !reference",
@@ -269,6 +280,7 @@ impl Node {
             Value::Int(i) => J::from(*i),
             Value::Float(f) => serde_json::Number::from_f64(*f).map_or(J::Null, J::Number),
             Value::Str(s) => J::String(s.clone()),
+            Value::Symbol(s) => J::String(format!(":{s}")),
             Value::Seq(items) | Value::Reference(items) => {
                 J::Array(items.iter().map(Node::to_json).collect())
             }
@@ -334,9 +346,9 @@ pub(crate) fn load(text: &str, file: &Arc<str>) -> Result<Loaded, CiError> {
     // One event at a time, stopping at the first limit passed: the parser's own `load`
     // recurses once per nesting level, and 10,000 levels overflowed the stack before any
     // limit could be looked at.
-    let mut parser = Parser::new_from_str(text);
+    let mut parser = Parser::new(text);
     loop {
-        match parser.next_token() {
+        match parser.next_event() {
             Ok((Event::StreamEnd, _)) => break,
             Ok((event, mark)) => {
                 builder.on_event(event, mark);
@@ -346,8 +358,8 @@ pub(crate) fn load(text: &str, file: &Arc<str>) -> Result<Loaded, CiError> {
             }
             Err(error) => {
                 return Err(CiError::Syntax {
-                    location: builder.location(error.marker()),
-                    message: error.info().to_string(),
+                    location: builder.location(error.mark),
+                    message: error.message,
                 });
             }
         }
@@ -362,12 +374,76 @@ pub(crate) fn load(text: &str, file: &Arc<str>) -> Result<Loaded, CiError> {
     })
 }
 
+/// flotilla's reading of `text` in the form `scripts/yaml-psych-tree.py` prints, so that
+/// `tests/ci_yaml_differential.rs` can hold it against libyaml in C and Psych's rules.
+#[doc(hidden)]
+pub fn differential_tree(text: &str) -> serde_json::Value {
+    use serde_json::json;
+    let file: Arc<str> = Arc::from("t.yml");
+    let error = match load(text, &file) {
+        Ok(loaded) => {
+            return json!({
+                "documents": loaded.documents.iter().map(differential_node).collect::<Vec<_>>()
+            });
+        }
+        Err(error) => error,
+    };
+    let first = error.errors()[0];
+    let text = first.to_string();
+    match first {
+        CiError::Syntax { message, .. } if message.starts_with("an alias") => {
+            json!({"error": "alias"})
+        }
+        CiError::Syntax { message, .. } if message.contains(REFUSED_HINT) => {
+            json!({"error": "refused", "message": message.replace(REFUSED_HINT, "")})
+        }
+        CiError::Syntax { message, .. } if message.starts_with("the YAML nests") => {
+            json!({"error": "limit"})
+        }
+        CiError::Syntax { location, message } => json!({
+            "error": "syntax", "message": message, "line": location.line, "column": location.column
+        }),
+        _ if text.contains("a mapping key must be a scalar") => json!({"error": "key"}),
+        _ if text.contains("!reference expects a list") => json!({"error": "reference"}),
+        _ => json!({"error": "other", "message": text}),
+    }
+}
+
+fn differential_node(node: &Node) -> serde_json::Value {
+    use serde_json::json;
+    match &node.value {
+        Value::Null => json!(null),
+        Value::Bool(b) => json!(b),
+        Value::Int(i) => json!({"int": i.to_string()}),
+        Value::Float(f) => {
+            let bits = if f.is_nan() {
+                0x7ff8_0000_0000_0000
+            } else {
+                f.to_bits()
+            };
+            json!({"float": format!("{bits:016x}")})
+        }
+        Value::Str(s) => json!(s),
+        Value::Symbol(s) => json!({"sym": s}),
+        Value::Seq(items) => json!(items.iter().map(differential_node).collect::<Vec<_>>()),
+        Value::Reference(items) => {
+            json!({"ref": items.iter().map(differential_node).collect::<Vec<_>>()})
+        }
+        Value::Map(m) => json!({
+            "map": m.iter().map(|(k, v)| json!([k.name, differential_node(v)])).collect::<Vec<_>>()
+        }),
+    }
+}
+
+/// Said after a refused scalar's message.
+const REFUSED_HINT: &str = " (quote the value to keep it a string)";
+
 /// A collection being built.
 enum Frame {
     Seq {
         items: Vec<Node>,
         at: Location,
-        anchor: usize,
+        anchor: Option<String>,
         reference: bool,
         /// [`Builder::bytes`] when it started.
         first: usize,
@@ -376,7 +452,7 @@ enum Frame {
         mapping: Mapping,
         at: Option<Location>,
         start: Location,
-        anchor: usize,
+        anchor: Option<String>,
         key: Option<PendingKey>,
         /// [`Builder::bytes`] when it started.
         first: usize,
@@ -389,11 +465,23 @@ struct PendingKey {
     merge: bool,
 }
 
+/// Where a node handed to [`Builder::push`] came from: Psych merges a literal list of hashes
+/// but not an alias of one.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// Written here.
+    Literal,
+    /// `*name`.
+    Alias,
+    /// A `<<` key.
+    MergeKey,
+}
+
 struct Builder {
     file: Arc<str>,
     stack: Vec<Frame>,
     /// The current document's anchored nodes and the bytes each takes.
-    anchors: HashMap<usize, (Node, usize)>,
+    anchors: HashMap<String, (Node, usize)>,
     /// Bytes built so far ([`crate::budget`]), aliases counted at their expanded size.
     bytes: usize,
     /// Whether the file went past [`MAX_FILE_BYTES`] or [`MAX_DEPTH`] (reported once).
@@ -404,16 +492,16 @@ struct Builder {
 }
 
 impl Builder {
-    fn location(&self, mark: &Marker) -> Location {
-        Location::new(self.file.clone(), mark.line().max(1), mark.col() + 1)
+    fn location(&self, mark: Mark) -> Location {
+        Location::new(self.file.clone(), mark.line, mark.column)
     }
 
     /// `size`: the bytes the node takes (itself included).
-    fn finish(&mut self, node: Node, anchor: usize, size: usize) {
-        if anchor != 0 {
+    fn finish(&mut self, node: Node, anchor: Option<String>, size: usize) {
+        if let Some(anchor) = anchor {
             self.anchors.insert(anchor, (node.clone(), size));
         }
-        self.push(node, false);
+        self.push(node, Origin::Literal);
     }
 
     /// Count `size` more bytes; past the limits, record the error once and tell the caller to
@@ -448,7 +536,7 @@ impl Builder {
         true
     }
 
-    fn push(&mut self, node: Node, merge_key: bool) {
+    fn push(&mut self, node: Node, origin: Origin) {
         match self.stack.last_mut() {
             None => self.documents.push(node),
             Some(Frame::Seq { items, .. }) => items.push(node),
@@ -461,15 +549,16 @@ impl Builder {
                     }
                     *key = Some(PendingKey {
                         node,
-                        merge: merge_key,
+                        merge: origin == Origin::MergeKey,
                     });
                 }
                 Some(pending) => {
-                    if pending.merge {
-                        if let Err(error) = merge_into(mapping, node) {
-                            self.errors.push(error);
-                        }
+                    let node = if pending.merge {
+                        merge_into(mapping, node, origin)
                     } else {
+                        Some(node)
+                    };
+                    if let Some(node) = node {
                         match key_text(&pending.node) {
                             Some(name) => mapping.insert(
                                 Key {
@@ -492,61 +581,69 @@ impl Builder {
         }
     }
 
-    fn scalar(
-        &mut self,
-        text: String,
-        style: TScalarStyle,
-        tag: Option<Tag>,
-        at: &Location,
-    ) -> Value {
-        if let Some(tag) = tag {
-            if tag.handle == "tag:yaml.org,2002:" || tag.handle == "!!" {
-                return match tag.suffix.as_str() {
-                    "str" => Value::Str(text),
-                    "null" => Value::Null,
-                    "bool" | "int" | "float" => resolve_plain(&text),
-                    other => {
-                        self.warnings.push(Warning::at(
-                            at,
-                            format!(
-                                "YAML tag !!{other} is not supported; the value is read as a string"
-                            ),
-                        ));
-                        Value::Str(text)
-                    }
-                };
-            }
-            if tag.handle == "!" && tag.suffix == "reference" {
+    fn scalar(&mut self, text: String, style: Style, tag: Option<String>, at: &Location) -> Value {
+        let resolved = match (tag.as_deref(), style) {
+            (None, Style::Plain) => resolve_plain(&text),
+            (None, Style::Other) => Ok(Value::Str(text)),
+            (Some("!reference"), _) => {
                 self.errors.push(CiError::invalid(
                     at,
                     "!reference expects a list: !reference [job, key]",
                 ));
                 return Value::Null;
             }
+            (Some(tag), _) => {
+                if !KNOWN_SCALAR_TAGS.contains(&tag) {
+                    self.warnings.push(Warning::at(
+                        at,
+                        format!(
+                            "YAML tag {} is not supported; the value is read as if untagged",
+                            shown_tag(tag)
+                        ),
+                    ));
+                }
+                resolve_tagged(tag, &text)
+            }
+        };
+        resolved.unwrap_or_else(|Refused(message)| {
+            self.errors.push(CiError::Syntax {
+                location: at.clone(),
+                message: format!("{message}{REFUSED_HINT}"),
+            });
+            Value::Null
+        })
+    }
+
+    /// Warn about a collection's tag (only `!reference` on a sequence means something;
+    /// `!!seq` and `!!map` say what it is anyway).
+    fn collection_tag(&mut self, tag: Option<&str>, at: &Location) {
+        if let Some(tag) =
+            tag.filter(|t| !matches!(*t, "tag:yaml.org,2002:seq" | "tag:yaml.org,2002:map"))
+        {
             self.warnings.push(Warning::at(
                 at,
                 format!(
-                    "YAML tag {}{} is not supported and was ignored",
-                    tag.handle, tag.suffix
+                    "YAML tag {} is not supported and was ignored",
+                    shown_tag(tag)
                 ),
             ));
         }
-        match style {
-            TScalarStyle::Plain => resolve_plain(&text),
-            _ => Value::Str(text),
-        }
     }
-}
 
-impl MarkedEventReceiver for Builder {
-    fn on_event(&mut self, event: Event, mark: Marker) {
-        let at = self.location(&mark);
+    fn on_event(&mut self, event: Event, mark: Mark) {
+        let at = self.location(mark);
         match event {
-            Event::Scalar(text, style, anchor, tag) => {
-                let merge = style == TScalarStyle::Plain && tag.is_none() && text == "<<";
+            Event::Scalar {
+                value: text,
+                style,
+                anchor,
+                tag,
+            } => {
+                // Psych merges on a key that loads as the string `<<`, unless tagged `!!str`.
+                let merge = text == "<<" && tag.as_deref() != Some("tag:yaml.org,2002:str");
                 let is_key = matches!(self.stack.last(), Some(Frame::Map { key: None, .. }));
                 if merge && is_key {
-                    self.push(Node::new(Value::Str(text), at), true);
+                    self.push(Node::new(Value::Str(text), at), Origin::MergeKey);
                     return;
                 }
                 let size = NODE_COST + text.len();
@@ -556,7 +653,7 @@ impl MarkedEventReceiver for Builder {
                 let value = self.scalar(text, style, tag, &at);
                 self.finish(Node::new(value, at), anchor, size);
             }
-            Event::Alias(id) => match self.anchors.get(&id) {
+            Event::Alias(name) => match self.anchors.get(&name) {
                 Some((node, size)) => {
                     let (node, size) = (node.clone(), *size);
                     // Past the limit, the alias stands for nothing: the file is refused anyway.
@@ -565,30 +662,21 @@ impl MarkedEventReceiver for Builder {
                     } else {
                         Node::new(Value::Null, at)
                     };
-                    self.push(node, false);
+                    self.push(node, Origin::Alias);
                 }
                 None => self.errors.push(CiError::Syntax {
                     location: at,
-                    message: "an alias refers to no anchor before it in this document (or to \
-                              the node that contains it)"
-                        .into(),
+                    message: format!(
+                        "an alias (*{name}) refers to no anchor before it in this document (or to \
+                         the node that contains it)"
+                    ),
                 }),
             },
-            Event::SequenceStart(anchor, tag) => {
-                let reference = match &tag {
-                    Some(t) if t.handle == "!" && t.suffix == "reference" => true,
-                    Some(t) => {
-                        self.warnings.push(Warning::at(
-                            &at,
-                            format!(
-                                "YAML tag {}{} is not supported and was ignored",
-                                t.handle, t.suffix
-                            ),
-                        ));
-                        false
-                    }
-                    None => false,
-                };
+            Event::SequenceStart { anchor, tag } => {
+                let reference = tag.as_deref() == Some("!reference");
+                if !reference {
+                    self.collection_tag(tag.as_deref(), &at);
+                }
                 let first = self.bytes;
                 self.stack.push(Frame::Seq {
                     items: Vec::new(),
@@ -599,16 +687,8 @@ impl MarkedEventReceiver for Builder {
                 });
                 self.grow(NODE_COST, &at);
             }
-            Event::MappingStart(anchor, tag) => {
-                if let Some(t) = tag {
-                    self.warnings.push(Warning::at(
-                        &at,
-                        format!(
-                            "YAML tag {}{} is not supported and was ignored",
-                            t.handle, t.suffix
-                        ),
-                    ));
-                }
+            Event::MappingStart { anchor, tag } => {
+                self.collection_tag(tag.as_deref(), &at);
                 let first = self.bytes;
                 self.stack.push(Frame::Map {
                     mapping: Mapping::default(),
@@ -652,7 +732,7 @@ impl MarkedEventReceiver for Builder {
             },
             // Anchors belong to their document, as in libyaml.
             Event::DocumentStart => self.anchors.clear(),
-            Event::Nothing | Event::StreamStart | Event::StreamEnd | Event::DocumentEnd => {}
+            Event::StreamStart | Event::StreamEnd | Event::DocumentEnd => {}
         }
     }
 }
@@ -661,163 +741,63 @@ impl MarkedEventReceiver for Builder {
 fn key_text(node: &Node) -> Option<String> {
     match &node.value {
         Value::Bool(b) => Some(b.to_string()),
+        // GitLab symbolizes every key, so `:script:` and `script:` are the same key.
+        Value::Symbol(s) => Some(s.clone()),
         Value::Null => Some(String::new()),
         _ => node.scalar_text(),
     }
 }
 
-/// Apply a merge key's value to `mapping`.
-fn merge_into(mapping: &mut Mapping, value: Node) -> Result<(), CiError> {
+/// Apply a merge key's value to `mapping` as Psych's `revive_hash` does; the value back when
+/// Psych keeps it as an ordinary `<<` key instead (its `Hash#merge!` raised `TypeError`).
+fn merge_into(mapping: &mut Mapping, value: Node, origin: Origin) -> Option<Node> {
     match value.value {
         Value::Map(source) => {
             for (key, node) in source.into_entries() {
                 mapping.insert(key, node);
             }
-            Ok(())
+            None
         }
-        Value::Seq(items) => {
+        Value::Seq(ref items)
+            if origin == Origin::Literal && items.iter().all(|i| i.as_map().is_some()) =>
+        {
+            let Value::Seq(items) = value.value else {
+                return None;
+            };
             let mut combined = Mapping::default();
             for item in items.into_iter().rev() {
-                match item.value {
-                    Value::Map(source) => {
-                        for (key, node) in source.into_entries() {
-                            combined.insert(key, node);
-                        }
-                    }
-                    _ => {
-                        return Err(CiError::invalid(
-                            &item.at,
-                            format!(
-                                "a merge key (<<) list must hold hashes, found {}",
-                                item.kind()
-                            ),
-                        ));
+                if let Value::Map(source) = item.value {
+                    for (key, node) in source.into_entries() {
+                        combined.insert(key, node);
                     }
                 }
             }
             for (key, node) in combined.into_entries() {
                 mapping.insert(key, node);
             }
-            Ok(())
+            None
         }
-        _ => Err(CiError::invalid(
-            &value.at,
-            format!(
-                "a merge key (<<) expects a hash or a list of hashes, found {}",
-                value.kind()
-            ),
-        )),
+        _ => Some(value),
     }
 }
 
-/// Resolve a plain scalar as Psych does (YAML 1.1 core types).
-pub(crate) fn resolve_plain(text: &str) -> Value {
-    match text {
-        "" | "~" | "null" | "Null" | "NULL" => return Value::Null,
-        "true" | "True" | "TRUE" | "yes" | "Yes" | "YES" | "on" | "On" | "ON" => {
-            return Value::Bool(true);
-        }
-        "false" | "False" | "FALSE" | "no" | "No" | "NO" | "off" | "Off" | "OFF" => {
-            return Value::Bool(false);
-        }
-        ".inf" | ".Inf" | ".INF" | "+.inf" | "+.Inf" | "+.INF" => {
-            return Value::Float(f64::INFINITY);
-        }
-        "-.inf" | "-.Inf" | "-.INF" => return Value::Float(f64::NEG_INFINITY),
-        ".nan" | ".NaN" | ".NAN" => return Value::Float(f64::NAN),
-        _ => {}
-    }
-    if let Some(i) = parse_int(text) {
-        return Value::Int(i);
-    }
-    if let Some(f) = parse_float(text) {
-        return Value::Float(f);
-    }
-    Value::Str(text.to_string())
-}
+/// Tags whose meaning Psych knows and flotilla follows ([`resolve_tagged`]); the non-specific
+/// `!` resolves the text as if plain, as Psych does.
+const KNOWN_SCALAR_TAGS: &[&str] = &[
+    "!",
+    "!str",
+    "!float",
+    "tag:yaml.org,2002:str",
+    "tag:yaml.org,2002:int",
+    "tag:yaml.org,2002:float",
+    "tag:yaml.org,2002:bool",
+    "tag:yaml.org,2002:null",
+];
 
-fn parse_int(text: &str) -> Option<i64> {
-    let (negative, body) = match text.as_bytes().first()? {
-        b'-' => (true, &text[1..]),
-        b'+' => (false, &text[1..]),
-        _ => (false, text),
-    };
-    if body.is_empty() || body.starts_with('_') || body.ends_with('_') {
-        return None;
-    }
-    let digits = |s: &str| s.replace('_', "");
-    let magnitude = if let Some(hex) = body.strip_prefix("0x") {
-        if hex.is_empty() || !hex.chars().all(|c| c.is_ascii_hexdigit() || c == '_') {
-            return None;
-        }
-        i64::from_str_radix(&digits(hex), 16).ok()?
-    } else if let Some(bin) = body.strip_prefix("0b") {
-        if bin.is_empty() || !bin.chars().all(|c| c == '0' || c == '1' || c == '_') {
-            return None;
-        }
-        i64::from_str_radix(&digits(bin), 2).ok()?
-    } else if body.len() > 1 && body.starts_with('0') {
-        if !body.chars().all(|c| ('0'..='7').contains(&c) || c == '_') {
-            return None;
-        }
-        i64::from_str_radix(&digits(body), 8).ok()?
-    } else if body.contains(':') {
-        // Base 60 (`1:30` is 90), YAML 1.1.
-        let mut parts = body.split(':');
-        let first = parts.next()?;
-        if first.is_empty()
-            || !first.chars().all(|c| c.is_ascii_digit() || c == '_')
-            || first.starts_with('0')
-        {
-            return None;
-        }
-        let mut value: i64 = digits(first).parse().ok()?;
-        for part in parts {
-            if part.is_empty() || part.len() > 2 || !part.chars().all(|c| c.is_ascii_digit()) {
-                return None;
-            }
-            let n: i64 = part.parse().ok()?;
-            if n >= 60 {
-                return None;
-            }
-            value = value.checked_mul(60)?.checked_add(n)?;
-        }
-        value
-    } else {
-        if !body.chars().all(|c| c.is_ascii_digit() || c == '_') {
-            return None;
-        }
-        digits(body).parse().ok()?
-    };
-    Some(if negative { -magnitude } else { magnitude })
-}
-
-fn parse_float(text: &str) -> Option<f64> {
-    // [-+]?([0-9][0-9_]*)?\.[0-9]*([eE][-+][0-9]+)?
-    let body = text.strip_prefix(['-', '+']).unwrap_or(text);
-    let (mantissa, exponent) = match body.find(['e', 'E']) {
-        Some(i) => (&body[..i], Some(&body[i + 1..])),
-        None => (body, None),
-    };
-    let (whole, fraction) = mantissa.split_once('.')?;
-    if !whole.is_empty() && !whole.starts_with(|c: char| c.is_ascii_digit()) {
-        return None;
-    }
-    if !whole.chars().all(|c| c.is_ascii_digit() || c == '_')
-        || !fraction.chars().all(|c| c.is_ascii_digit())
-    {
-        return None;
-    }
-    if whole.is_empty() && fraction.is_empty() {
-        return None;
-    }
-    if let Some(exp) = exponent {
-        let digits = exp.strip_prefix(['-', '+'])?;
-        if digits.is_empty() || !digits.chars().all(|c| c.is_ascii_digit()) {
-            return None;
-        }
-    }
-    text.replace('_', "").parse().ok()
+/// A tag as people write it (`!!str` for `tag:yaml.org,2002:str`).
+fn shown_tag(tag: &str) -> String {
+    tag.strip_prefix("tag:yaml.org,2002:")
+        .map_or_else(|| tag.to_string(), |s| format!("!!{s}"))
 }
 
 #[cfg(test)]
@@ -830,19 +810,7 @@ mod tests {
     }
 
     #[test]
-    fn plain_scalars_resolve_like_psych() {
-        assert_eq!(resolve_plain("yes"), Value::Bool(true));
-        assert_eq!(resolve_plain("Off"), Value::Bool(false));
-        assert_eq!(resolve_plain("0755"), Value::Int(493));
-        assert_eq!(resolve_plain("0x1f"), Value::Int(31));
-        assert_eq!(resolve_plain("1_000"), Value::Int(1000));
-        assert_eq!(resolve_plain("1:30"), Value::Int(90));
-        assert_eq!(resolve_plain("08"), Value::Str("08".into()));
-        assert_eq!(resolve_plain("1.10"), Value::Float(1.1));
-        assert_eq!(resolve_plain("1.5e+3"), Value::Float(1500.0));
-        assert_eq!(resolve_plain("1e3"), Value::Str("1e3".into()));
-        assert_eq!(resolve_plain("v1.2"), Value::Str("v1.2".into()));
-        assert_eq!(resolve_plain("~"), Value::Null);
+    fn floats_print_as_ruby_prints_them() {
         assert_eq!(
             Node::new(Value::Float(3.0), Location::new("f", 1, 1))
                 .scalar_text()
