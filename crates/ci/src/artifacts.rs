@@ -76,6 +76,8 @@ pub(crate) fn read_artifacts(reader: &mut Reader<'_>, node: &Node) -> Option<Art
     ) {
         return None;
     }
+    // A keyword with no value is unspecified (GitLab's entry factory; `allow_nil`).
+    let map = &map.without_nulls();
     let mut artifacts = Artifacts {
         name: None,
         paths: Vec::new(),

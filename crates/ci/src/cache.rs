@@ -129,6 +129,8 @@ fn read_one(reader: &mut Reader<'_>, node: &Node) -> Option<CacheSpec> {
     ) {
         return None;
     }
+    // A keyword with no value is unspecified (GitLab's entry factory; `allow_nil`).
+    let map = &map.without_nulls();
     let mut spec = CacheSpec {
         cache: Cache {
             key: "default".into(),

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use super::budget::deep_size;
 use super::error::{CiError, CompileError, Diagnostics, Location};
 use super::extends::resolve_extends;
-use super::include::{Loader, SkippedInclude};
+use super::include::{IncludedFile, Loader, SkippedInclude};
 use super::job::{AllowFailure, CompiledJob, Need, ParallelInstance, When};
 use super::needs::NeedSpec;
 use super::parallel::instances;
@@ -20,6 +20,7 @@ use super::reference::resolve_references;
 use super::rules::Context;
 use super::spec::{Globals, JobSpec, RESERVED, read_globals, read_job};
 use super::variables::{Variable, VariableSource, expand, expand_all, set};
+use super::yaml::{Key, Mapping, Node, Value};
 
 /// What a compilation needs besides the files.
 #[derive(Clone, Debug)]
@@ -38,6 +39,13 @@ pub struct CompileOptions {
     /// The files the pipeline's push changed, for `rules:changes` and `only:changes`; when
     /// `None`, those clauses hold (with a warning), as GitLab has them hold for a new branch.
     pub changed_files: Option<Vec<String>>,
+    /// Values for the main file's `spec:inputs` (`--input name=value`): text, read as its
+    /// input's type reads it (`5` for a number, `["a"]` for an array), as GitLab reads inputs
+    /// given through its API.
+    pub inputs: Vec<(String, String)>,
+    /// Directories `include: component` looks in: `<dir>/<project path>/templates/...`, or
+    /// `<dir>/templates/...` when the directory is the component's project itself.
+    pub component_paths: Vec<PathBuf>,
 }
 
 impl CompileOptions {
@@ -50,6 +58,8 @@ impl CompileOptions {
             user_variables: Vec::new(),
             include_manual: false,
             changed_files: None,
+            inputs: Vec::new(),
+            component_paths: Vec::new(),
         }
     }
 }
@@ -96,8 +106,15 @@ fn compile_into(
             diag: &mut *diag,
             included: 0,
             skipped,
+            component_paths: &options.component_paths,
         };
-        loader.load_file(&options.ci_file, &mut Vec::new(), None)?
+        let inputs = (!options.inputs.is_empty()).then(|| pipeline_inputs(&options.inputs));
+        loader.load_file(
+            &IncludedFile::Project(options.ci_file.clone()),
+            &mut Vec::new(),
+            None,
+            inputs.as_ref(),
+        )?
     };
     let skipped_text = (!skipped.is_empty()).then(|| skipped_list(skipped));
     let partial = resolve_extends(&mut config, RESERVED, skipped_text.as_deref(), diag);
@@ -271,6 +288,7 @@ impl Compiler<'_> {
                 excluded: Vec::new(),
                 workflow_excluded: Some(reason),
                 warnings: self.diag.sorted_warnings(),
+                notes: std::mem::take(&mut self.diag.notes),
             });
         }
 
@@ -494,6 +512,7 @@ impl Compiler<'_> {
             excluded,
             workflow_excluded: None,
             warnings: self.diag.sorted_warnings(),
+            notes: std::mem::take(&mut self.diag.notes),
         })
     }
 
@@ -574,7 +593,13 @@ impl Compiler<'_> {
             changed_files: self.options.changed_files.as_deref(),
         };
 
-        let mut needs = spec.needs.clone();
+        let mut needs = match (&spec.needs_by_instance, &instance) {
+            (Some(each), Some(instance)) => each
+                .get(instance.index.saturating_sub(1))
+                .cloned()
+                .flatten(),
+            _ => spec.needs.clone(),
+        };
         let mut interruptible = spec.keywords.interruptible;
         let (when, allow_failure) = if let Some(rules) = &spec.rules {
             let Some(rule) = context.first_match(rules, self.diag) else {
@@ -891,7 +916,10 @@ fn check_references(
         }
     }
     for spec in specs.iter().filter(|s| !s.incomplete) {
-        let mut all_needs: Vec<&NeedSpec> = spec.needs.iter().flatten().collect();
+        let mut all_needs: Vec<&NeedSpec> = match &spec.needs_by_instance {
+            Some(each) => each.iter().flatten().flatten().collect(),
+            None => spec.needs.iter().flatten().collect(),
+        };
         for rule in spec.rules.iter().flatten() {
             all_needs.extend(rule.needs.iter().flatten());
         }
@@ -974,6 +1002,22 @@ fn check_references(
 }
 
 /// The skipped includes, for messages: the first three and how many more.
+/// The pipeline's `--input` values as the hash an `include:inputs` would be.
+fn pipeline_inputs(inputs: &[(String, String)]) -> Node {
+    let at = Location::new("--input", 1, 1);
+    let mut map = Mapping::default();
+    for (name, value) in inputs {
+        map.insert(
+            Key {
+                name: name.clone(),
+                at: at.clone(),
+            },
+            Node::new(Value::Str(value.clone()), at.clone()),
+        );
+    }
+    Node::new(Value::Map(map), at)
+}
+
 fn skipped_list(skipped: &[SkippedInclude]) -> String {
     let mut shown: Vec<String> = skipped.iter().take(3).map(ToString::to_string).collect();
     if skipped.len() > 3 {

@@ -366,6 +366,8 @@ pub(crate) struct Diagnostics {
     pub errors: Vec<CiError>,
     /// Warnings found so far.
     pub warnings: Vec<Warning>,
+    /// Notes: what a local run decided, said (not a problem).
+    pub notes: Vec<Warning>,
     /// Warnings about a job's keyword, by position and text, with the jobs they were found in:
     /// jobs sharing a template share its warnings, which are reported once.
     pub by_jobs: std::collections::BTreeMap<(Location, String), Vec<String>>,
@@ -416,6 +418,15 @@ impl Diagnostics {
             .or_default();
         if !contexts.iter().any(|c| c == context) {
             contexts.push(context.to_string());
+        }
+    }
+
+    /// Record a note at `location`: a decision a local run made that its user may want to
+    /// know.
+    pub(crate) fn note(&mut self, location: &Location, message: impl Into<String>) {
+        let note = Warning::at(location, message);
+        if !self.notes.contains(&note) {
+            self.notes.push(note);
         }
     }
 

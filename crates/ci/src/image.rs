@@ -80,6 +80,8 @@ fn docker_options(
     if !nested.check_keys(map, &["platform", "user"]) {
         return None;
     }
+    // A keyword with no value is unspecified (GitLab's entry factory; `allow_nil`).
+    let map = &map.without_nulls();
     let platform = match map.get("platform") {
         Some(n) => Some(nested.string(n, "platform")?),
         None => None,

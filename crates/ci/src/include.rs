@@ -1,12 +1,19 @@
 //! Reading the pipeline's files: the main file and its `include: local` files (nested, with
 //! globs and `include:rules`), deep-merged as GitLab merges them: the included files in order,
-//! then the including file on top. Other include kinds (remote, project, template, component)
-//! are named in warnings and skipped.
+//! then the including file on top. A file with a `spec:` header has its inputs checked and
+//! interpolated ([`crate::inputs`], [`crate::interpolation`]) before its own includes are read.
+//! `include: component` resolves from the directories the user names
+//! ([`crate::component`]); other include kinds (remote, project, template) are named in
+//! warnings and skipped.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 
+use super::component::find_component;
 use super::error::{CiError, Diagnostics, Location};
+use super::inputs::{is_header, read_header, resolve};
+use super::interpolation::{Context as Interpolation, interpolate};
 use super::merge::deep_merge;
 use super::project::Project;
 use super::reader::Reader;
@@ -31,6 +38,48 @@ pub(crate) struct Loader<'a> {
     pub included: usize,
     /// The includes a local run cannot read, in the order met.
     pub skipped: &'a mut Vec<SkippedInclude>,
+    /// Where `include: component` looks for components.
+    pub component_paths: &'a [PathBuf],
+}
+
+/// A file an include names.
+#[derive(Clone, Debug)]
+pub(crate) enum IncludedFile {
+    /// A file of the project, `/`-separated, relative to its root.
+    Project(String),
+    /// A component's template found in a directory the user named.
+    Component {
+        /// The template file.
+        path: PathBuf,
+        /// The `spec:component` fields GitLab would give it (`name`, `sha`, `version`,
+        /// `reference`).
+        fields: HashMap<String, Value>,
+    },
+}
+
+impl IncludedFile {
+    /// The name errors and positions use.
+    fn name(&self, project: &Project) -> String {
+        match self {
+            IncludedFile::Project(path) => path.clone(),
+            IncludedFile::Component { path, .. } => path
+                .strip_prefix(project.root())
+                .unwrap_or(path)
+                .display()
+                .to_string(),
+        }
+    }
+}
+
+/// One file to include, from one include entry.
+#[derive(Clone, Debug)]
+pub(crate) struct Included {
+    /// The file.
+    pub file: IncludedFile,
+    /// The include entry.
+    pub at: Location,
+    /// The entry's `inputs:`.
+    pub inputs: Option<Node>,
 }
 
 /// An include a local run skips: a remote file, another project's file, a template or a
@@ -52,21 +101,31 @@ impl std::fmt::Display for SkippedInclude {
 }
 
 impl Loader<'_> {
-    /// Read `file` (relative to the project root) and everything it includes, merged.
+    /// Read `file` and everything it includes, merged; `inputs` are the values the include
+    /// entry (or, for the main file, the pipeline) gives the file's `spec:inputs`.
     pub(crate) fn load_file(
         &mut self,
-        file: &str,
+        file: &IncludedFile,
         stack: &mut Vec<String>,
         from: Option<&Location>,
+        inputs: Option<&Node>,
     ) -> Result<Mapping, CiError> {
-        let name: Arc<str> = Arc::from(file);
-        let bytes = self.project.read_bytes(file).map_err(|source| match from {
+        let display = file.name(self.project);
+        let name: Arc<str> = Arc::from(display.as_str());
+        let read = match file {
+            IncludedFile::Project(path) => self.project.read_bytes(path),
+            IncludedFile::Component { path, .. } => std::fs::read(path),
+        };
+        let bytes = read.map_err(|source| match from {
             Some(at) if source.kind() == std::io::ErrorKind::NotFound => CiError::Include {
                 location: at.clone(),
-                message: format!("local file `{file}` does not exist"),
+                message: format!("local file `{display}` does not exist"),
             },
             _ => CiError::Read {
-                file: self.project.root().join(file),
+                file: match file {
+                    IncludedFile::Project(path) => self.project.root().join(path),
+                    IncludedFile::Component { path, .. } => path.clone(),
+                },
                 source,
             },
         })?;
@@ -79,7 +138,11 @@ impl Loader<'_> {
             .budget
             .charge(loaded.size, &Location::new(name.clone(), 1, 1))?;
         self.diag.warnings.extend(loaded.warnings);
-        let root = self.document(loaded.documents, &name)?;
+        let fields = match file {
+            IncludedFile::Component { fields, .. } => fields.clone(),
+            IncludedFile::Project(_) => HashMap::new(),
+        };
+        let root = self.content(loaded.documents, &name, from, inputs, &fields)?;
         let mut root = match root.value {
             Value::Map(map) => map,
             Value::Null => Mapping::default(),
@@ -90,10 +153,12 @@ impl Loader<'_> {
                 ));
             }
         };
-        stack.push(file.to_string());
+        let file = display;
+        stack.push(file.clone());
         let mut merged: Option<Node> = None;
         if let Some((key, include)) = root.remove("include") {
-            for (path, at) in self.local_paths(&include)? {
+            for included in self.local_paths(&include)? {
+                let (path, at) = (included.file.name(self.project), included.at.clone());
                 if let Some(start) = stack.iter().position(|f| *f == path) {
                     let mut cycle = stack[start..].to_vec();
                     cycle.push(path.clone());
@@ -109,7 +174,8 @@ impl Loader<'_> {
                         message: format!("more than {MAX_INCLUDES} files are included"),
                     });
                 }
-                let content = self.load_file(&path, stack, Some(&at))?;
+                let content =
+                    self.load_file(&included.file, stack, Some(&at), included.inputs.as_ref())?;
                 let node = Node::new(Value::Map(content), key.at.clone());
                 merged = Some(match merged {
                     Some(base) => deep_merge(base, node),
@@ -129,37 +195,96 @@ impl Loader<'_> {
         }
     }
 
-    /// The configuration document of a file: the only one, or the second when the first is a
-    /// `spec:` header.
-    fn document(&mut self, mut documents: Vec<Node>, name: &Arc<str>) -> Result<Node, CiError> {
-        match documents.len() {
-            0 => Ok(Node::new(Value::Null, Location::new(name.clone(), 1, 1))),
-            1 => Ok(documents.remove(0)),
-            2 => {
-                let header = documents.remove(0);
-                match header.as_map().and_then(|m| m.entry("spec")) {
-                    Some((key, _)) => {
-                        self.diag.warn(
-                            &key.at,
-                            "spec:inputs is not supported by local runs; the header is ignored and $[[ inputs ]] are not interpolated",
-                        );
-                        Ok(documents.remove(0))
-                    }
-                    None => Err(CiError::invalid(
-                        &header.at,
-                        "the file holds two YAML documents, and the first is not a spec: header",
-                    )),
-                }
+    /// The configuration document of a file, its inputs interpolated.
+    ///
+    /// GitLab splits a file into at most three documents and drops the empty ones
+    /// (`MultiDocYaml`, `reject_empty`); with a `spec:` header first, the content is the last
+    /// of them, else the first (`Yaml::Result#content`).
+    fn content(
+        &mut self,
+        documents: Vec<Node>,
+        name: &Arc<str>,
+        from: Option<&Location>,
+        inputs: Option<&Node>,
+        component: &HashMap<String, Value>,
+    ) -> Result<Node, CiError> {
+        let blank = |n: &Node| n.is_null() || n.as_map().is_some_and(Mapping::is_empty);
+        let mut documents: Vec<Node> = documents.into_iter().filter(|d| !blank(d)).collect();
+        let start = Location::new(name.clone(), 1, 1);
+        let fail = |errors: Vec<String>, at: &Location| {
+            let message = format!(
+                "`{name}`: {}",
+                errors.into_iter().take(3).collect::<Vec<_>>().join(", ")
+            );
+            match from {
+                Some(entry) => CiError::Include {
+                    location: entry.clone(),
+                    message,
+                },
+                None => CiError::invalid(at, message),
             }
-            _ => Err(CiError::invalid(
-                &documents[2].at,
-                "the file holds more than two YAML documents",
-            )),
+        };
+        let given = match inputs.map(|n| &n.value) {
+            None | Some(Value::Null) => Mapping::default(),
+            Some(Value::Map(m)) => m.clone(),
+            Some(_) => return Err(fail(vec!["Given inputs must be a hash".into()], &start)),
+        };
+        if !is_header(&documents) {
+            if documents.len() > 1 {
+                self.diag.warn(
+                    &documents[1].at,
+                    "only the first YAML document of the file is read, as GitLab reads it (a \
+                     `spec:` header would make the last one the configuration)",
+                );
+            }
+            if !given.is_empty() {
+                return Err(fail(
+                    vec![
+                        "Given inputs not defined in the `spec` section of the included \
+                         configuration file"
+                            .into(),
+                    ],
+                    &start,
+                ));
+            }
+            return Ok(documents
+                .into_iter()
+                .next()
+                .unwrap_or_else(|| Node::new(Value::Null, start)));
         }
+        if documents.len() > 2 {
+            self.diag.warn(
+                &documents[1].at,
+                "this document between the spec: header and the configuration is ignored, as \
+                 GitLab ignores it",
+            );
+        }
+        let header_node = documents.remove(0);
+        let content = documents.swap_remove(documents.len().min(2) - 1);
+        let header = read_header(&header_node).map_err(|e| fail(e, &header_node.at))?;
+        if header.includes_inputs {
+            self.diag.warn(
+                &header_node.at,
+                "spec:include (inputs from other files) is not supported by local runs; only the \
+                 inputs declared here are known",
+            );
+        }
+        let values = resolve(&header, &given).map_err(|e| fail(e, &header_node.at))?;
+        let component: HashMap<String, Value> = component
+            .iter()
+            .filter(|(k, _)| header.component.contains(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let ctx = Interpolation {
+            inputs: &values,
+            component: &component,
+            variables: self.variables,
+        };
+        interpolate(content, &ctx).map_err(|e| fail(e, &header_node.at))
     }
 
     /// The local files an `include:` value names, in order (globs expanded, rules applied).
-    fn local_paths(&mut self, include: &Node) -> Result<Vec<(String, Location)>, CiError> {
+    fn local_paths(&mut self, include: &Node) -> Result<Vec<Included>, CiError> {
         let entries: Vec<&Node> = match &include.value {
             Value::Seq(items) => items.iter().collect(),
             _ => vec![include],
@@ -179,7 +304,7 @@ impl Loader<'_> {
                             format!("include of remote file `{text}` is not supported by local runs; it is not included"),
                         );
                     } else {
-                        out.extend(self.resolve_local(text, &entry.at)?);
+                        out.extend(self.resolve_local(text, &entry.at, None)?);
                     }
                 }
                 Value::Map(map) => {
@@ -212,9 +337,7 @@ impl Loader<'_> {
                     ) {
                         continue;
                     }
-                    if let Some((k, _)) = map.entry("inputs") {
-                        reader.warn(&k.at, "inputs are not supported by local runs; ignored");
-                    }
+                    let inputs = map.get("inputs").cloned();
                     if let Some(rules_node) = map.get("rules") {
                         let Some(rules) = read_rules(&mut reader, rules_node, RulesKind::Include)
                         else {
@@ -238,7 +361,11 @@ impl Loader<'_> {
                                 continue;
                             };
                             match path_node.as_str() {
-                                Some(path) => out.extend(self.resolve_local(path, &path_node.at)?),
+                                Some(path) => out.extend(self.resolve_local(
+                                    path,
+                                    &path_node.at,
+                                    inputs.as_ref(),
+                                )?),
                                 None => {
                                     return Err(CiError::Include {
                                         location: path_node.at.clone(),
@@ -249,6 +376,18 @@ impl Loader<'_> {
                                     });
                                 }
                             }
+                        }
+                        Some("component") => {
+                            if let Some(found) = self.component(map, &entry.at, inputs.as_ref()) {
+                                out.push(found);
+                                continue;
+                            }
+                            let address = map.get("component").and_then(Node::scalar_text);
+                            self.skipped.push(SkippedInclude {
+                                kind: "include:component".into(),
+                                name: address.unwrap_or_default(),
+                                at: entry.at.clone(),
+                            });
                         }
                         Some(other) => {
                             let text = |key: &str| {
@@ -307,7 +446,13 @@ impl Loader<'_> {
         &mut self,
         written: &str,
         at: &Location,
-    ) -> Result<Vec<(String, Location)>, CiError> {
+        inputs: Option<&Node>,
+    ) -> Result<Vec<Included>, CiError> {
+        let included = |path: String| Included {
+            file: IncludedFile::Project(path),
+            at: at.clone(),
+            inputs: inputs.cloned(),
+        };
         let expanded = expand(written, &|name| self.variables.get(name).cloned(), true);
         let path = expanded
             .trim_start_matches("./")
@@ -329,7 +474,7 @@ impl Loader<'_> {
                     message: format!("`{expanded}` does not match any file"),
                 });
             }
-            return Ok(files.into_iter().map(|f| (f, at.clone())).collect());
+            return Ok(files.into_iter().map(included).collect());
         }
         if !self.project.is_file(&path) {
             return Err(CiError::Include {
@@ -337,6 +482,50 @@ impl Loader<'_> {
                 message: format!("local file `{expanded}` does not exist"),
             });
         }
-        Ok(vec![(path, at.clone())])
+        Ok(vec![included(path)])
+    }
+
+    /// An `include: component` entry found in the component directories, or `None` (with a
+    /// warning saying where flotilla looked) when it is not there.
+    fn component(
+        &mut self,
+        map: &Mapping,
+        at: &Location,
+        inputs: Option<&Node>,
+    ) -> Option<Included> {
+        let written = map.get("component").and_then(Node::scalar_text)?;
+        let address = expand(&written, &|name| self.variables.get(name).cloned(), true);
+        // Paths under the project are shown relative to it.
+        let root = format!("{}/", self.project.root().display());
+        let shown = |text: String| text.replace(&root, "");
+        match find_component(&address, self.component_paths) {
+            Ok(found) => {
+                self.diag.note(
+                    at,
+                    shown(format!(
+                        "include:component `{address}` is read from {} (the version is not \
+                         checked: the directory holds what it holds)",
+                        found.path.display()
+                    )),
+                );
+                Some(Included {
+                    file: IncludedFile::Component {
+                        path: found.path,
+                        fields: found.fields,
+                    },
+                    at: at.clone(),
+                    inputs: inputs.cloned(),
+                })
+            }
+            Err(why) => {
+                self.diag.warn(
+                    at,
+                    shown(format!(
+                        "include:component `{address}` is not included: {why}"
+                    )),
+                );
+                None
+            }
+        }
     }
 }

@@ -26,6 +26,10 @@ pub struct Pipeline {
     pub workflow_excluded: Option<String>,
     /// What was accepted but is not honoured, with positions.
     pub warnings: Vec<Warning>,
+    /// What a local run decided that its user may want to know, with positions: where a
+    /// component was read from, what `rules:changes` compared against.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<Warning>,
 }
 
 /// A job that the pipeline does not run.
@@ -181,6 +185,7 @@ impl Pipeline {
             excluded: self.excluded.clone(),
             workflow_excluded: self.workflow_excluded.clone(),
             warnings: self.warnings.clone(),
+            notes: self.notes.clone(),
         })
     }
 }

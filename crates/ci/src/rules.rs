@@ -217,6 +217,8 @@ pub(crate) fn read_rules(
             ok = false;
             continue;
         }
+        // A keyword with no value is unspecified (GitLab's entry factory; `allow_nil`).
+        let map = &map.without_nulls();
         let mut rule = Rule {
             at: item.at.clone(),
             condition: None,

@@ -8,12 +8,13 @@ use super::cache::{CacheSpec, read_cache};
 use super::duration::parse_duration;
 use super::error::{CiError, Diagnostics, Location};
 use super::image::{Image, Service, read_image, read_services};
+use super::interpolation::interpolate_matrix;
 use super::job::{
     AllowFailure, Environment, Retry, When, read_allow_failure, read_environment, read_retry,
     read_when,
 };
 use super::needs::{NeedSpec, read_dependencies, read_needs};
-use super::parallel::{ParallelSpec, read_parallel};
+use super::parallel::{ParallelSpec, instances, read_parallel};
 use super::reader::Reader;
 use super::rules::{Policy, Rule, RulesKind, read_policy, read_rules};
 use super::script::flatten;
@@ -278,6 +279,8 @@ impl Defaultable {
 fn read_hooks(reader: &mut Reader<'_>, node: &Node, job: &str) -> Option<Vec<String>> {
     let map = reader.map(node, "hooks")?;
     reader.check_keys(map, &["pre_get_sources_script"]);
+    // A keyword with no value is unspecified (GitLab's entry factory; `allow_nil`).
+    let map = &map.without_nulls();
     let script = map.get("pre_get_sources_script")?;
     match flatten(script, job, "hooks:pre_get_sources_script") {
         Ok(lines) => Some(lines),
@@ -430,6 +433,9 @@ pub(crate) struct JobSpec {
     pub when: Option<When>,
     pub allow_failure: Option<AllowFailure>,
     pub needs: Option<Vec<NeedSpec>>,
+    /// For a `parallel: matrix` job whose `needs` hold `$[[ matrix.NAME ]]`: each instance's
+    /// own `needs`, in instance order (GitLab's `MatrixInterpolator`).
+    pub needs_by_instance: Option<Vec<Option<Vec<NeedSpec>>>>,
     pub dependencies: Option<Vec<(String, Location)>>,
     pub rules: Option<Vec<Rule>>,
     pub only: Option<Policy>,
@@ -625,6 +631,25 @@ pub(crate) fn read_job(
     let parallel = map
         .get("parallel")
         .and_then(|n| read_parallel(&mut reader, n));
+    let needs_by_instance = match (map.get("needs"), &parallel) {
+        (Some(node), Some(p @ ParallelSpec::Matrix(_)))
+            if node.to_json().to_string().contains("$[[") =>
+        {
+            let mut each = Vec::new();
+            for (_, instance) in instances(name, p) {
+                let mut errors = Vec::new();
+                let interpolated = interpolate_matrix(node, &instance.matrix, &mut errors);
+                for error in errors {
+                    reader
+                        .diag
+                        .error(CiError::invalid(&node.at, format!("{name} job: {error}")));
+                }
+                each.push(read_needs(&mut reader, &interpolated));
+            }
+            Some(each)
+        }
+        _ => None,
+    };
     let environment = map
         .get("environment")
         .and_then(|n| read_environment(&mut reader, n));
@@ -659,6 +684,7 @@ pub(crate) fn read_job(
         when,
         allow_failure,
         needs,
+        needs_by_instance,
         dependencies,
         rules,
         only,

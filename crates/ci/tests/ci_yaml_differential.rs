@@ -432,6 +432,9 @@ fn handwritten() -> Vec<String> {
         "%TAG !e! tag:example.com,2000:\n---\na: !e!foo 1\n",
         "a: \"esc \\t \\u00e9 \\x41 \\\n  folded\"\n",
         "a: 'it''s'\n",
+        // libyaml's own words for a bad escape ("hexdecimal", sic), which its translation
+        // had corrected.
+        "a: \"\\x4g\"\n",
         "a: b: c\n",
         "- - - - x\n",
         "? a\n? b\n: c\n",

@@ -137,6 +137,8 @@ fn compile(
         user_variables: args.variables.clone(),
         include_manual,
         changed_files: None,
+        inputs: Vec::new(),
+        component_paths: Vec::new(),
     };
     let pipeline = match ci::compile(&options) {
         Ok(p) => p,

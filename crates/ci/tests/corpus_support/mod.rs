@@ -38,6 +38,8 @@ pub(crate) fn options_for(dir: &Path) -> CompileOptions {
     let mut user_variables = Vec::new();
     let mut include_manual = false;
     let mut changed_files = None;
+    let mut inputs = Vec::new();
+    let mut component_paths = Vec::new();
     let path = dir.join("options.json");
     if path.exists() {
         let options: Value =
@@ -54,6 +56,18 @@ pub(crate) fn options_for(dir: &Path) -> CompileOptions {
             for (k, v) in vars {
                 user_variables.push((k.clone(), v.as_str().unwrap().to_string()));
             }
+        }
+        if let Some(given) = options.get("inputs").and_then(Value::as_object) {
+            for (k, v) in given {
+                let text = v.as_str().map_or_else(|| v.to_string(), str::to_string);
+                inputs.push((k.clone(), text));
+            }
+        }
+        if let Some(paths) = options.get("component_paths").and_then(Value::as_array) {
+            component_paths = paths
+                .iter()
+                .map(|p| dir.join(p.as_str().unwrap()))
+                .collect();
         }
         include_manual = options
             .get("include_manual")
@@ -76,6 +90,8 @@ pub(crate) fn options_for(dir: &Path) -> CompileOptions {
         user_variables,
         include_manual,
         changed_files,
+        inputs,
+        component_paths,
     }
 }
 
