@@ -289,6 +289,7 @@ impl Compiler<'_> {
                 workflow_excluded: Some(reason),
                 warnings: self.diag.sorted_warnings(),
                 notes: std::mem::take(&mut self.diag.notes),
+                uses_changes: self.diag.changes_evaluated,
             });
         }
 
@@ -513,6 +514,7 @@ impl Compiler<'_> {
             workflow_excluded: None,
             warnings: self.diag.sorted_warnings(),
             notes: std::mem::take(&mut self.diag.notes),
+            uses_changes: self.diag.changes_evaluated,
         })
     }
 

@@ -368,6 +368,8 @@ pub(crate) struct Diagnostics {
     pub warnings: Vec<Warning>,
     /// Notes: what a local run decided, said (not a problem).
     pub notes: Vec<Warning>,
+    /// Whether a `changes` clause was evaluated.
+    pub changes_evaluated: bool,
     /// Warnings about a job's keyword, by position and text, with the jobs they were found in:
     /// jobs sharing a template share its warnings, which are reported once.
     pub by_jobs: std::collections::BTreeMap<(Location, String), Vec<String>>,

@@ -71,4 +71,5 @@ pub use image::{Image, Service};
 pub use job::{AllowFailure, CompiledJob, Environment, Need, ParallelInstance, Retry, When};
 pub use pipeline::{ExcludedJob, Pipeline};
 pub use predefined::{predefined_variables, slugify, utc_timestamp};
+pub use project::{LocalChanges, local_changes};
 pub use variables::{Variable, VariableSource, runner_variables};

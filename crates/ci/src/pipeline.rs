@@ -30,6 +30,10 @@ pub struct Pipeline {
     /// component was read from, what `rules:changes` compared against.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<Warning>,
+    /// Whether a `rules:changes` or `only/except:changes` clause was evaluated, so that a local
+    /// run can say what it compared against.
+    #[serde(skip)]
+    pub uses_changes: bool,
 }
 
 /// A job that the pipeline does not run.
@@ -186,6 +190,7 @@ impl Pipeline {
             workflow_excluded: self.workflow_excluded.clone(),
             warnings: self.warnings.clone(),
             notes: self.notes.clone(),
+            uses_changes: self.uses_changes,
         })
     }
 }

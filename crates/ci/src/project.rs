@@ -93,6 +93,32 @@ pub(crate) fn glob_matcher(pattern: &str) -> Option<GlobMatcher> {
         .map(|g| g.compile_matcher())
 }
 
+/// What a local run's `rules:changes` compare against: the files changed since the merge base
+/// of the default branch and `HEAD`, the working tree's uncommitted changes and untracked files
+/// included.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LocalChanges {
+    /// The ref compared against (`origin/main`, or `main` when there is no remote branch).
+    pub base: String,
+    /// The changed files, `/`-separated, sorted.
+    pub files: Vec<String>,
+}
+
+/// The changes of the checkout in `project_dir` against its default branch (the remote's
+/// branch first, else the local one); `None` when git cannot tell (no repository, no commit,
+/// no such branch).
+pub fn local_changes(project_dir: &Path, default_branch: &str) -> Option<LocalChanges> {
+    [
+        format!("origin/{default_branch}"),
+        default_branch.to_string(),
+    ]
+    .into_iter()
+    .find_map(|base| {
+        let files = changed_since(project_dir, &base)?;
+        Some(LocalChanges { base, files })
+    })
+}
+
 fn changed_since(root: &Path, reference: &str) -> Option<Vec<String>> {
     if reference.starts_with('-') {
         return None;

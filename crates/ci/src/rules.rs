@@ -323,6 +323,7 @@ impl Context<'_> {
 
     /// Whether any changed file matches the clause.
     fn changed(&self, clause: &PathClause, diag: &mut Diagnostics) -> bool {
+        diag.changes_evaluated = true;
         // With `compare_to`, GitLab counts the files changed since the merge base of that ref
         // and the pipeline's commit (`Ci::Pipeline#modified_paths_since`,
         // app/models/ci/pipeline.rb; the ref's variables expanded, as in

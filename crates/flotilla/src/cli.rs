@@ -101,6 +101,16 @@ pub struct ExecArgs {
     /// Set a CI/CD variable (repeatable).
     #[arg(long = "variable", value_name = "KEY=VALUE", value_parser = parse_variable)]
     pub variables: Vec<(String, String)>,
+    /// Give the main file's `spec:inputs` a value (repeatable); a number, boolean or array
+    /// input reads the text as JSON (`--input count=3`, `--input 'targets=["a","b"]'`).
+    #[arg(long = "input", value_name = "NAME=VALUE", value_parser = parse_variable)]
+    pub inputs: Vec<(String, String)>,
+    /// A directory `include: component` reads components from (repeatable): a component
+    /// `<host>/<group>/<project>/<name>@<version>` is
+    /// `DIR/<group>/<project>/templates/<name>.yml` (or `.../<name>/template.yml`), or
+    /// `DIR/templates/...` when DIR is the component's project. The version is not checked.
+    #[arg(long = "component-path", value_name = "DIR")]
+    pub component_paths: Vec<PathBuf>,
     /// Also run manual jobs.
     #[arg(long)]
     pub manual: bool,

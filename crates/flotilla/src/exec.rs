@@ -130,15 +130,25 @@ fn compile(
     include_manual: bool,
     err: &mut dyn Write,
 ) -> Option<Pipeline> {
+    // `rules:changes` compare against the default branch, as a merge request pipeline would.
+    let default_branch = predefined
+        .iter()
+        .find(|(k, _)| k == "CI_DEFAULT_BRANCH")
+        .map_or("main", |(_, v)| v.as_str());
+    let changes = ci::local_changes(dir, default_branch);
     let options = CompileOptions {
         project_dir: dir.to_path_buf(),
         ci_file: ".gitlab-ci.yml".into(),
         variables: predefined.to_vec(),
         user_variables: args.variables.clone(),
         include_manual,
-        changed_files: None,
-        inputs: Vec::new(),
-        component_paths: Vec::new(),
+        changed_files: changes.as_ref().map(|c| c.files.clone()),
+        inputs: args.inputs.clone(),
+        component_paths: args
+            .component_paths
+            .iter()
+            .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()))
+            .collect(),
     };
     let pipeline = match ci::compile(&options) {
         Ok(p) => p,
@@ -155,6 +165,26 @@ fn compile(
     };
     for w in &pipeline.warnings {
         let _ = writeln!(err, "warning: {w}");
+    }
+    for n in &pipeline.notes {
+        let _ = writeln!(err, "note: {n}");
+    }
+    if pipeline.uses_changes {
+        let _ = match &changes {
+            Some(c) => writeln!(
+                err,
+                "note: rules:changes compare against the merge base of {} and HEAD, uncommitted \
+                 and untracked files included: {} changed file{}",
+                c.base,
+                c.files.len(),
+                if c.files.len() == 1 { "" } else { "s" }
+            ),
+            None => writeln!(
+                err,
+                "note: git cannot tell what changed (no repository, no commit, or no branch \
+                 {default_branch}): rules:changes hold, with a warning"
+            ),
+        };
     }
     if let Some(why) = &pipeline.workflow_excluded {
         let _ = writeln!(err, "the pipeline does not run: {why}");

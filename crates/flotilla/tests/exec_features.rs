@@ -1086,3 +1086,113 @@ fn exec_instance_level_is_refused_where_it_cannot_be_kept() {
         "{run}"
     );
 }
+
+/// `rules:changes` in a local run compare against the merge base of the default branch and
+/// HEAD, uncommitted and untracked files included, and the run says so; without git history
+/// to ask they hold (issue 35, item 7).
+#[test]
+fn rules_changes_compare_against_the_default_branch() {
+    let p = Project::with_pipeline(
+        r"
+docs:
+  rules:
+    - changes: [docs/**/*]
+  script: [echo docs]
+code:
+  rules:
+    - changes: [src/*.rs]
+  script: [echo code]
+untracked:
+  rules:
+    - changes: [notes.txt]
+  script: [echo notes]
+",
+    );
+    p.write("src/main.rs", "fn main() {}\n");
+    p.commit("code on main");
+    p.git(&["checkout", "-q", "-b", "feature"]);
+    p.write("docs/guide.md", "# guide\n");
+    p.commit("docs on the branch");
+    p.write("notes.txt", "untracked\n");
+    let run = p.exec(&["--list"]);
+    run.expect_code(0);
+    assert!(
+        run.stderr.contains(
+            "note: rules:changes compare against the merge base of main and HEAD, uncommitted \
+             and untracked files included: 2 changed files"
+        ),
+        "{run}"
+    );
+    let rows = run.stdout.clone();
+    assert!(rows.contains("\ndocs "), "{run}");
+    assert!(rows.contains("\nuntracked "), "{run}");
+    assert!(
+        !rows.contains("\ncode "),
+        "src/main.rs did not change on the branch: {run}"
+    );
+    assert!(!run.stderr.contains("cannot be known"), "{run}");
+}
+
+/// `--input` gives the main file's `spec:inputs` values, read as their types read them, and
+/// `--component-path` is where `include: component` is read from (issue 35, items 2 and 8).
+#[test]
+fn inputs_and_components_from_the_command_line() {
+    let p = Project::with_pipeline(
+        r#"
+spec:
+  inputs:
+    greeting:
+      default: hello
+    count:
+      type: number
+      default: 1
+---
+include:
+  - component: $CI_SERVER_FQDN/acme/ci/hello@1.0.0
+    inputs:
+      who: "$[[ inputs.greeting ]] world"
+main:
+  parallel: $[[ inputs.count ]]
+  script: ['echo "$[[ inputs.greeting ]] from main"']
+"#,
+    );
+    let components = p.outside();
+    std::fs::create_dir_all(components.join("acme/ci/templates")).unwrap();
+    std::fs::write(
+        components.join("acme/ci/templates/hello.yml"),
+        "spec:\n  inputs:\n    who:\n---\nhello:\n  script: ['echo \"component says $[[ inputs.who ]]\"']\n",
+    )
+    .unwrap();
+    let run = p.exec(&[
+        "--input",
+        "greeting=hi",
+        "--input",
+        "count=2",
+        "--component-path",
+        components.to_str().unwrap(),
+    ]);
+    run.expect_code(0);
+    assert_eq!(
+        run.statuses(),
+        statuses(&[
+            ("hello", "passed"),
+            ("main 1/2", "passed"),
+            ("main 2/2", "passed")
+        ])
+    );
+    assert!(
+        p.log("hello").contains("\ncomponent says hi world"),
+        "{run}"
+    );
+    assert!(
+        run.stderr.contains("note: ") && run.stderr.contains("hello.yml"),
+        "{run}"
+    );
+    let run = p.exec(&["--input", "count=many", "--list"]);
+    run.expect_code(2);
+    assert!(
+        run.stderr
+            .contains("`count` input: provided value is not a number"),
+        "{run}"
+    );
+}
