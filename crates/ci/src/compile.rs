@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use super::budget::deep_size;
-use super::error::{CiError, CompileError, Diagnostics, Location};
+use super::error::{CiError, CompileError, Diagnostics, Location, Warning};
 use super::extends::resolve_extends;
 use super::include::{IncludedFile, Loader, SkippedInclude};
 use super::job::{AllowFailure, CompiledJob, Need, ParallelInstance, When};
@@ -181,7 +181,71 @@ fn compile_into(
         diag,
         skipped: skipped_text,
     };
-    compiler.run(specs)
+    let mut pipeline = compiler.run(specs)?;
+    say_what_skipped_includes_affect(&mut pipeline, skipped, &diag.incomplete);
+    Ok(pipeline)
+}
+
+/// One line naming the jobs that may miss what the skipped includes hold: on the include's
+/// own line when there is one, after them all otherwise (which include would have defined
+/// what cannot be known without reading them).
+fn say_what_skipped_includes_affect(
+    pipeline: &mut Pipeline,
+    skipped: &[SkippedInclude],
+    incomplete: &std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+) {
+    const SHOWN: usize = 12;
+    if skipped.is_empty() || incomplete.is_empty() {
+        return;
+    }
+    // Hidden templates are not jobs; what they miss shows in the jobs that extend them.
+    let incomplete: Vec<_> = incomplete
+        .iter()
+        .filter(|(job, _)| !job.starts_with('.'))
+        .collect();
+    if incomplete.is_empty() {
+        return;
+    }
+    let mut jobs: Vec<String> = incomplete
+        .iter()
+        .take(SHOWN)
+        .map(|(job, what)| {
+            let what: Vec<&str> = what.iter().map(String::as_str).collect();
+            format!("{job} ({})", what.join(", "))
+        })
+        .collect();
+    if incomplete.len() > SHOWN {
+        jobs.push(format!("and {} more", incomplete.len() - SHOWN));
+    }
+    let count = incomplete.len();
+    let plural = if count == 1 { "job" } else { "jobs" };
+    let warning = match skipped {
+        [only] => Warning::at(
+            &only.at,
+            format!(
+                "{count} {plural} may miss definitions from this {}: {}",
+                only.kind,
+                jobs.join(", ")
+            ),
+        ),
+        _ => Warning {
+            location: None,
+            message: format!(
+                "{count} {plural} may miss definitions from the {} includes local runs skip: {}",
+                skipped.len(),
+                jobs.join(", ")
+            ),
+        },
+    };
+    pipeline.warnings.push(warning);
+    pipeline
+        .warnings
+        .sort_by(|a, b| match (&a.location, &b.location) {
+            (Some(x), Some(y)) => x.cmp(y),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (None, None) => std::cmp::Ordering::Equal,
+        });
 }
 
 /// A job instance on its way into the pipeline.
@@ -450,9 +514,11 @@ impl Compiler<'_> {
                                 }
                             }
                             None if need.optional => {}
-                            None if trigger_out.contains(&target) => self.diag.warn(
+                            None if trigger_out.contains(&target) => self.diag.incomplete(
+                                &spec.name,
                                 &need.at,
-                                format!("jobs:{} needs `{target}`, a trigger job or a job of a skipped include, which local runs leave out; the need is dropped", candidate.name),
+                                &format!("needs `{}`", need.job),
+                                &format!("needs `{}`, a trigger job or a job that a skipped include completes, which local runs leave out; the need is dropped", need.job),
                             ),
                             None => {
                                 let reason = match excluded.iter().find(|e| e.name == target) {
@@ -540,9 +606,7 @@ impl Compiler<'_> {
             return Outcome::Skipped("trigger job (downstream pipelines are not run locally)");
         }
         if spec.incomplete {
-            return Outcome::Skipped(
-                "no script: it may override a job of an include that local runs skip",
-            );
+            return Outcome::Skipped("no script: it may add to a job of a skipped include");
         }
         let mut variables = self.pipeline_variables.clone();
         variables.retain(|v| v.source == VariableSource::Predefined);
@@ -841,6 +905,7 @@ impl Compiler<'_> {
         Some(CompiledJob {
             name: candidate.name.clone(),
             base_name: spec.name.clone(),
+            incomplete: self.diag.incomplete.contains_key(&spec.name),
             location: spec.at.clone(),
             stage: spec.stage.clone(),
             stage_index: spec.stage_index,
@@ -929,13 +994,14 @@ fn check_references(
             match by_name.get(need.job.as_str()) {
                 None if need.optional || visible.contains(&need.job) => {}
                 // A job of an include that local runs skip may be meant: the need is dropped.
-                None if skipped.is_some() => diag.warn(
+                None if skipped.is_some() => diag.incomplete(
+                    &spec.name,
                     &need.at,
-                    format!(
-                        "jobs:{} needs `{}`, which is not defined here and may be in an include that local runs skip ({}); the need is dropped",
-                        spec.name,
-                        need.job,
-                        skipped.unwrap_or_default()
+                    &format!("needs `{}`", need.job),
+                    &format!(
+                        "needs `{}`, which is not defined here (a skipped include may define \
+                         it); the need is dropped",
+                        need.job
                     ),
                 ),
                 None => diag.error(CiError::MissingNeed {
@@ -961,12 +1027,13 @@ fn check_references(
         for (name, at) in spec.dependencies.iter().flatten() {
             match by_name.get(name.as_str()) {
                 None if visible.contains(name) => {}
-                None if skipped.is_some() => diag.warn(
+                None if skipped.is_some() => diag.incomplete(
+                    &spec.name,
                     at,
-                    format!(
-                        "jobs:{} dependency `{name}` is not defined here and may be in an include that local runs skip ({}); it is dropped",
-                        spec.name,
-                        skipped.unwrap_or_default()
+                    &format!("dependency `{name}`"),
+                    &format!(
+                        "dependency `{name}` is not defined here (a skipped include may define \
+                         it); it is dropped"
                     ),
                 ),
                 None => diag.error(CiError::MissingDependency {

@@ -370,6 +370,9 @@ pub(crate) struct Diagnostics {
     pub notes: Vec<Warning>,
     /// Whether a `changes` clause was evaluated.
     pub changes_evaluated: bool,
+    /// Jobs whose definition may miss what a skipped include holds, each with what was
+    /// missing (`extends .x`, `needs y`).
+    pub incomplete: std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
     /// Warnings about a job's keyword, by position and text, with the jobs they were found in:
     /// jobs sharing a template share its warnings, which are reported once.
     pub by_jobs: std::collections::BTreeMap<(Location, String), Vec<String>>,
@@ -421,6 +424,17 @@ impl Diagnostics {
         if !contexts.iter().any(|c| c == context) {
             contexts.push(context.to_string());
         }
+    }
+
+    /// Record that `job` may miss a definition from an include local runs skip: `what` says
+    /// which, briefly (`extends `.x``), `message` what is missing and what the compiler did
+    /// about it. The warning is one line for every job with the same gap at the same place.
+    pub(crate) fn incomplete(&mut self, job: &str, at: &Location, what: &str, message: &str) {
+        self.warn_in(&format!("jobs:{job}"), at, message);
+        self.incomplete
+            .entry(job.to_string())
+            .or_default()
+            .insert(what.to_string());
     }
 
     /// Record a note at `location`: a decision a local run made that its user may want to

@@ -61,8 +61,16 @@ pub(crate) fn resolve_extends(
     for error in errors {
         diag.error(error);
     }
-    for (at, message) in warnings {
-        diag.warn(&at, message);
+    for (job, at, parent) in warnings {
+        diag.incomplete(
+            &job,
+            &at,
+            &format!("extends `{parent}`"),
+            &format!(
+                "extends `{parent}`, which is not defined here (a skipped include may define \
+                 it); the job is compiled without it"
+            ),
+        );
     }
     for (name, node) in results {
         if let Some(slot) = config
@@ -84,7 +92,8 @@ struct Resolver<'a> {
     /// The includes local runs skipped, when there are any.
     skipped: Option<&'a str>,
     /// Templates left out because they may be in a skipped include.
-    warnings: Vec<(Location, String)>,
+    /// Jobs extending what is not here while includes were skipped: job, where, parent.
+    warnings: Vec<(String, Location, String)>,
     /// The entries resolved without a template (theirs or a parent's).
     partial: HashSet<String>,
     resolved: HashMap<String, Node>,
@@ -168,11 +177,8 @@ impl Resolver<'_> {
                     .config
                     .get(&parent)
                     .is_some_and(|n| n.as_map().is_some());
-            if !exists && let Some(skipped) = self.skipped {
-                self.warnings.push((
-                    at,
-                    format!("jobs:{name} extends `{parent}`, which is not defined here and may be in an include that local runs skip ({skipped}); the job is compiled without it"),
-                ));
+            if !exists && self.skipped.is_some() {
+                self.warnings.push((name.to_string(), at, parent.clone()));
                 self.partial.insert(name.to_string());
                 continue;
             }

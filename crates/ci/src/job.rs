@@ -19,6 +19,10 @@ pub struct CompiledJob {
     pub base_name: String,
     /// Where the job is defined.
     pub location: Location,
+    /// Whether the job's definition may miss something an include local runs skip holds (a
+    /// template it extends, a job it needs); the warnings say what.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub incomplete: bool,
     /// The stage.
     pub stage: String,
     /// The stage's position in [`super::Pipeline::stages`].

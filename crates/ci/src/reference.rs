@@ -52,7 +52,7 @@ impl References<'_> {
                         *node = found;
                     }
                     Err((error, undefined_entry)) => match self.skipped {
-                        Some(skipped) if undefined_entry => {
+                        Some(_) if undefined_entry => {
                             let what = match &error {
                                 CiError::MissingReference { path, message, .. } => {
                                     format!("!reference {path}: {message}")
@@ -61,7 +61,7 @@ impl References<'_> {
                             };
                             self.diag.warn(
                                 &node.at,
-                                format!("{what}; it may be in an include that local runs skip ({skipped}), so it is read as an empty list"),
+                                format!("{what}; a skipped include may define it, so it is read as an empty list"),
                             );
                             node.value = Value::Seq(Vec::new());
                         }

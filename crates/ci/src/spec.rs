@@ -520,10 +520,12 @@ pub(crate) fn read_job(
                 _ if trigger => {}
                 // Most likely the job overrides one defined in the skipped include (`sast:`
                 // with its own rules): GitLab would merge them; locally the job cannot run.
-                Some(skipped) => {
-                    reader.diag.warn(
+                Some(_) => {
+                    reader.diag.incomplete(
+                        name,
                         key_at,
-                        format!("jobs:{name} has no script: it may override a job of an include that local runs skip ({skipped}); the job is left out"),
+                        "no script",
+                        "has no script: it may add to a job of a skipped include; it is left out",
                     );
                     incomplete = true;
                 }
@@ -548,13 +550,15 @@ pub(crate) fn read_job(
     let stage_index = stages.iter().position(|s| *s == stage);
     if stage_index.is_none() && incomplete {
         // Left out already (no script); its stage does not matter.
-    } else if stage_index.is_none()
-        && partial
-        && let Some(skipped) = skipped
-    {
-        reader.diag.warn(
+    } else if stage_index.is_none() && partial && skipped.is_some() {
+        reader.diag.incomplete(
+            name,
             &stage_at,
-            format!("jobs:{name} stage `{stage}` does not exist; the job extends a template that may be in an include that local runs skip ({skipped}), which may set it; the job is left out"),
+            &format!("stage `{stage}`"),
+            &format!(
+                "stage `{stage}` does not exist; a template of a skipped include may set the \
+                 stage; the job is left out"
+            ),
         );
         incomplete = true;
     } else if stage_index.is_none() {

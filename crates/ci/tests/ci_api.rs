@@ -185,12 +185,9 @@ fn warnings_survive_errors_and_skipped_includes_are_named() {
     let skipped = "include:template `Security/SAST.gitlab-ci.yml` at .gitlab-ci.yml:2:5; include:project `group/ci: jobs.yml` at .gitlab-ci.yml:3:5";
     for expected in [
         ".gitlab-ci.yml:2:5: include:template is not supported".to_string(),
-        format!(
-            ".gitlab-ci.yml:6:1: jobs:sast has no script: it may override a job of an include that local runs skip ({skipped}); the job is left out"
-        ),
-        format!(
-            ".gitlab-ci.yml:12:11: jobs:lint needs `remote-build`, which is not defined here and may be in an include that local runs skip ({skipped}); the need is dropped"
-        ),
+        // Each gap once, at its place, without the list of skipped includes (issue 35).
+        ".gitlab-ci.yml:6:1: jobs:sast has no script: it may add to a job of a skipped include; it is left out".to_string(),
+        ".gitlab-ci.yml:12:11: jobs:lint needs `remote-build`, which is not defined here (a skipped include may define it); the need is dropped".to_string(),
     ] {
         assert!(
             warnings.iter().any(|w| w.starts_with(&expected)),

@@ -294,6 +294,7 @@ fn list(
         None => p.jobs.iter().collect(),
     };
     let mut hidden_manual = false;
+    let any_incomplete = shown.iter().any(|j| j.incomplete);
     let rows: Vec<[String; 6]> = shown
         .iter()
         .map(|j| {
@@ -304,7 +305,11 @@ fn list(
                 "manual (not run)".to_string()
             };
             [
-                j.name.clone(),
+                if j.incomplete {
+                    format!("{}*", j.name)
+                } else {
+                    j.name.clone()
+                },
                 j.stage.clone(),
                 when,
                 match &j.needs {
@@ -344,6 +349,13 @@ fn list(
         let _ = writeln!(
             out,
             "manual (not run): a manual job; `flotilla exec --manual` runs the manual jobs"
+        );
+    }
+    if any_incomplete {
+        let _ = writeln!(
+            out,
+            "*: the job's definition may be incomplete: it uses what an include local runs skip \
+             may define (the warnings say what)"
         );
     }
     for x in &p.excluded {

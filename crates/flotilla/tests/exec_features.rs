@@ -236,7 +236,7 @@ fn warnings_come_with_errors_and_name_the_skipped_include() {
     assert!(warning < error, "the warning first: {run}");
     assert!(
         run.stderr.contains(
-            "jobs:sast has no script: it may override a job of an include that local runs skip"
+            "jobs:sast has no script: it may add to a job of a skipped include; it is left out"
         ),
         "{run}"
     );
