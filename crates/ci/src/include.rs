@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use super::component::find_component;
 use super::error::{CiError, Diagnostics, Location};
-use super::inputs::{is_header, read_header, resolve};
+use super::inputs::{InputSpec, is_header, read_header, read_inputs_file, resolve};
 use super::interpolation::{Context as Interpolation, interpolate};
 use super::merge::deep_merge;
 use super::project::Project;
@@ -261,13 +261,10 @@ impl Loader<'_> {
         }
         let header_node = documents.remove(0);
         let content = documents.swap_remove(documents.len().min(2) - 1);
-        let header = read_header(&header_node).map_err(|e| fail(e, &header_node.at))?;
-        if header.includes_inputs {
-            self.diag.warn(
-                &header_node.at,
-                "spec:include (inputs from other files) is not supported by local runs; only the \
-                 inputs declared here are known",
-            );
+        let mut header = read_header(&header_node).map_err(|e| fail(e, &header_node.at))?;
+        for entry in std::mem::take(&mut header.include).iter().rev() {
+            let specs = self.header_inputs(entry).map_err(|e| fail(e, &entry.at))?;
+            header.prepend(specs);
         }
         let values = resolve(&header, &given).map_err(|e| fail(e, &header_node.at))?;
         let component: HashMap<String, Value> = component
@@ -281,6 +278,44 @@ impl Loader<'_> {
             variables: self.variables,
         };
         interpolate(content, &ctx).map_err(|e| fail(e, &header_node.at))
+    }
+
+    /// The inputs a `spec:include` entry brings: a local file's; a remote or another
+    /// project's file cannot be read here, so it brings none (with a warning).
+    fn header_inputs(&mut self, entry: &Node) -> Result<Vec<InputSpec>, Vec<String>> {
+        let local = match &entry.value {
+            Value::Str(path) if !path.starts_with("http://") && !path.starts_with("https://") => {
+                Some(path.clone())
+            }
+            Value::Map(map) => map.get("local").and_then(Node::scalar_text),
+            _ => None,
+        };
+        let Some(written) = local else {
+            self.diag.warn(
+                &entry.at,
+                "spec:include of a remote or another project's file is not supported by local \
+                 runs; the inputs it declares are unknown here",
+            );
+            return Ok(Vec::new());
+        };
+        let path = expand(&written, &|name| self.variables.get(name).cloned(), true)
+            .trim_start_matches("./")
+            .trim_start_matches('/')
+            .to_string();
+        let bytes = self
+            .project
+            .read_bytes(&path)
+            .map_err(|_| vec![format!("Header include file `{path}` does not exist")])?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| vec![format!("Header include file `{path}` is not valid UTF-8")])?;
+        let name: Arc<str> = Arc::from(path.as_str());
+        let loaded = load(&text, &name).map_err(|e| vec![e.to_string()])?;
+        let document = loaded
+            .documents
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| Node::new(Value::Null, Location::new(name, 1, 1)));
+        read_inputs_file(&document, &path)
     }
 
     /// The local files an `include:` value names, in order (globs expanded, rules applied).

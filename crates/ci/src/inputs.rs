@@ -80,8 +80,67 @@ pub(crate) struct Header {
     pub inputs: Vec<InputSpec>,
     /// The `spec:component` fields the file may read (`name`, `sha`, `version`, `reference`).
     pub component: Vec<String>,
-    /// `spec:include` was given (inputs from other files; not read by local runs).
-    pub includes_inputs: bool,
+    /// `spec:include`: files whose `inputs:` come before the ones declared here.
+    pub include: Vec<Node>,
+}
+
+impl Header {
+    /// Put `specs` (from a `spec:include` file) before the inputs declared here; an input
+    /// declared here keeps its own specification.
+    pub(crate) fn prepend(&mut self, specs: Vec<InputSpec>) {
+        let mut merged: Vec<InputSpec> = specs
+            .into_iter()
+            .filter(|s| !self.inputs.iter().any(|own| own.name == s.name))
+            .collect();
+        merged.append(&mut self.inputs);
+        self.inputs = merged;
+    }
+}
+
+/// The inputs of a `spec:include` file, which may hold nothing but `inputs:`
+/// (`External::File::Base`, GitLab 18.6).
+pub(crate) fn read_inputs_file(node: &Node, shown: &str) -> Result<Vec<InputSpec>, Vec<String>> {
+    let empty = Mapping::default();
+    let map = match &node.value {
+        Value::Map(m) => m,
+        Value::Null => &empty,
+        _ => {
+            return Err(vec![format!(
+                "Header include file `{shown}` should be a hash"
+            )]);
+        }
+    };
+    let unknown: Vec<String> = map
+        .iter()
+        .filter(|(k, _)| k.name != "inputs")
+        .map(|(k, _)| format!(":{}", k.name))
+        .collect();
+    if !unknown.is_empty() {
+        return Err(vec![format!(
+            "Header include file `{shown}` contains unknown keys: [{}]",
+            unknown.join(", ")
+        )]);
+    }
+    let mut errors = Vec::new();
+    let mut specs = Vec::new();
+    match map.get("inputs").map(|n| &n.value) {
+        None | Some(Value::Null) => {}
+        Some(Value::Map(inputs)) => {
+            for (key, value) in inputs.iter() {
+                if let Some(spec) = read_input(&key.name, value, &mut errors) {
+                    specs.push(spec);
+                }
+            }
+        }
+        Some(_) => errors.push(format!(
+            "Header include file `{shown}` inputs should be a hash"
+        )),
+    }
+    if errors.is_empty() {
+        Ok(specs)
+    } else {
+        Err(errors.into_iter().map(|e| e.to_lowercase()).collect())
+    }
 }
 
 /// Whether `documents[0]` is a header: two or more documents, the first a hash with `spec`
@@ -122,7 +181,13 @@ pub(crate) fn read_header(node: &Node) -> Result<Header, Vec<String>> {
     if let Some(component) = spec.get("component").filter(|n| !n.is_null()) {
         read_component_fields(component, &mut header, &mut errors);
     }
-    header.includes_inputs = spec.get("include").is_some_and(|n| !n.is_null());
+    match spec.get("include").map(|n| &n.value) {
+        None | Some(Value::Null) => {}
+        Some(Value::Seq(items)) => header.include = items.clone(),
+        Some(_) => {
+            header.include = vec![spec.get("include").cloned().unwrap_or_else(|| node.clone())]
+        }
+    }
     match spec.get("inputs").map(|n| &n.value) {
         None | Some(Value::Null) => {}
         Some(Value::Map(inputs)) => {
