@@ -184,9 +184,7 @@ pub(crate) fn read_header(node: &Node) -> Result<Header, Vec<String>> {
     match spec.get("include").map(|n| &n.value) {
         None | Some(Value::Null) => {}
         Some(Value::Seq(items)) => header.include = items.clone(),
-        Some(_) => {
-            header.include = vec![spec.get("include").cloned().unwrap_or_else(|| node.clone())]
-        }
+        Some(_) => header.include = spec.get("include").into_iter().cloned().collect(),
     }
     match spec.get("inputs").map(|n| &n.value) {
         None | Some(Value::Null) => {}

@@ -364,7 +364,9 @@ pub(crate) fn load(text: &str, file: &Arc<str>) -> Result<Loaded, CiError> {
             }
         }
     }
-    if let Some(error) = CiError::from_list(builder.errors) {
+    // Psych stops at the first problem in the order it builds the tree (an alias inside a
+    // key before the key itself), and so does GitLab's message: the first is reported.
+    if let Some(error) = builder.errors.into_iter().next() {
         return Err(error);
     }
     Ok(Loaded {
