@@ -10,11 +10,14 @@ use std::sync::Arc;
 pub const ISOLATION_VARIABLE: &str = "FLOTILLA_ISOLATION";
 
 /// The isolation levels a runner offers, never empty. The first is every job's level unless
-/// the job names another with [`ISOLATION_VARIABLE`]; a level the runner does not offer is
-/// refused, never replaced by a weaker one.
+/// the job names another with [`ISOLATION_VARIABLE`] (or names an `image:` and the runner has
+/// a level for those); a level the runner does not offer is refused, never replaced by a
+/// weaker one.
 #[derive(Clone)]
 pub struct Levels {
     offered: Vec<Arc<dyn Isolation>>,
+    /// The level (an index into `offered`) of jobs that name an image and no level.
+    for_images: Option<usize>,
 }
 
 impl fmt::Debug for Levels {
@@ -27,6 +30,7 @@ impl From<Arc<dyn Isolation>> for Levels {
     fn from(level: Arc<dyn Isolation>) -> Levels {
         Levels {
             offered: vec![level],
+            for_images: None,
         }
     }
 }
@@ -35,6 +39,7 @@ impl<T: Isolation + 'static> From<Arc<T>> for Levels {
     fn from(level: Arc<T>) -> Levels {
         Levels {
             offered: vec![level],
+            for_images: None,
         }
     }
 }
@@ -48,7 +53,22 @@ impl Levels {
                 offered.push(level);
             }
         }
-        Levels { offered }
+        Levels {
+            offered,
+            for_images: None,
+        }
+    }
+
+    /// Jobs that name an image and no level run at `name`, which must be offered (`None`
+    /// when it is not).
+    pub fn with_image_level(mut self, name: &str) -> Option<Levels> {
+        self.for_images = Some(self.offered.iter().position(|l| l.name() == name)?);
+        Some(self)
+    }
+
+    /// The level of jobs that name an image and no level, when the runner has one.
+    pub fn image_level(&self) -> Option<&Arc<dyn Isolation>> {
+        self.for_images.map(|i| &self.offered[i])
     }
 
     /// The level of jobs that name none.
@@ -69,7 +89,14 @@ impl Levels {
     /// The level `job` runs at.
     pub fn choose(&self, job: &JobPayload) -> Result<&Arc<dyn Isolation>, LevelRefused> {
         let Some(asked) = requested_level(job) else {
-            return Ok(self.default_level());
+            let has_image = job
+                .image
+                .as_ref()
+                .is_some_and(|i| !i.name.trim().is_empty());
+            return Ok(match self.image_level() {
+                Some(level) if has_image => level,
+                _ => self.default_level(),
+            });
         };
         self.offered
             .iter()

@@ -84,7 +84,7 @@ pub struct RunArgs {
 }
 
 /// Options of `flotilla exec`.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub struct ExecArgs {
     /// Jobs to run (with the jobs they need); all jobs when none is given.
     #[arg(value_name = "JOB")]
@@ -101,6 +101,10 @@ pub struct ExecArgs {
     /// Set a CI/CD variable (repeatable).
     #[arg(long = "variable", value_name = "KEY=VALUE", value_parser = parse_variable)]
     pub variables: Vec<(String, String)>,
+    /// Run every job at this isolation level (shorthand for `--variable
+    /// FLOTILLA_ISOLATION=LEVEL`); a level the runner does not offer fails the job.
+    #[arg(long, value_name = "LEVEL")]
+    pub isolation: Option<String>,
     /// Give the main file's `spec:inputs` a value (repeatable); a number, boolean or array
     /// input reads the text as JSON (`--input count=3`, `--input 'targets=["a","b"]'`).
     #[arg(long = "input", value_name = "NAME=VALUE", value_parser = parse_variable)]

@@ -85,7 +85,13 @@ pub fn run(args: &DebugArgs, err: &mut dyn Write) -> ExitCode {
 /// The runner named by the arguments, and where `flotilla run` keeps its cache store.
 fn runner(args: &DebugArgs, err: &mut dyn Write) -> Option<(RunnerConfig, Option<PathBuf>)> {
     let Some(path) = &args.config else {
-        return Some((crate::fleet::embedded::runner(true), None));
+        // The microvm level is what `debug` is for: offered whatever the probe finds, so that
+        // a missing piece is named when the job starts.
+        let host = crate::fleet::embedded::HostLevels {
+            microvm: Ok(()),
+            ..crate::fleet::embedded::HostLevels::probe()
+        };
+        return Some((crate::fleet::embedded::runner(&host), None));
     };
     let config = crate::cli::load_config(path, err)?;
     let state_dir = config
@@ -129,7 +135,8 @@ async fn debug(
         project: project.clone(),
         protected: args.protected,
     });
-    let mut level = crate::fleet::levels::microvm_level(runner, None)?;
+    // Per process: a runner's daemon or an exec run may use the same instance meanwhile.
+    let mut level = crate::fleet::levels::microvm_level(runner, None, true)?;
     if let Some(store) = store {
         level = level.with_snapshot_store(store);
     }

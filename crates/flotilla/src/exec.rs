@@ -22,6 +22,12 @@ const SETUP_FAILED: u8 = 2;
 
 /// Runs `flotilla exec`.
 pub fn run(args: &ExecArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
+    // `--isolation LEVEL` is the variable that picks a job's level, given to every job.
+    let mut args = args.clone();
+    if let Some(level) = args.isolation.clone() {
+        args.variables.push((ISOLATION_VARIABLE.to_string(), level));
+    }
+    let args = &args;
     let dir = match project_dir(args) {
         Ok(d) => d,
         Err(e) => {
@@ -36,6 +42,26 @@ pub fn run(args: &ExecArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCod
     let Some(pipeline) = compile(args, &dir, &predefined, args.manual, err) else {
         return ExitCode::from(SETUP_FAILED);
     };
+    // An image the run cannot honour is said on the terminal, not only in the job's log.
+    for job in &pipeline.jobs {
+        let Some(image) = job.image.as_ref().filter(|i| !i.name.trim().is_empty()) else {
+            continue;
+        };
+        if job_level(job, &runner, args) == "shell" {
+            let _ = writeln!(
+                err,
+                "warning: job {} names image {}, which runs at the shell level here: on this \
+                 host, not in the image{}",
+                job.name,
+                image.name,
+                if args.config.is_none() {
+                    " (no Docker engine answers; see the first line)"
+                } else {
+                    ""
+                }
+            );
+        }
+    }
     if args.list {
         // Manual jobs are listed even when this run would leave them out: compiled again with
         // them (quietly; the warnings were printed once).
@@ -240,7 +266,9 @@ fn point_latest(logs: &Path, id: &str) -> std::io::Result<()> {
 /// warnings of the file are printed.
 fn runner(args: &ExecArgs, err: &mut dyn Write) -> Option<RunnerConfig> {
     let Some(path) = &args.config else {
-        return Some(crate::fleet::embedded::runner_for_this_host());
+        let host = crate::fleet::embedded::HostLevels::probe();
+        let _ = writeln!(err, "{}", host.describe());
+        return Some(crate::fleet::embedded::runner(&host));
     };
     let config = crate::cli::load_config(path, err)?;
     let first = config.runners.into_iter().next();
@@ -252,7 +280,8 @@ fn runner(args: &ExecArgs, err: &mut dyn Write) -> Option<RunnerConfig> {
 
 /// The isolation level `job` runs at on `runner`, as the dispatcher will choose it: the last
 /// `FLOTILLA_ISOLATION` among the job's variables, then `--variable`s, else the runner's
-/// default. A level the runner does not offer is shown as refused.
+/// level for jobs with an image when the job names one, else the runner's default. A level
+/// the runner does not offer is shown as refused.
 fn job_level(job: &ci::CompiledJob, runner: &RunnerConfig, args: &ExecArgs) -> String {
     let asked = job
         .variables
@@ -270,8 +299,15 @@ fn job_level(job: &ci::CompiledJob, runner: &RunnerConfig, args: &ExecArgs) -> S
         .map(|v| v.trim().to_ascii_lowercase())
         .filter(|v| !v.is_empty());
     let levels = runner.isolation_levels();
+    let has_image = job
+        .image
+        .as_ref()
+        .is_some_and(|i| !i.name.trim().is_empty());
     match asked {
-        None => levels.default_level().to_string(),
+        None => match runner.image_isolation() {
+            Some(level) if has_image => level.to_string(),
+            _ => levels.default_level().to_string(),
+        },
         Some(a) if levels.all().iter().any(|l| l.as_str() == a) => a,
         Some(a) => format!("{a} (not offered: {levels})"),
     }
@@ -451,6 +487,7 @@ async fn execute(
         run_options: fleet::run_options(runner, scratch.path().join("scratch")),
         durable: None,
         local_slots: None,
+        shared_instances: true,
     };
     let provider = fleet::provider(runner, Some(&state)).await?;
     let fleet = fleet::from_runner(runner, provider, parts).await?;

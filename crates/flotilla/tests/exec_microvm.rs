@@ -399,8 +399,12 @@ in-a-vm:
     let run = p.exec(&[]);
     run.expect_code(0);
     assert!(
-        run.stderr.contains("this host, shell | microvm isolation"),
-        "the embedded default names both levels: {}",
+        run.stderr
+            .contains("this host, shell | docker | microvm isolation")
+            && run
+                .stderr
+                .contains("this host offers shell, docker (jobs with an image:), microvm"),
+        "the embedded default names the levels it found: {}",
         run.stderr
     );
     let vm = p.log("in-a-vm");
@@ -475,4 +479,48 @@ in-a-vm:
         vms_under(&state_dir).is_empty(),
         "the VM is deleted after the job"
     );
+}
+
+/// Two `flotilla exec` runs side by side on one host, as root, share the microvm level's state
+/// directory: each names its VMs after its own process and sweeps only its own and those of
+/// runs that are gone, so a run starting while another's VM is up leaves that VM alone
+/// (before, the second run's start-up sweep killed the first run's VM: "the microVM did not
+/// come up").
+#[test]
+fn infra_microvm_exec_runs_side_by_side_leave_each_others_vms_alone() {
+    if !require(Infra::Qemu) || !require(Infra::Docker) {
+        return;
+    }
+    let image = busybox_image();
+    let slow = Project::with_pipeline(&format!(
+        r#"
+in-a-vm:
+  image: {image}
+  variables:
+    FLOTILLA_ISOLATION: microvm
+  script:
+    - sleep 6
+    - echo "still here"
+"#
+    ));
+    let quick = Project::with_pipeline(
+        r"
+on-the-host:
+  script: [echo quick]
+also-on-the-host:
+  script: [echo quick]
+",
+    );
+    let first = std::thread::spawn(move || {
+        let run = slow.exec(&[]);
+        (run, slow)
+    });
+    // While the first run's VM is up, other runs start and sweep.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    for _ in 0..2 {
+        quick.exec(&[]).expect_code(0);
+    }
+    let (run, slow) = first.join().unwrap();
+    run.expect_code(0);
+    assert!(slow.log("in-a-vm").contains("\nstill here"), "{run}");
 }

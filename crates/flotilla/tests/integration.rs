@@ -12,6 +12,7 @@ mod config_errors;
 mod config_fixtures;
 mod exec_conformance;
 mod exec_corpus;
+mod exec_docker;
 mod exec_dotenv;
 mod exec_examples;
 mod exec_features;

@@ -142,6 +142,11 @@ pub struct AutoscalerConfig {
     /// for `instance` with `vm_isolation` enabled).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub isolation: Option<IsolationLevels>,
+    /// flotilla extension: the level of jobs that name an `image:` and no level, one of
+    /// `isolation` (the embedded default of `flotilla exec` sends them to `docker`). Unset,
+    /// such jobs run at the default level like any other.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_isolation: Option<IsolationLevel>,
     /// Jobs per instance (default 1, must be at least 1).
     #[serde(deserialize_with = "count::deserialize")]
     pub capacity_per_instance: u32,
@@ -250,6 +255,7 @@ impl Default for AutoscalerConfig {
         AutoscalerConfig {
             plugin: String::new(),
             isolation: None,
+            image_isolation: None,
             capacity_per_instance: 1,
             max_use_count: 0,
             max_instances: 0,

@@ -301,6 +301,11 @@ impl RunnerConfig {
             .unwrap_or_else(|| self.executor.default_isolation(vm).into())
     }
 
+    /// The level of jobs that name an image and no level (`image_isolation`), if set.
+    pub fn image_isolation(&self) -> Option<IsolationLevel> {
+        self.autoscaler.as_ref().and_then(|a| a.image_isolation)
+    }
+
     /// The environment entries split at the first `=` (entries without one are skipped;
     /// loading rejects them).
     pub fn environment_pairs(&self) -> Vec<(&str, &str)> {

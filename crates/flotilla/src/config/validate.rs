@@ -127,6 +127,17 @@ fn check_runner(f: &mut Findings, path: &KeyPath, runner: &RunnerConfig) {
             ),
         );
     }
+    if let Some(level) = runner.image_isolation()
+        && !runner.isolation_levels().offers(level)
+    {
+        f.error(
+            path.key("autoscaler").key("image_isolation"),
+            format!(
+                "image_isolation = {level} is not one of the levels this runner offers ({})",
+                runner.isolation_levels()
+            ),
+        );
+    }
     if runner.isolation_levels().offers(IsolationLevel::Cgroup)
         && let Err(why) = flotilla_isolate::cgroup::check_template(&runner.slot_cgroup_template)
     {

@@ -1,10 +1,93 @@
 //! The runner `flotilla exec` uses without `--config`: this host, shell isolation with a slot
-//! per core, and the `microvm` level too when this host can boot microVMs.
+//! per core, the `docker` level on this host's own Docker engine for jobs that name an
+//! `image:` (images from the engine, never pulled), and the `microvm` level when this host
+//! can boot microVMs. Each level found at start; [`HostLevels::describe`] says why a level
+//! is missing.
 
 use crate::config::{
-    AutoscalerConfig, IsolationLevel, IsolationLevels, MicrovmConfig, RunnerConfig,
+    AutoscalerConfig, DockerConfig, IsolationLevel, IsolationLevels, MicrovmConfig, PullPolicy,
+    RunnerConfig,
 };
+use std::io::{Read, Write};
 use std::path::Path;
+use std::time::Duration;
+
+/// What this host offers `flotilla exec` beyond the shell: for each level, `Ok` or why not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostLevels {
+    /// The `docker` level: this host's Docker engine answering.
+    pub docker: Result<(), String>,
+    /// The `microvm` level: QEMU, `qemu-img`, `mke2fs`, a kernel and Docker.
+    pub microvm: Result<(), String>,
+}
+
+impl HostLevels {
+    /// The levels found on this host now.
+    pub fn probe() -> HostLevels {
+        let missing = microvm_missing();
+        HostLevels {
+            docker: docker_answers(),
+            microvm: if missing.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("missing {}", missing.join(", ")))
+            },
+        }
+    }
+
+    /// One line for the terminal: the levels offered, and each missing one with its reason.
+    pub fn describe(&self) -> String {
+        let mut offered = vec!["shell".to_string()];
+        let mut missing = Vec::new();
+        for (name, found, what) in [
+            ("docker", &self.docker, " (jobs with an image:)"),
+            ("microvm", &self.microvm, ""),
+        ] {
+            match found {
+                Ok(()) => offered.push(format!("{name}{what}")),
+                Err(why) => missing.push(format!("{name}: {why}")),
+            }
+        }
+        let mut line = format!("this host offers {}", offered.join(", "));
+        if !missing.is_empty() {
+            line.push_str(&format!("; not {}", missing.join("; ")));
+        }
+        line
+    }
+}
+
+/// Whether this host's Docker engine answers `GET /_ping` on its socket (`DOCKER_HOST` when
+/// it names a unix socket, else `/var/run/docker.sock`), within a second.
+fn docker_answers() -> Result<(), String> {
+    let socket = match std::env::var("DOCKER_HOST") {
+        Ok(host) if !host.is_empty() => match host.strip_prefix("unix://") {
+            Some(path) => path.to_string(),
+            None => {
+                return Err(format!(
+                    "DOCKER_HOST={host} is not a unix socket; give a --config with [runners.docker] host"
+                ));
+            }
+        },
+        _ => "/var/run/docker.sock".to_string(),
+    };
+    let answer = || -> std::io::Result<String> {
+        let mut stream = std::os::unix::net::UnixStream::connect(&socket)?;
+        stream.set_read_timeout(Some(Duration::from_secs(1)))?;
+        stream.set_write_timeout(Some(Duration::from_secs(1)))?;
+        stream.write_all(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")?;
+        let mut reply = String::new();
+        stream.take(4096).read_to_string(&mut reply)?;
+        Ok(reply)
+    };
+    match answer() {
+        Ok(reply) if reply.starts_with("HTTP/1.") && reply.contains(" 200 ") => Ok(()),
+        Ok(reply) => Err(format!(
+            "the engine at {socket} answered {:?}",
+            reply.lines().next().unwrap_or_default()
+        )),
+        Err(e) => Err(format!("no Docker engine at {socket} ({e})")),
+    }
+}
 
 /// What this host has for the `microvm` level: QEMU, a kernel under `/boot`, `qemu-img`,
 /// `mke2fs` and Docker (which holds the job images the VMs boot from). The names of what
@@ -41,18 +124,23 @@ fn on_path(program: &str) -> bool {
 }
 
 /// The embedded default runner: [`RunnerConfig::embedded_default`] (shell isolation, a slot
-/// per core), offering `microvm` as a second level when `microvm` is true. Jobs choose it
-/// with `FLOTILLA_ISOLATION: microvm`.
-pub fn runner(microvm: bool) -> RunnerConfig {
+/// per core), with the levels `host` offers: `docker` for jobs that name an image and no
+/// level (images from this host's engine, never pulled), `microvm` for jobs that ask for it
+/// with `FLOTILLA_ISOLATION`.
+pub fn runner(host: &HostLevels) -> RunnerConfig {
     let mut runner = RunnerConfig::embedded_default();
-    if microvm {
-        let levels = IsolationLevels::new(vec![IsolationLevel::Shell, IsolationLevel::Microvm]);
-        runner.autoscaler = Some(AutoscalerConfig {
-            isolation: levels,
-            // As without an autoscaler: one slot per core of this host.
-            capacity_per_instance: u32::try_from(super::default_slots()).unwrap_or(1),
-            ..AutoscalerConfig::default()
+    let mut levels = vec![IsolationLevel::Shell];
+    if host.docker.is_ok() {
+        levels.push(IsolationLevel::Docker);
+        runner.docker = Some(DockerConfig {
+            // A local run uses what this host has: a missing image fails the job with the
+            // `docker pull` to run, instead of reaching a registry.
+            pull_policy: vec![PullPolicy::Never],
+            ..DockerConfig::default()
         });
+    }
+    if host.microvm.is_ok() {
+        levels.push(IsolationLevel::Microvm);
         runner.microvm = Some(MicrovmConfig {
             // Root keeps the level's files where a runner would; anyone else in their cache.
             state_dir: (!is_root()).then(user_state_dir).flatten(),
@@ -61,6 +149,15 @@ pub fn runner(microvm: bool) -> RunnerConfig {
             // The only instance is this host: its snapshots need no carrying.
             snapshot_store: Some(false),
             ..MicrovmConfig::default()
+        });
+    }
+    if levels.len() > 1 {
+        runner.autoscaler = Some(AutoscalerConfig {
+            isolation: IsolationLevels::new(levels),
+            image_isolation: host.docker.is_ok().then_some(IsolationLevel::Docker),
+            // As without an autoscaler: one slot per core of this host.
+            capacity_per_instance: u32::try_from(super::default_slots()).unwrap_or(1),
+            ..AutoscalerConfig::default()
         });
     }
     runner
@@ -86,28 +183,37 @@ fn user_state_dir() -> Option<String> {
     Some(format!("{cache}/flotilla/microvm"))
 }
 
-/// The embedded default runner for this host: with `microvm` when [`microvm_missing`] finds
-/// nothing missing.
+/// The embedded default runner for this host, with the levels [`HostLevels::probe`] finds.
 pub fn runner_for_this_host() -> RunnerConfig {
-    let missing = microvm_missing();
-    if !missing.is_empty() {
-        tracing::debug!(
-            missing = missing.join(", "),
-            "the embedded default offers no microvm level"
-        );
-    }
-    runner(missing.is_empty())
+    let host = HostLevels::probe();
+    tracing::debug!(levels = host.describe(), "the embedded default");
+    runner(&host)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn host(docker: bool, microvm: bool) -> HostLevels {
+        let found = |ok: bool| {
+            if ok {
+                Ok(())
+            } else {
+                Err("missing".to_string())
+            }
+        };
+        HostLevels {
+            docker: found(docker),
+            microvm: found(microvm),
+        }
+    }
+
     #[test]
-    fn microvm_is_a_second_level_with_a_slot_per_core() {
-        let plain = runner(false);
+    fn levels_follow_what_the_host_has_with_a_slot_per_core() {
+        let plain = runner(&host(false, false));
         assert_eq!(plain.isolation_levels().all(), [IsolationLevel::Shell]);
-        let vm = runner(true);
+        assert!(plain.docker.is_none() && plain.image_isolation().is_none());
+        let vm = runner(&host(false, true));
         assert_eq!(
             vm.isolation_levels().all(),
             [IsolationLevel::Shell, IsolationLevel::Microvm]
@@ -119,6 +225,23 @@ mod tests {
             crate::fleet::default_slots()
         );
         assert_eq!(a.plugin, AutoscalerConfig::default().plugin);
+        // Docker: jobs with an image go there, with images from this host only.
+        let all = runner(&host(true, true));
+        assert_eq!(
+            all.isolation_levels().all(),
+            [
+                IsolationLevel::Shell,
+                IsolationLevel::Docker,
+                IsolationLevel::Microvm
+            ]
+        );
+        assert_eq!(all.isolation(), IsolationLevel::Shell);
+        assert_eq!(all.image_isolation(), Some(IsolationLevel::Docker));
+        assert_eq!(all.docker.unwrap().pull_policy, [PullPolicy::Never]);
+        assert_eq!(
+            host(true, false).describe(),
+            "this host offers shell, docker (jobs with an image:); not microvm: missing"
+        );
     }
 
     #[test]

@@ -29,6 +29,8 @@ pub struct LevelContext<'a> {
     /// The runner's snapshot store on the manager, where the `microvm` level keeps snapshots
     /// for every instance.
     pub snapshots: Option<&'a Arc<dyn CacheStore>>,
+    /// Other processes of this runner use its instances at the same time (`flotilla exec`).
+    pub shared_instances: bool,
 }
 
 impl std::fmt::Debug for LevelContext<'_> {
@@ -249,14 +251,20 @@ fn docker_config(runner: &RunnerConfig) -> Result<DockerIsolationConfig> {
 /// `microvm`: each job's build stages in a QEMU microVM of their own, booted from the job's
 /// image (`[runners.microvm]`).
 pub fn microvm(cx: &LevelContext<'_>) -> Result<Arc<dyn Isolation>> {
-    Ok(Arc::new(microvm_level(cx.runner, cx.snapshots)?))
+    Ok(Arc::new(microvm_level(
+        cx.runner,
+        cx.snapshots,
+        cx.shared_instances,
+    )?))
 }
 
 /// The `microvm` level of `runner` as its own type (`flotilla debug` restores its snapshots),
-/// keeping snapshots in `store` too unless `[runners.microvm] snapshot_store = false`.
+/// keeping snapshots in `store` too unless `[runners.microvm] snapshot_store = false`;
+/// `per_process` when other processes of the runner share its instances.
 pub fn microvm_level(
     runner: &RunnerConfig,
     store: Option<&Arc<dyn CacheStore>>,
+    per_process: bool,
 ) -> Result<MicrovmIsolation> {
     let m = runner.microvm.clone().unwrap_or_default();
     let defaults = MicrovmConfig::default();
@@ -284,6 +292,7 @@ pub fn microvm_level(
             .map_or(defaults.disk_free_mib, |b| b >> 20),
         state_dir: m.state_dir.clone().unwrap_or(defaults.state_dir.clone()),
         owner: owner_name(&runner.name),
+        per_process,
         ..defaults
     };
     let level = MicrovmIsolation::new(config)

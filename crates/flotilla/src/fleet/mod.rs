@@ -84,6 +84,10 @@ pub struct FleetParts {
     /// GitLab Runner's `limit`, else `concurrent` (a shell or docker runner runs that many
     /// whatever the cores). `None`: one per core, the embedded default's rule.
     pub local_slots: Option<usize>,
+    /// Other processes of this runner may use its instances at the same time (`flotilla
+    /// exec` runs side by side): levels that name things per runner name them per process
+    /// too, and leave those of live processes alone.
+    pub shared_instances: bool,
 }
 
 impl std::fmt::Debug for FleetParts {
@@ -206,11 +210,13 @@ fn levels(
     runner: &RunnerConfig,
     builds_dir: &str,
     snapshots: Option<&Arc<dyn CacheStore>>,
+    shared_instances: bool,
 ) -> Result<Levels> {
     let cx = LevelContext {
         runner,
         builds_dir,
         snapshots,
+        shared_instances,
     };
     let mut built = Vec::new();
     for level in runner.isolation_levels().all() {
@@ -219,7 +225,16 @@ fn levels(
         built.push((entry.build)(&cx)?);
     }
     let default = built.remove(0);
-    Ok(Levels::new(default, built))
+    let levels = Levels::new(default, built);
+    match runner.image_isolation() {
+        None => Ok(levels),
+        Some(level) => levels.with_image_level(level.as_str()).with_context(|| {
+            format!(
+                "runner {:?}: image_isolation = {level} is not one of its isolation levels",
+                runner.name
+            )
+        }),
+    }
 }
 
 /// The fleet of one `[[runners]]` entry on its initialised `provider`.
@@ -273,7 +288,12 @@ pub async fn from_runner(
         }
         None => REMOTE_BUILDS_DIR.to_string(),
     };
-    let isolation = levels(runner, &builds_dir, parts.snapshots.as_ref())?;
+    let isolation = levels(
+        runner,
+        &builds_dir,
+        parts.snapshots.as_ref(),
+        parts.shared_instances,
+    )?;
     let hooks = Arc::new(ReadyUp {
         command: a.instance_ready_command.clone(),
         connectors: connectors.clone(),

@@ -250,6 +250,7 @@ async fn start_fleet(
         } else {
             shared.config.concurrent.max(1) as usize
         }),
+        shared_instances: false,
         durable: Some(Durable {
             persisted,
             journal: store.journal(scope),

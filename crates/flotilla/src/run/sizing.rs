@@ -161,6 +161,7 @@ impl SizedFleets {
             run_options: self.parts.run_options.clone(),
             durable: None,
             local_slots: None,
+            shared_instances: false,
         };
         let fleet = fleet::from_runner(&self.runner, provider, parts).await?;
         tracing::info!(runner = %self.runner.name, shape = %shape, "a fleet of pods sized {shape}");

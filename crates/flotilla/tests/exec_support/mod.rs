@@ -147,13 +147,24 @@ impl Project {
         self.flotilla(&[&["exec"], args].concat())
     }
 
+    /// Runs `flotilla exec ARGS` with `env` set.
+    pub(crate) fn exec_with_env(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        self.flotilla_with_env(&[&["exec"], args].concat(), env)
+    }
+
     /// Runs `flotilla ARGS` in the project directory.
     pub(crate) fn flotilla(&self, args: &[&str]) -> Run {
+        self.flotilla_with_env(args, &[])
+    }
+
+    /// Runs `flotilla ARGS` in the project directory with `env` set.
+    pub(crate) fn flotilla_with_env(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
         let out: Output = Command::new(env!("CARGO_BIN_EXE_flotilla"))
             .args(args)
             .current_dir(self.path())
             .env_remove("FLOTILLA_CONFIG")
             .env_remove("RUST_LOG")
+            .envs(env.iter().copied())
             .output()
             .unwrap();
         Run {

@@ -181,7 +181,8 @@ pub async fn ensure_image(
                 Err(e) if is_not_found(&e) => {
                     if *policy == PullPolicy::Never {
                         failures.push(format!(
-                            "{policy}: the image is not on the instance and may not be pulled"
+                            "{policy}: the image is not on the instance and may not be pulled \
+                             (`docker pull {image}` there puts it on it)"
                         ));
                         continue;
                     }

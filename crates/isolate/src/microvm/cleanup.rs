@@ -53,6 +53,49 @@ pub(crate) async fn sweep(
     Ok(killed)
 }
 
+/// The ids of the processes that named VMs `<shared>.<pid>-slot-*` under `vms` on the
+/// instance and are no longer running there (`/proc/<pid>` is gone).
+pub(crate) async fn gone_processes(
+    connector: &dyn Connector,
+    instance_id: &str,
+    vms: &str,
+    shared: &str,
+) -> Result<Vec<u32>, IsolateError> {
+    let out = connector
+        .output(&format!("ls -1 {} 2>/dev/null || true", quote(vms)))
+        .await
+        .map_err(|source| IsolateError::Connect {
+            instance: instance_id.to_string(),
+            source,
+        })?;
+    let mut pids: Vec<u32> = out
+        .stdout_str()
+        .lines()
+        .filter_map(|name| {
+            let rest = name.strip_prefix(shared)?.strip_prefix('.')?;
+            let (pid, _) = rest.split_once("-slot-")?;
+            pid.parse().ok()
+        })
+        .filter(|pid| *pid != std::process::id())
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    let mut gone = Vec::new();
+    for pid in pids {
+        let alive = connector
+            .output(&format!("test -d /proc/{pid}"))
+            .await
+            .map_err(|source| IsolateError::Connect {
+                instance: instance_id.to_string(),
+                source,
+            })?;
+        if !alive.status.success() {
+            gone.push(pid);
+        }
+    }
+    Ok(gone)
+}
+
 /// Removes `dir` on the instance.
 pub(crate) async fn remove_dir(
     connector: &dyn Connector,

@@ -84,6 +84,10 @@ pub struct MicrovmConfig {
     pub state_dir: String,
     /// Names this runner's VMs, so runners sharing an instance leave each other's alone.
     pub owner: String,
+    /// Several processes of the same owner may use the instance at once (`flotilla exec`
+    /// runs, each its own manager): each names its VMs `<owner>.<pid>`, and sweeps only its
+    /// own and those of processes that are gone.
+    pub per_process: bool,
     /// How long a VM may take to boot to its agent.
     pub boot_timeout: Duration,
     /// How long the job waits for its services' ports before it starts anyway.
@@ -104,6 +108,7 @@ impl Default for MicrovmConfig {
             tsc_khz: 2_000_000,
             state_dir: DEFAULT_STATE_DIR.into(),
             owner: "flotilla".into(),
+            per_process: false,
             boot_timeout: Duration::from_secs(90),
             wait_for_services_timeout: Duration::from_secs(30),
         }
@@ -177,6 +182,8 @@ fn check_owner(owner: &str) -> Result<(), String> {
 #[derive(Clone)]
 pub struct MicrovmIsolation {
     config: Arc<MicrovmConfig>,
+    /// The owner before this process's id was added, when [`MicrovmConfig::per_process`].
+    shared_owner: Option<String>,
     qemu: Qemu,
     clean: crate::shell::CleanSlots,
     boot_cache: boot::BootCache,
@@ -199,7 +206,13 @@ impl MicrovmIsolation {
             binary: config.qemu.clone(),
             ..Qemu::default()
         };
+        let mut config = config;
+        let shared_owner = config.per_process.then(|| config.owner.clone());
+        if config.per_process {
+            config.owner = format!("{}.{}", config.owner, std::process::id());
+        }
         Ok(MicrovmIsolation {
+            shared_owner,
             config: Arc::new(config),
             qemu,
             clean: Default::default(),
@@ -260,14 +273,29 @@ impl Isolation for MicrovmIsolation {
         connector: Arc<dyn Connector>,
         instance_id: &str,
     ) -> Result<usize, IsolateError> {
-        cleanup::sweep(
+        let vms = format!("{}/vms", self.config.state_dir);
+        let mut killed = cleanup::sweep(
             &*connector,
             instance_id,
-            &format!("{}/vms", self.config.state_dir),
+            &vms,
             &format!("{}-slot-", self.config.owner),
             &self.qemu,
         )
-        .await
+        .await?;
+        // Processes sharing the owner: the VMs of those that are gone are leftovers.
+        if let Some(shared) = &self.shared_owner {
+            for pid in cleanup::gone_processes(&*connector, instance_id, &vms, shared).await? {
+                killed += cleanup::sweep(
+                    &*connector,
+                    instance_id,
+                    &vms,
+                    &format!("{shared}.{pid}-slot-"),
+                    &self.qemu,
+                )
+                .await?;
+            }
+        }
+        Ok(killed)
     }
 }
 

@@ -1,0 +1,117 @@
+//! `flotilla exec` with no configuration on a host whose Docker engine answers: jobs that name
+//! an `image:` run at the docker level, in a container of that image from this host's engine
+//! (never pulled), with the rest on the shell; the first line says which levels this host
+//! offers and why any is missing (issue 33).
+
+use crate::exec_support;
+
+use exec_support::{Project, statuses};
+use flotilla_testkit::images::busybox_image;
+use flotilla_testkit::infra::{Infra, require};
+
+#[test]
+fn infra_docker_exec_runs_image_jobs_in_containers_with_no_configuration() {
+    if !require(Infra::Docker) {
+        return;
+    }
+    let image = busybox_image();
+    let p = Project::with_pipeline(&format!(
+        r#"
+in-the-image:
+  image: {image}
+  script:
+    - echo "container $(hostname)"
+    - test -f /.dockerenv && echo "in docker"
+    - cat checked-out.txt
+on-the-host:
+  script:
+    - echo "host $(hostname)"
+missing-image:
+  image: local/flotilla-not-built:nope
+  script: [echo never]
+"#
+    ));
+    p.write("checked-out.txt", "from the repository\n");
+    p.commit("the file");
+    let list = p.exec(&["--list"]);
+    list.expect_code(0);
+    assert!(
+        list.stderr
+            .lines()
+            .next()
+            .is_some_and(|l| l.starts_with("this host offers shell, docker (jobs with an image:)")),
+        "{list}"
+    );
+    let rows: Vec<&str> = list.stdout.lines().collect();
+    let level = |job: &str| {
+        rows.iter()
+            .find(|l| l.starts_with(&format!("{job} ")))
+            .and_then(|l| l.split_whitespace().last())
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(level("in-the-image"), "docker", "{list}");
+    assert_eq!(level("on-the-host"), "shell", "{list}");
+
+    let run = p.exec(&[]);
+    run.expect_code(1);
+    assert_eq!(
+        run.statuses(),
+        statuses(&[
+            ("in-the-image", "passed"),
+            ("on-the-host", "passed"),
+            ("missing-image", "failed"),
+        ])
+    );
+    let log = p.log("in-the-image");
+    assert!(log.contains("\nin docker"), "{log}");
+    assert!(log.contains("\nfrom the repository"), "{log}");
+    let missing = p.log("missing-image");
+    assert!(
+        missing.contains("`docker pull local/flotilla-not-built:nope` there puts it on it"),
+        "{missing}"
+    );
+
+    // Forced to the shell, the image is not honoured, and the terminal says so.
+    let forced = p.exec(&["--isolation", "shell", "in-the-image"]);
+    assert!(
+        forced.stderr.contains(&format!(
+            "warning: job in-the-image names image {image}, which runs at the shell level here"
+        )),
+        "{forced}"
+    );
+}
+
+/// Without a Docker engine (here: `DOCKER_HOST` naming a socket nobody listens on) the first
+/// line says why there is no docker level, and a job with an image runs on the shell with a
+/// warning on the terminal naming the image.
+#[test]
+fn exec_without_docker_says_why_and_names_the_image_it_cannot_honour() {
+    let p = Project::with_pipeline(
+        r#"
+job:
+  image: python:3.12
+  script: [echo "on the host"]
+"#,
+    );
+    let nowhere = p.outside().join("no-docker.sock");
+    let run = p.exec_with_env(
+        &[],
+        &[("DOCKER_HOST", &format!("unix://{}", nowhere.display()))],
+    );
+    run.expect_code(0);
+    let first = run.stderr.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("this host offers shell")
+            && first.contains("not docker: no Docker engine at"),
+        "{run}"
+    );
+    assert!(
+        run.stderr.contains(
+            "warning: job job names image python:3.12, which runs at the shell level here: on \
+             this host, not in the image (no Docker engine answers; see the first line)"
+        ),
+        "{run}"
+    );
+    assert_eq!(run.statuses(), statuses(&[("job", "passed")]));
+}
