@@ -386,6 +386,28 @@ shutdown_timeout = 0
         }
     }
 
+    /// `image_isolation` names a level of `isolation`, or the configuration is refused there.
+    #[test]
+    fn image_isolation_is_one_of_the_offered_levels() {
+        let with = |levels: &str, image: &str| {
+            let text = MINIMAL.replace(
+                "    plugin = \"aws\"\n",
+                &format!(
+                    "    plugin = \"aws\"\n    isolation = {levels}\n    image_isolation = {image}\n"
+                ),
+            );
+            Config::from_str(&text, "/etc/gitlab-runner/config.toml")
+        };
+        let c = with("[\"shell\", \"docker\"]", "\"docker\"").unwrap().config;
+        assert_eq!(c.runners[0].image_isolation(), Some(IsolationLevel::Docker));
+        let e = with("[\"shell\", \"cgroup\"]", "\"docker\"").unwrap_err();
+        let text = e.errors()[0].to_string();
+        assert!(
+            text.contains("image_isolation = docker is not one of the levels this runner offers"),
+            "{text}"
+        );
+    }
+
     #[test]
     fn normalizes_zero_defaults_isolation_and_paths() {
         let loaded = Config::from_str(MINIMAL, "/etc/gitlab-runner/config.toml").unwrap();
