@@ -107,6 +107,7 @@ fn compile_into(
             included: 0,
             skipped,
             component_paths: &options.component_paths,
+            component_root: None,
         };
         let inputs = (!options.inputs.is_empty()).then(|| pipeline_inputs(&options.inputs));
         loader.load_file(
@@ -123,6 +124,8 @@ fn compile_into(
     diag.check()?;
 
     let globals = read_globals(&config, diag);
+    // Whether the files read here set the stages (else a skipped include may).
+    let stages_written = config.get("stages").is_some() || config.get("types").is_some();
     // Every job instance carries its own copy of `default:` and the global `variables:`.
     let shared_cost: usize = ["default", "variables"]
         .iter()
@@ -147,6 +150,7 @@ fn compile_into(
             &key.at,
             node,
             &globals.stages,
+            stages_written,
             skipped_text.as_deref(),
             partial.contains(&key.name),
             diag,
@@ -606,7 +610,9 @@ impl Compiler<'_> {
             return Outcome::Skipped("trigger job (downstream pipelines are not run locally)");
         }
         if spec.incomplete {
-            return Outcome::Skipped("no script: it may add to a job of a skipped include");
+            return Outcome::Skipped(
+                "its definition may miss what a skipped include holds (the warnings say what)",
+            );
         }
         let mut variables = self.pipeline_variables.clone();
         variables.retain(|v| v.source == VariableSource::Predefined);

@@ -18,6 +18,8 @@ use super::yaml::Value;
 /// A component found on disk.
 #[derive(Debug)]
 pub(crate) struct Found {
+    /// The component's project (where its own `include: local` entries resolve).
+    pub root: PathBuf,
     /// Its template file.
     pub path: PathBuf,
     /// The `spec:component` fields: `name`, `version` (the reference when it reads as a
@@ -59,6 +61,7 @@ pub(crate) fn find_component(address: &str, dirs: &[PathBuf]) -> Result<Found, S
             for candidate in template_paths(&base, name) {
                 if candidate.is_file() {
                     return Ok(Found {
+                        root: base.clone(),
                         path: candidate,
                         fields: fields(name, reference),
                     });

@@ -40,6 +40,9 @@ pub(crate) struct Loader<'a> {
     pub skipped: &'a mut Vec<SkippedInclude>,
     /// Where `include: component` looks for components.
     pub component_paths: &'a [PathBuf],
+    /// While a component's files are read: its project's directory, where its own
+    /// `include: local` entries resolve (as GitLab resolves them in the component's project).
+    pub component_root: Option<PathBuf>,
 }
 
 /// A file an include names.
@@ -47,9 +50,12 @@ pub(crate) struct Loader<'a> {
 pub(crate) enum IncludedFile {
     /// A file of the project, `/`-separated, relative to its root.
     Project(String),
-    /// A component's template found in a directory the user named.
+    /// A component's template found in a directory the user named, or a file its own
+    /// `include: local` names in the component's project.
     Component {
-        /// The template file.
+        /// The component project's directory.
+        root: PathBuf,
+        /// The file.
         path: PathBuf,
         /// The `spec:component` fields GitLab would give it (`name`, `sha`, `version`,
         /// `reference`).
@@ -110,6 +116,7 @@ impl Loader<'_> {
         from: Option<&Location>,
         inputs: Option<&Node>,
     ) -> Result<Mapping, CiError> {
+        let file_ref = file;
         let display = file.name(self.project);
         let name: Arc<str> = Arc::from(display.as_str());
         let read = match file {
@@ -154,6 +161,10 @@ impl Loader<'_> {
             }
         };
         let file = display;
+        let outer_root = self.component_root.clone();
+        if let IncludedFile::Component { root, .. } = file_ref {
+            self.component_root = Some(root.clone());
+        }
         stack.push(file.clone());
         let mut merged: Option<Node> = None;
         if let Some((key, include)) = root.remove("include") {
@@ -184,6 +195,7 @@ impl Loader<'_> {
             }
         }
         stack.pop();
+        self.component_root = outer_root;
         let own = Node::new(Value::Map(root), Location::new(name, 1, 1));
         let result = match merged {
             Some(base) => deep_merge(base, own),
@@ -501,6 +513,37 @@ impl Loader<'_> {
                 ),
             });
         }
+        // Inside a component, `local` names a file of the component's project.
+        if let Some(root) = self.component_root.clone() {
+            let file = root.join(&path);
+            if path.contains(['*', '?', '[']) || path.split('/').any(|p| p == "..") {
+                return Err(CiError::Include {
+                    location: at.clone(),
+                    message: format!(
+                        "`{expanded}` in a component: local runs read a component's local \
+                         includes by plain path only"
+                    ),
+                });
+            }
+            if !file.is_file() {
+                return Err(CiError::Include {
+                    location: at.clone(),
+                    message: format!(
+                        "local file `{expanded}` does not exist in the component's project ({})",
+                        root.display()
+                    ),
+                });
+            }
+            return Ok(vec![Included {
+                file: IncludedFile::Component {
+                    root,
+                    path: file,
+                    fields: HashMap::new(),
+                },
+                at: at.clone(),
+                inputs: inputs.cloned(),
+            }]);
+        }
         if path.contains(['*', '?', '[']) {
             let files = self.project.glob(&path);
             if files.is_empty() {
@@ -545,6 +588,7 @@ impl Loader<'_> {
                 );
                 Some(Included {
                     file: IncludedFile::Component {
+                        root: found.root,
                         path: found.path,
                         fields: found.fields,
                     },

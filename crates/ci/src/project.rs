@@ -47,8 +47,12 @@ impl Project {
     /// Every file of the project, `/`-separated, sorted.
     pub(crate) fn files(&self) -> &[String] {
         self.files.get_or_init(|| {
-            let mut files =
-                list_with_git(&self.root).unwrap_or_else(|| list_by_walking(&self.root));
+            let listed = if is_repository_root(&self.root) {
+                list_with_git(&self.root)
+            } else {
+                None
+            };
+            let mut files = listed.unwrap_or_else(|| list_by_walking(&self.root));
             files.retain(|f| self.root.join(f).is_file());
             files.sort();
             files.dedup();
@@ -119,8 +123,21 @@ pub fn local_changes(project_dir: &Path, default_branch: &str) -> Option<LocalCh
     })
 }
 
+/// Whether `root` is the top of a git work tree: git is asked about the project only then, so
+/// a directory inside another repository (a pipeline of a test corpus, a vendored copy) is
+/// not judged by that repository's history.
+fn is_repository_root(root: &Path) -> bool {
+    let Some(top) = git_line(root, &["rev-parse", "--show-toplevel"]) else {
+        return false;
+    };
+    match (Path::new(&top).canonicalize(), root.canonicalize()) {
+        (Ok(top), Ok(root)) => top == root,
+        _ => false,
+    }
+}
+
 fn changed_since(root: &Path, reference: &str) -> Option<Vec<String>> {
-    if reference.starts_with('-') {
+    if reference.starts_with('-') || !is_repository_root(root) {
         return None;
     }
     let commit = git_line(

@@ -466,13 +466,17 @@ fn read_inherit(reader: &mut Reader<'_>, node: &Node, key: &str) -> Option<Inher
 /// Read one visible job. `None` when it has errors (they are in `diag`).
 /// When includes were skipped (`skipped` names them), a job without a script is left out with
 /// a warning instead of failing the pipeline, and so is a job compiled without a template
-/// (`partial`) whose stage does not exist (the template would have set it).
+/// (`partial`) whose stage does not exist or whose values are invalid without it (the
+/// template would have set them), and a job whose stage does not exist when the stages
+/// themselves may come from a skipped include (`stages_written` false: the files read here
+/// set none).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn read_job(
     name: &str,
     key_at: &Location,
     node: &Node,
     stages: &[String],
+    stages_written: bool,
     skipped: Option<&str>,
     partial: bool,
     diag: &mut Diagnostics,
@@ -488,6 +492,7 @@ pub(crate) fn read_job(
     };
     let errors_before = reader.diag.errors.len();
     reader.check_keys(map, JOB_KEYS);
+    let errors_after_keys = reader.diag.errors.len();
     // `after_script:`, `dependencies:`, `rules: null`...: a keyword without a value is unspecified.
     let present = map.without_nulls();
     let map = &present;
@@ -558,6 +563,17 @@ pub(crate) fn read_job(
             &format!(
                 "stage `{stage}` does not exist; a template of a skipped include may set the \
                  stage; the job is left out"
+            ),
+        );
+        incomplete = true;
+    } else if stage_index.is_none() && !stages_written && skipped.is_some() {
+        reader.diag.incomplete(
+            name,
+            &stage_at,
+            &format!("stage `{stage}`"),
+            &format!(
+                "stage `{stage}` is not among the default stages, and the files read here set \
+                 no `stages:` (a skipped include may); the job is left out"
             ),
         );
         incomplete = true;
@@ -672,6 +688,28 @@ pub(crate) fn read_job(
         );
     }
 
+    // A job that may miss what a skipped include defines is not judged on values that
+    // include may supply: it is left out, said once, instead of failing the pipeline.
+    if reader.diag.errors.len() > errors_after_keys
+        && errors_after_keys == errors_before
+        && skipped.is_some()
+        && (incomplete || partial)
+    {
+        let first = reader.diag.errors[errors_after_keys].to_string();
+        reader.diag.errors.truncate(errors_after_keys);
+        if !incomplete {
+            reader.diag.incomplete(
+                name,
+                key_at,
+                "values a template may set",
+                &format!(
+                    "is not valid without the template a skipped include may define ({first}); \
+                     it is left out"
+                ),
+            );
+            incomplete = true;
+        }
+    }
     if reader.diag.errors.len() > errors_before {
         return None;
     }

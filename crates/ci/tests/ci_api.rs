@@ -177,7 +177,7 @@ fn warnings_survive_errors_and_skipped_includes_are_named() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join(".gitlab-ci.yml"),
-        "include:\n  - template: Security/SAST.gitlab-ci.yml\n  - project: group/ci\n    file: jobs.yml\n\nsast:\n  variables:\n    SAST_EXCLUDED_PATHS: vendor\n\nlint:\n  script: echo\n  needs: [remote-build]\n\nwrong:\n  script: echo\n  stage: nowhere-at-all\n",
+        "include:\n  - template: Security/SAST.gitlab-ci.yml\n  - project: group/ci\n    file: jobs.yml\n\nsast:\n  variables:\n    SAST_EXCLUDED_PATHS: vendor\n\nlint:\n  script: echo\n  needs: [remote-build]\n\nwrong:\n  script: echo\n  stage: nowhere-at-all\nstages: [build, test, deploy]\n",
     )
     .unwrap();
     let error = compile(&CompileOptions::new(dir.path())).unwrap_err();

@@ -221,7 +221,7 @@ fn exec_files_stay_out_of_git_status_and_latest_points_at_the_last_run() {
 #[test]
 fn warnings_come_with_errors_and_name_the_skipped_include() {
     let p = Project::with_pipeline(
-        "include:\n  - template: Security/SAST.gitlab-ci.yml\n\nsast:\n  variables:\n    SAST_EXCLUDED_PATHS: vendor\n\nbuild:\n  stage: compile\n  script: [echo]\n",
+        "include:\n  - template: Security/SAST.gitlab-ci.yml\n\nstages: [build, test, deploy]\nsast:\n  variables:\n    SAST_EXCLUDED_PATHS: vendor\n\nbuild:\n  stage: compile\n  script: [echo]\n",
     );
     let run = p.exec(&[]);
     run.expect_code(2);
@@ -231,7 +231,7 @@ fn warnings_come_with_errors_and_name_the_skipped_include() {
         .unwrap_or_else(|| panic!("{run}"));
     let error = run
         .stderr
-        .find("error: .gitlab-ci.yml:9:10: jobs:build chosen stage `compile` does not exist; available stages are .pre, build, test, deploy, .post (this may come from an include that local runs skip: include:template `Security/SAST.gitlab-ci.yml` at .gitlab-ci.yml:2:5)")
+        .find("error: .gitlab-ci.yml:10:10: jobs:build chosen stage `compile` does not exist; available stages are .pre, build, test, deploy, .post (this may come from an include that local runs skip: include:template `Security/SAST.gitlab-ci.yml` at .gitlab-ci.yml:2:5)")
         .unwrap_or_else(|| panic!("{run}"));
     assert!(warning < error, "the warning first: {run}");
     assert!(

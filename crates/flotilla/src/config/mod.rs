@@ -398,7 +398,9 @@ shutdown_timeout = 0
             );
             Config::from_str(&text, "/etc/gitlab-runner/config.toml")
         };
-        let c = with("[\"shell\", \"docker\"]", "\"docker\"").unwrap().config;
+        let c = with("[\"shell\", \"docker\"]", "\"docker\"")
+            .unwrap()
+            .config;
         assert_eq!(c.runners[0].image_isolation(), Some(IsolationLevel::Docker));
         let e = with("[\"shell\", \"cgroup\"]", "\"docker\"").unwrap_err();
         let text = e.errors()[0].to_string();
