@@ -118,7 +118,10 @@ pub struct ExecArgs {
     /// Also run manual jobs.
     #[arg(long)]
     pub manual: bool,
-    /// Stream this job's log to the terminal.
+    /// Show a progress display instead of every job's output as it comes.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+    /// Stream only this job's log to the terminal (every job's, by default).
     #[arg(long, value_name = "JOB")]
     pub follow: Option<String>,
     /// The project directory holding `.gitlab-ci.yml` (default: the current directory).

@@ -443,6 +443,19 @@ fn summary(outcome: &PipelineOutcome, out: &mut dyn Write) {
             dir.display()
         );
     }
+    // Why each job failed, in the words of its log's last error.
+    for job in outcome
+        .jobs
+        .iter()
+        .filter(|j| j.status.label().starts_with("failed"))
+    {
+        let why = job
+            .log
+            .as_deref()
+            .and_then(last_error)
+            .unwrap_or_else(|| "no error line in its log".to_string());
+        let _ = writeln!(out, "{} failed: {why}", job.name);
+    }
     if let Some(log) = outcome
         .jobs
         .iter()
@@ -451,6 +464,30 @@ fn summary(outcome: &PipelineOutcome, out: &mut dyn Write) {
     {
         let _ = writeln!(out, "log of the first failed job: {}", log.display());
     }
+}
+
+/// The last `ERROR:` line of a job log (its reason), rendered as plain text.
+fn last_error(log: &Path) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    const TAIL: u64 = 64 * 1024;
+    let mut file = std::fs::File::open(log).ok()?;
+    let len = file.metadata().ok()?.len();
+    file.seek(SeekFrom::Start(len.saturating_sub(TAIL))).ok()?;
+    let mut bytes = Vec::new();
+    file.take(TAIL).read_to_end(&mut bytes).ok()?;
+    let mut renderer = flotilla_job::LineRenderer::new("", false);
+    let mut text = renderer.push(&bytes);
+    text.extend(renderer.flush());
+    let text = String::from_utf8_lossy(&text);
+    let line = text.lines().rev().find(|l| l.contains("ERROR: "))?;
+    let reason = line[line.find("ERROR: ")? + "ERROR: ".len()..].trim();
+    let reason = reason.strip_prefix("Job failed: ").unwrap_or(reason);
+    Some(
+        crate::printable::printable(reason)
+            .chars()
+            .take(300)
+            .collect(),
+    )
 }
 
 async fn execute(
@@ -504,6 +541,10 @@ async fn execute(
         artifacts_dir,
         predefined,
         follow: args.follow.iter().cloned().collect(),
+        // Every job's lines as they come, unless one job is followed or --quiet asks for
+        // the progress display.
+        live: !args.quiet && args.follow.is_none(),
+        color: std::io::stdout().is_terminal(),
     };
     let (tx, mut rx) = mpsc::unbounded_channel::<ExecEvent>();
     let cancel = CancellationToken::new();
@@ -515,7 +556,9 @@ async fn execute(
             }
         });
     }
-    let plain = args.follow.is_some() || !std::io::stderr().is_terminal();
+    // Redrawn spinners and streamed lines would fight for the screen: progress in plain lines
+    // whenever output streams.
+    let plain = !args.quiet || args.follow.is_some() || !std::io::stderr().is_terminal();
     let mut progress = Progress::new(pipeline.jobs.len(), plain);
     let run = run_pipeline(pipeline, fleet.dispatcher.clone(), &config, tx, cancel);
     tokio::pin!(run);

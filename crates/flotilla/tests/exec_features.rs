@@ -1196,3 +1196,60 @@ main:
         "{run}"
     );
 }
+
+/// Every job's lines reach the terminal as they come, after the job's name, with GitLab's
+/// section markers taken out and no colour codes in a pipe; `--quiet` keeps them in the logs
+/// only; the summary says why each job failed (issue 33).
+#[test]
+fn every_jobs_output_streams_readably_and_failures_say_why() {
+    let p = Project::with_pipeline(
+        r"
+greet:
+  script: [echo hello from greet]
+count:
+  script:
+    - echo one
+    - echo two
+broken:
+  script: [exit 3]
+",
+    );
+    let run = p.exec(&[]);
+    run.expect_code(1);
+    for line in [
+        "[greet] hello from greet",
+        "[count] one",
+        "[count] two",
+        "[greet] Executing \"step_script\" stage of the job script",
+        "[greet]   on this host (flotilla exec)",
+    ] {
+        assert!(
+            run.stdout.lines().any(|l| l == line),
+            "{line:?} missing: {run}"
+        );
+    }
+    assert!(!run.stdout.contains("section_start"), "{run}");
+    assert!(!run.stdout.contains('\x1b'), "no colours in a pipe: {run}");
+    assert!(
+        run.stdout
+            .lines()
+            .any(|l| l == "broken failed: exit code 3"),
+        "{run}"
+    );
+    assert_eq!(
+        run.statuses(),
+        statuses(&[
+            ("greet", "passed"),
+            ("count", "passed"),
+            ("broken", "failed")
+        ])
+    );
+
+    let quiet = p.exec(&["--quiet"]);
+    quiet.expect_code(1);
+    assert!(!quiet.stdout.contains("[greet]"), "{quiet}");
+    assert!(
+        quiet.stdout.contains("broken failed: exit code 3"),
+        "{quiet}"
+    );
+}

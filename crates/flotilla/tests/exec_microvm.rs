@@ -95,8 +95,9 @@ fails-in-a-vm:
     assert!(vm.contains("Using microvm isolation"), "{vm}");
     assert!(vm.contains("microVM up in"), "{vm}");
     assert!(vm.contains("\nthis came from the repository"), "{vm}");
+    // Named after the runner and this exec process (runs side by side keep apart).
     assert!(
-        vm.contains("\nflotilla-vms-slot-"),
+        vm.contains("\nflotilla-vms.") && vm.contains("-slot-0"),
         "the VM's host name: {vm}"
     );
     assert!(vm.contains("\npid 1 is init"), "{vm}");

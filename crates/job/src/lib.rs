@@ -32,5 +32,7 @@ pub use store::{
     ArtifactDownload, ArtifactStore, ArtifactUpload, CacheKey, CacheStore, LocalArtifactStore,
     LocalCacheStore, StoreError,
 };
-pub use trace::{BufferSink, FileSink, TerminalSink, TraceError, TraceSink, TraceSummary};
+pub use trace::{
+    BufferSink, FileSink, LineRenderer, TerminalSink, TraceError, TraceSink, TraceSummary,
+};
 pub use vars::{JobVariables, RunnerIdentity};

@@ -154,6 +154,10 @@ pub struct ExecConfig {
     pub predefined: Vec<(String, String)>,
     /// Jobs whose output is streamed to the terminal as it comes.
     pub follow: Vec<String>,
+    /// Every job's output is streamed to the terminal (each line after `[job] `).
+    pub live: bool,
+    /// Streamed output keeps its colours (the terminal is a terminal).
+    pub color: bool,
 }
 
 /// Why a pipeline could not run at all.
@@ -389,9 +393,11 @@ pub async fn run_pipeline(
                             i + 1,
                             ci::slugify(&pipeline.jobs[i].name)
                         )),
-                        follow: config.follow.iter().any(|f| {
-                            f == &pipeline.jobs[i].name || f == &pipeline.jobs[i].base_name
-                        }),
+                        color: config.color,
+                        follow: config.live
+                            || config.follow.iter().any(|f| {
+                                f == &pipeline.jobs[i].name || f == &pipeline.jobs[i].base_name
+                            }),
                         dotenv: crate::dotenv::inherited(pipeline, i, &store),
                     };
                     summaries[i].attempts += 1;
@@ -540,6 +546,8 @@ struct JobContext {
     git_ref: String,
     log: PathBuf,
     follow: bool,
+    /// Streamed output keeps its colours.
+    color: bool,
     /// Variables from the dotenv reports of the jobs whose artifacts this one takes.
     dotenv: Vec<flotilla_job::Variable>,
 }
@@ -547,6 +555,7 @@ struct JobContext {
 async fn open_sinks(
     log: &Path,
     follow: Option<&str>,
+    color: bool,
 ) -> Result<Vec<Box<dyn TraceSink>>, TraceError> {
     if let Some(parent) = log.parent() {
         tokio::fs::create_dir_all(parent)
@@ -558,7 +567,10 @@ async fn open_sinks(
     }
     let mut sinks: Vec<Box<dyn TraceSink>> = vec![Box::new(FileSink::create(log).await?)];
     if let Some(name) = follow {
-        sinks.push(Box::new(TerminalSink::with_prefix(format!("[{name}] "))));
+        sinks.push(Box::new(TerminalSink::rendered(
+            format!("[{name}] "),
+            color,
+        )));
     }
     Ok(sinks)
 }
@@ -615,7 +627,13 @@ async fn run_job(
         .extend(crate::dotenv::report_artifacts(&ctx.job));
     payload.variables.extend(ctx.dotenv.iter().cloned());
     crate::payload::expand_as_gitlab_sends(&mut payload.variables);
-    let mut sink = match open_sinks(&ctx.log, ctx.follow.then_some(ctx.job.name.as_str())).await {
+    let mut sink = match open_sinks(
+        &ctx.log,
+        ctx.follow.then_some(ctx.job.name.as_str()),
+        ctx.color,
+    )
+    .await
+    {
         Ok(sinks) => JobTrace {
             sinks,
             announce: Some((events, announce)),

@@ -333,7 +333,12 @@ pub async fn from_runner(
         .await
         .with_context(|| format!("starting the fleet of runner {:?}", runner.name))?;
     let mut run_options = parts.run_options;
-    run_options.runner.description = runner.name.clone();
+    // A job's log says `on <runner>`: the embedded default has no name, it is this host.
+    run_options.runner.description = if runner.name.is_empty() {
+        "this host (flotilla exec)".to_string()
+    } else {
+        runner.name.clone()
+    };
     let dispatcher = Dispatcher::new(
         scaler.clone(),
         DispatcherConfig {

@@ -41,6 +41,8 @@ pub trait TraceSink: Send {
 pub struct TerminalSink {
     prefix: Vec<u8>,
     at_line_start: bool,
+    /// When set, the log is rendered for reading (sections, `\r`, colours) line by line.
+    renderer: Option<super::render::LineRenderer>,
 }
 
 impl TerminalSink {
@@ -49,6 +51,7 @@ impl TerminalSink {
         TerminalSink {
             prefix: Vec::new(),
             at_line_start: true,
+            renderer: None,
         }
     }
 
@@ -57,11 +60,25 @@ impl TerminalSink {
         TerminalSink {
             prefix: prefix.into().into_bytes(),
             at_line_start: true,
+            renderer: None,
+        }
+    }
+
+    /// A sink writing whole lines rendered for reading ([`super::render::LineRenderer`]):
+    /// section markers out, `prefix` on every line, colours only when `color`.
+    pub fn rendered(prefix: impl Into<String>, color: bool) -> TerminalSink {
+        TerminalSink {
+            prefix: Vec::new(),
+            at_line_start: true,
+            renderer: Some(super::render::LineRenderer::new(prefix, color)),
         }
     }
 
     /// The bytes to write for `bytes` (pure: adds the prefix at line starts).
     fn render(&mut self, bytes: &[u8]) -> Vec<u8> {
+        if let Some(renderer) = &mut self.renderer {
+            return renderer.push(bytes);
+        }
         if self.prefix.is_empty() {
             return bytes.to_vec();
         }
@@ -90,6 +107,20 @@ impl TraceSink for TerminalSink {
             source,
         };
         stdout.write_all(&out).await.map_err(io)?;
+        stdout.flush().await.map_err(io)
+    }
+
+    async fn finish(&mut self) -> Result<(), TraceError> {
+        let Some(renderer) = &mut self.renderer else {
+            return Ok(());
+        };
+        let rest = renderer.flush();
+        let mut stdout = tokio::io::stdout();
+        let io = |source| TraceError::Io {
+            target: "stdout".into(),
+            source,
+        };
+        stdout.write_all(&rest).await.map_err(io)?;
         stdout.flush().await.map_err(io)
     }
 }
