@@ -160,6 +160,10 @@ mod tests {
             ),
             "> partial\n> progress 100%\n> tail\n"
         );
+        // Output without a final line break, then the section's end on the same line: the
+        // output stays (a `\r` alone would have wiped it).
+        let tail = format!("no newline{}\n", section_end("step_script", 3));
+        assert_eq!(render("", false, &[tail.as_bytes()]), "no newline\n");
         // Text that only looks like a marker stays.
         assert_eq!(
             render("", false, &[b"echo section_start: is a word\n"]),
