@@ -118,6 +118,10 @@ pub struct ExecArgs {
     /// Also run manual jobs.
     #[arg(long)]
     pub manual: bool,
+    /// After the run, also copy every job's artifacts into the working tree (each job's are
+    /// kept in `.flotilla/artifacts/<job>/` in any case).
+    #[arg(long)]
+    pub artifacts_to_source: bool,
     /// Show a progress display instead of every job's output as it comes.
     #[arg(long, short = 'q')]
     pub quiet: bool,

@@ -466,6 +466,60 @@ fn summary(outcome: &PipelineOutcome, out: &mut dyn Write) {
     }
 }
 
+/// Each job's artifacts unpacked into `kept/<job>/` (what an earlier run left there replaced),
+/// and into the working tree `source` when given, in job order (a later job's file wins),
+/// as gitlab-ci-local's `--artifacts-to-source` does.
+fn keep_artifacts(
+    outcome: &PipelineOutcome,
+    store: &LocalArtifactStore,
+    kept: &Path,
+    source: Option<&Path>,
+    err: &mut dyn Write,
+) {
+    let mut count = 0;
+    for job in &outcome.jobs {
+        let archive = store.archive_path(job.job_id, "archive");
+        if !archive.is_file() {
+            continue;
+        }
+        let dest = kept.join(ci::slugify(&job.name));
+        if dest.exists()
+            && let Err(e) = std::fs::remove_dir_all(&dest)
+        {
+            let _ = writeln!(err, "warning: cannot clear {}: {e}", dest.display());
+            continue;
+        }
+        match flotilla_pipeline::kept::unpack(&archive, &dest) {
+            Ok(_) => count += 1,
+            Err(e) => {
+                let _ = writeln!(err, "warning: the artifacts of {}: {e}", job.name);
+                continue;
+            }
+        }
+        if let Some(source) = source
+            && let Err(e) = flotilla_pipeline::kept::unpack(&archive, source)
+        {
+            let _ = writeln!(
+                err,
+                "warning: copying the artifacts of {} into the working tree: {e}",
+                job.name
+            );
+        }
+    }
+    if count > 0 {
+        let _ = writeln!(
+            err,
+            "artifacts of {count} job(s) in {}{}",
+            kept.display(),
+            if source.is_some() {
+                ", and copied into the working tree"
+            } else {
+                ""
+            }
+        );
+    }
+}
+
 /// The last `ERROR:` line of a job log (its reason), rendered as plain text.
 fn last_error(log: &Path) -> Option<String> {
     use std::io::{Read, Seek, SeekFrom};
@@ -579,6 +633,13 @@ async fn execute(
         .shutdown(std::time::Duration::from_secs(30))
         .await;
     tracing::debug!(?report, "fleet shut down");
+    keep_artifacts(
+        &outcome,
+        &LocalArtifactStore::new(scratch.path().join("artifacts")),
+        &state.join("artifacts"),
+        args.artifacts_to_source.then_some(dir),
+        err,
+    );
     drop(scratch);
     Ok(outcome)
 }

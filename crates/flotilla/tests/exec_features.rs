@@ -1253,3 +1253,51 @@ broken:
         "{quiet}"
     );
 }
+
+/// After a run each job's artifacts are in `.flotilla/artifacts/<job>/`, and
+/// `--artifacts-to-source` copies them into the working tree too, as gitlab-ci-local does
+/// (issue 33).
+#[test]
+fn artifacts_are_kept_after_the_run_and_copied_to_source_on_request() {
+    let p = Project::with_pipeline(
+        r"
+build:
+  script:
+    - mkdir -p out
+    - echo made by build > out/result.txt
+  artifacts:
+    paths: [out/]
+no-artifacts:
+  script: [echo nothing]
+",
+    );
+    let run = p.exec(&[]);
+    run.expect_code(0);
+    let kept = p.path().join(".flotilla/artifacts/build/out/result.txt");
+    assert_eq!(
+        std::fs::read_to_string(&kept).unwrap_or_default(),
+        "made by build\n",
+        "{run}"
+    );
+    assert!(!p.path().join(".flotilla/artifacts/no-artifacts").exists());
+    assert!(
+        !p.path().join("out").exists(),
+        "not in the tree unless asked"
+    );
+    assert!(run.stderr.contains("artifacts of 1 job(s) in"), "{run}");
+
+    let run = p.exec(&["--artifacts-to-source"]);
+    run.expect_code(0);
+    assert_eq!(
+        std::fs::read_to_string(p.path().join("out/result.txt")).unwrap_or_default(),
+        "made by build\n",
+        "{run}"
+    );
+    // `.flotilla/` stays out of git status; the copied files are the user's to commit.
+    let status = std::process::Command::new("git")
+        .args(["status", "--porcelain"])
+        .current_dir(p.path())
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&status.stdout).trim(), "?? out/");
+}

@@ -11,6 +11,7 @@
 //! their variables on, as GitLab does (`dotenv`).
 
 mod dotenv;
+pub mod kept;
 pub mod merge;
 pub mod payload;
 mod pipeline;

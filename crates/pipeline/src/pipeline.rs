@@ -119,6 +119,8 @@ pub struct JobSummary {
     pub status: JobStatus,
     /// How long it ran (all attempts, without the time spent waiting for a slot).
     pub duration: Duration,
+    /// The job's id in the artifact store (its artifacts are under this id).
+    pub job_id: i64,
     /// Attempts made.
     pub attempts: u32,
     /// Its log file.
@@ -319,11 +321,14 @@ pub async fn run_pipeline(
     let mut summaries: Vec<JobSummary> = pipeline
         .jobs
         .iter()
-        .map(|j| JobSummary {
+        .enumerate()
+        .map(|(i, j)| JobSummary {
             name: j.name.clone(),
             stage: j.stage.clone(),
             status: JobStatus::Canceled,
             duration: Duration::ZERO,
+            // The ids `run_job` gives the jobs: their place in the pipeline, from 1.
+            job_id: i as i64 + 1,
             attempts: 0,
             log: None,
         })
@@ -374,7 +379,7 @@ pub async fn run_pipeline(
                         index: i,
                         job: pipeline.jobs[i].clone(),
                         attempt: summaries[i].attempts + 1,
-                        job_id: (i + 1) as i64,
+                        job_id: summaries[i].job_id,
                         pipeline_id,
                         downloads: starting_files(
                             &store,
