@@ -125,8 +125,14 @@ impl Pipeline {
     }
 
     /// A pipeline of the named jobs (a `parallel` job's name selects all its instances) and the
-    /// jobs of `stage`, plus everything they transitively wait for.
-    pub fn select(&self, names: &[&str], stage: Option<&str>) -> Result<Pipeline, CiError> {
+    /// jobs of `stage`, plus everything they transitively wait for when `with_needs`; without
+    /// it, those jobs alone (what they need from the others dropped, with a note).
+    pub fn select(
+        &self,
+        names: &[&str],
+        stage: Option<&str>,
+        with_needs: bool,
+    ) -> Result<Pipeline, CiError> {
         let mut wanted: BTreeSet<usize> = BTreeSet::new();
         for name in names {
             let matches: Vec<usize> = self
@@ -173,6 +179,9 @@ impl Pipeline {
                     .map(|(i, _)| i),
             );
         }
+        if !with_needs {
+            return Ok(self.only(&wanted));
+        }
         let dag = self.dag();
         let mut pending: Vec<usize> = wanted.iter().copied().collect();
         while let Some(job) = pending.pop() {
@@ -192,5 +201,54 @@ impl Pipeline {
             notes: self.notes.clone(),
             uses_changes: self.uses_changes,
         })
+    }
+
+    /// The jobs `wanted` alone: what they need or download from jobs left out is dropped, and
+    /// said in a note (gitlab-ci-local runs a named job alone unless `--needs` is given).
+    fn only(&self, wanted: &BTreeSet<usize>) -> Pipeline {
+        let kept: BTreeSet<&str> = wanted.iter().map(|&i| self.jobs[i].name.as_str()).collect();
+        let mut notes = self.notes.clone();
+        let jobs = wanted
+            .iter()
+            .map(|&i| {
+                let mut job = self.jobs[i].clone();
+                let left_out: Vec<String> = job
+                    .needs
+                    .iter()
+                    .flatten()
+                    .map(|n| n.job.clone())
+                    .chain(job.dependencies.iter().cloned())
+                    .filter(|name| !kept.contains(name.as_str()))
+                    .collect::<BTreeSet<_>>()
+                    .into_iter()
+                    .collect();
+                if !left_out.is_empty() {
+                    notes.push(Warning {
+                        location: Some(job.location.clone()),
+                        message: format!(
+                            "{} runs without {}, which it needs or takes artifacts from \
+                             (--needs runs them too)",
+                            job.name,
+                            left_out.join(", ")
+                        ),
+                    });
+                }
+                if let Some(needs) = &mut job.needs {
+                    needs.retain(|n| kept.contains(n.job.as_str()));
+                }
+                job.dependencies.retain(|d| kept.contains(d.as_str()));
+                job
+            })
+            .collect();
+        Pipeline {
+            name: self.name.clone(),
+            stages: self.stages.clone(),
+            jobs,
+            excluded: self.excluded.clone(),
+            workflow_excluded: self.workflow_excluded.clone(),
+            warnings: self.warnings.clone(),
+            notes,
+            uses_changes: self.uses_changes,
+        }
     }
 }

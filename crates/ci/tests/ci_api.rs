@@ -93,31 +93,54 @@ fn schedule_order_puts_every_job_after_what_it_waits_for() {
 #[test]
 fn select_adds_what_the_jobs_need() {
     let pipeline = corpus_pipeline("needs_dag");
-    let selected = pipeline.select(&["linux:rspec"], None).unwrap();
+    let selected = pipeline.select(&["linux:rspec"], None, true).unwrap();
     assert_eq!(names(&selected), ["linux:build", "linux:rspec"]);
 
-    let selected = pipeline.select(&["production"], None).unwrap();
+    let selected = pipeline.select(&["production"], None, true).unwrap();
     assert_eq!(
         selected.jobs.len(),
         pipeline.jobs.len(),
         "a stage-ordered deploy needs everything before it"
     );
 
-    let selected = pipeline.select(&[], Some("build")).unwrap();
+    let selected = pipeline.select(&[], Some("build"), true).unwrap();
     assert_eq!(names(&selected), ["linux:build", "mac:build"]);
 
-    let selected = pipeline.select(&["lint"], Some("build")).unwrap();
+    let selected = pipeline.select(&["lint"], Some("build"), true).unwrap();
     assert_eq!(names(&selected), ["linux:build", "mac:build", "lint"]);
+}
+
+/// Without `with_needs`, the named jobs alone (as gitlab-ci-local runs a named job), with what
+/// they need from the others dropped and said.
+#[test]
+fn select_without_needs_takes_the_named_jobs_alone() {
+    let pipeline = corpus_pipeline("needs_dag");
+    let selected = pipeline.select(&["linux:rspec"], None, false).unwrap();
+    assert_eq!(names(&selected), ["linux:rspec"]);
+    let job = &selected.jobs[0];
+    assert_eq!(
+        job.needs.as_deref().map(<[_]>::len),
+        Some(0),
+        "starts at once"
+    );
+    assert!(job.dependencies.is_empty());
+    assert!(
+        selected.notes.iter().any(|n| n
+            .message
+            .starts_with("linux:rspec runs without linux:build")),
+        "{:?}",
+        selected.notes
+    );
 }
 
 #[test]
 fn select_by_parallel_name_takes_every_instance() {
     let pipeline = corpus_pipeline("parallel_count");
-    let selected = pipeline.select(&["rspec"], None).unwrap();
+    let selected = pipeline.select(&["rspec"], None, true).unwrap();
     assert_eq!(names(&selected), ["rspec 1/3", "rspec 2/3", "rspec 3/3"]);
-    let selected = pipeline.select(&["rspec 2/3"], None).unwrap();
+    let selected = pipeline.select(&["rspec 2/3"], None, true).unwrap();
     assert_eq!(names(&selected), ["rspec 2/3"]);
-    let selected = pipeline.select(&["report"], None).unwrap();
+    let selected = pipeline.select(&["report"], None, true).unwrap();
     assert_eq!(
         names(&selected),
         ["rspec 1/3", "rspec 2/3", "rspec 3/3", "report"]
@@ -127,7 +150,7 @@ fn select_by_parallel_name_takes_every_instance() {
 #[test]
 fn select_explains_what_it_cannot_find() {
     let pipeline = corpus_pipeline("rules_push_to_main");
-    match pipeline.select(&["merge-requests"], None) {
+    match pipeline.select(&["merge-requests"], None, true) {
         Err(CiError::Selection { message }) => {
             assert!(
                 message.contains("not in this pipeline: no rule matched"),
@@ -136,14 +159,14 @@ fn select_explains_what_it_cannot_find() {
         }
         other => panic!("{other:?}"),
     }
-    match pipeline.select(&["nope"], None) {
+    match pipeline.select(&["nope"], None, true) {
         Err(CiError::Selection { message }) => {
             assert!(message.contains("default-branch-only"), "{message}");
         }
         other => panic!("{other:?}"),
     }
     assert!(matches!(
-        pipeline.select(&[], Some("qa")),
+        pipeline.select(&[], Some("qa"), true),
         Err(CiError::Selection { .. })
     ));
 }

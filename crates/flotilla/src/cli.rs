@@ -86,16 +86,33 @@ pub struct RunArgs {
 /// Options of `flotilla exec`.
 #[derive(Debug, Clone, Args)]
 pub struct ExecArgs {
-    /// Jobs to run (with the jobs they need); all jobs when none is given.
+    /// Jobs to run, alone (with `--needs`, with the jobs they need); all jobs when none is
+    /// given.
     #[arg(value_name = "JOB")]
     pub jobs: Vec<String>,
-    /// A configuration file describing the fleet; without one, this host with shell isolation.
+    /// With named jobs or `--stage`: also run the jobs they need, transitively.
+    #[arg(long)]
+    pub needs: bool,
+    /// A configuration file describing the fleet; without one, `.flotilla.toml` in the project
+    /// when there is one, else this host (see the first line of a run for its levels).
     #[arg(short, long, value_name = "FILE", env = "FLOTILLA_CONFIG")]
     pub config: Option<PathBuf>,
+    /// The pipeline file, relative to the project directory.
+    #[arg(long, value_name = "FILE", default_value = ".gitlab-ci.yml")]
+    pub file: String,
     /// List the pipeline's jobs and stages instead of running them.
     #[arg(long)]
     pub list: bool,
-    /// Run only the jobs of this stage (with the jobs they need).
+    /// With `--list`: print the jobs as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// List the pipeline's jobs as JSON (gitlab-ci-local's name for `--list --json`).
+    #[arg(long)]
+    pub list_json: bool,
+    /// Run at most this many jobs at once (default: one per core, or the configured slots).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub concurrency: Option<u32>,
+    /// Run only the jobs of this stage (with `--needs`, and the jobs they need).
     #[arg(long, value_name = "STAGE")]
     pub stage: Option<String>,
     /// Set a CI/CD variable (repeatable).
@@ -129,7 +146,7 @@ pub struct ExecArgs {
     #[arg(long, value_name = "JOB")]
     pub follow: Option<String>,
     /// The project directory holding `.gitlab-ci.yml` (default: the current directory).
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, visible_alias = "cwd", value_name = "DIR")]
     pub dir: Option<PathBuf>,
 }
 

@@ -20,6 +20,9 @@ use tokio_util::sync::CancellationToken;
 /// Exit status when the pipeline cannot be compiled or the fleet cannot start.
 const SETUP_FAILED: u8 = 2;
 
+/// Exit status after Ctrl-C (128 + SIGINT, as a shell reports it).
+const INTERRUPTED: u8 = 130;
+
 /// Runs `flotilla exec`.
 pub fn run(args: &ExecArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
     // `--isolation LEVEL` is the variable that picks a job's level, given to every job.
@@ -35,9 +38,12 @@ pub fn run(args: &ExecArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCod
             return ExitCode::from(SETUP_FAILED);
         }
     };
-    let Some(runner) = runner(args, err) else {
+    let Some(mut runner) = runner(args, &dir, err) else {
         return ExitCode::from(SETUP_FAILED);
     };
+    if let Some(n) = args.concurrency {
+        at_most(&mut runner, n);
+    }
     let predefined = predefined_variables(&dir);
     let Some(pipeline) = compile(args, &dir, &predefined, args.manual, err) else {
         return ExitCode::from(SETUP_FAILED);
@@ -62,7 +68,7 @@ pub fn run(args: &ExecArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCod
             );
         }
     }
-    if args.list {
+    if args.list || args.list_json {
         // Manual jobs are listed even when this run would leave them out: compiled again with
         // them (quietly; the warnings were printed once).
         let with_manual = (!args.manual)
@@ -83,9 +89,12 @@ pub fn run(args: &ExecArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCod
         }
     };
     match runtime.block_on(execute(args, &runner, &dir, &pipeline, predefined, err)) {
-        Ok(outcome) => {
+        Ok((outcome, interrupted)) => {
             summary(&outcome, out);
-            if outcome.passed() {
+            if interrupted {
+                // As a shell reports a command ended by SIGINT.
+                ExitCode::from(INTERRUPTED)
+            } else if outcome.passed() {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::FAILURE
@@ -106,8 +115,8 @@ fn project_dir(args: &ExecArgs) -> Result<PathBuf> {
     let dir = dir
         .canonicalize()
         .with_context(|| format!("project directory {}", dir.display()))?;
-    if !dir.join(".gitlab-ci.yml").is_file() {
-        bail!("{} has no .gitlab-ci.yml", dir.display());
+    if !dir.join(&args.file).is_file() {
+        bail!("{} has no {}", dir.display(), args.file);
     }
     Ok(dir)
 }
@@ -164,7 +173,7 @@ fn compile(
     let changes = ci::local_changes(dir, default_branch);
     let options = CompileOptions {
         project_dir: dir.to_path_buf(),
-        ci_file: ".gitlab-ci.yml".into(),
+        ci_file: args.file.clone(),
         variables: predefined.to_vec(),
         user_variables: args.variables.clone(),
         include_manual,
@@ -219,8 +228,14 @@ fn compile(
         return Some(pipeline);
     }
     let names: Vec<&str> = args.jobs.iter().map(String::as_str).collect();
-    match pipeline.select(&names, args.stage.as_deref()) {
-        Ok(p) => Some(p),
+    match pipeline.select(&names, args.stage.as_deref(), args.needs) {
+        Ok(p) => {
+            // What a job alone runs without (its needs were not selected) is said once.
+            for n in p.notes.iter().skip(pipeline.notes.len()) {
+                let _ = writeln!(err, "note: {n}");
+            }
+            Some(p)
+        }
         Err(e) => {
             for e in e.errors() {
                 let _ = writeln!(err, "error: {e}");
@@ -264,18 +279,35 @@ fn point_latest(logs: &Path, id: &str) -> std::io::Result<()> {
 /// manual jobs, when this run leaves them out: they are listed too, marked as not run.
 /// The runner jobs run on: the first of `--config`, or the embedded default. Errors and
 /// warnings of the file are printed.
-fn runner(args: &ExecArgs, err: &mut dyn Write) -> Option<RunnerConfig> {
-    let Some(path) = &args.config else {
-        let host = crate::fleet::embedded::HostLevels::probe();
-        let _ = writeln!(err, "{}", host.describe());
-        return Some(crate::fleet::embedded::runner(&host));
+fn runner(args: &ExecArgs, dir: &Path, err: &mut dyn Write) -> Option<RunnerConfig> {
+    let discovered = dir.join(".flotilla.toml");
+    let path = match &args.config {
+        Some(path) => path.clone(),
+        None if discovered.is_file() => {
+            let _ = writeln!(err, "using the fleet of {}", discovered.display());
+            discovered
+        }
+        None => {
+            let host = crate::fleet::embedded::HostLevels::probe();
+            let _ = writeln!(err, "{}", host.describe());
+            return Some(crate::fleet::embedded::runner(&host));
+        }
     };
+    let path = &path;
     let config = crate::cli::load_config(path, err)?;
     let first = config.runners.into_iter().next();
     if first.is_none() {
         let _ = writeln!(err, "error: {} configures no [[runners]]", path.display());
     }
     first
+}
+
+/// At most `n` jobs at once: the slots of this host (or of each instance).
+fn at_most(runner: &mut RunnerConfig, n: u32) {
+    match &mut runner.autoscaler {
+        Some(a) => a.capacity_per_instance = n,
+        None => runner.limit = n,
+    }
 }
 
 /// The isolation level `job` runs at on `runner`, as the dispatcher will choose it: the last
@@ -329,6 +361,29 @@ fn list(
             .collect(),
         None => p.jobs.iter().collect(),
     };
+    if args.json || args.list_json {
+        let jobs: Vec<serde_json::Value> = shown
+            .iter()
+            .map(|j| {
+                serde_json::json!({
+                    "name": j.name,
+                    "stage": j.stage,
+                    "when": j.when.as_str(),
+                    "runs": in_run(&j.name),
+                    "needs": j.needs.as_ref().map(|n| n.iter().map(|n| n.job.clone()).collect::<Vec<_>>()),
+                    "allow_failure": !matches!(j.allow_failure, ci::AllowFailure::No),
+                    "isolation": job_level(j, runner, args),
+                    "incomplete": j.incomplete,
+                })
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&jobs).unwrap_or_default()
+        );
+        return;
+    }
     let mut hidden_manual = false;
     let any_incomplete = shown.iter().any(|j| j.incomplete);
     let rows: Vec<[String; 6]> = shown
@@ -551,7 +606,7 @@ async fn execute(
     pipeline: &Pipeline,
     mut predefined: Vec<(String, String)>,
     err: &mut dyn Write,
-) -> Result<PipelineOutcome> {
+) -> Result<(PipelineOutcome, bool)> {
     let state = dir.join(".flotilla");
     keep_out_of_git(&state).context("creating .flotilla")?;
     let pipeline_id = predefined
@@ -577,7 +632,8 @@ async fn execute(
         local_builds_dir: builds.to_string_lossy().into_owned(),
         run_options: fleet::run_options(runner, scratch.path().join("scratch")),
         durable: None,
-        local_slots: None,
+        // `--concurrency` (or a configured `limit`) bounds this host's slots; else one per core.
+        local_slots: (runner.limit > 0).then_some(runner.limit as usize),
         shared_instances: true,
     };
     let provider = fleet::provider(runner, Some(&state)).await?;
@@ -602,10 +658,13 @@ async fn execute(
     };
     let (tx, mut rx) = mpsc::unbounded_channel::<ExecEvent>();
     let cancel = CancellationToken::new();
+    let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
     {
         let cancel = cancel.clone();
+        let interrupted = interrupted.clone();
         tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
+                interrupted.store(true, std::sync::atomic::Ordering::SeqCst);
                 cancel.cancel();
             }
         });
@@ -641,7 +700,10 @@ async fn execute(
         err,
     );
     drop(scratch);
-    Ok(outcome)
+    Ok((
+        outcome,
+        interrupted.load(std::sync::atomic::Ordering::SeqCst),
+    ))
 }
 
 #[cfg(test)]

@@ -26,16 +26,27 @@ ship:
   script: [echo ship]
 ";
 
+/// A named job runs alone, as gitlab-ci-local runs it, and says what it runs without;
+/// `--needs` adds what it needs, transitively.
 #[test]
-fn named_jobs_run_with_what_they_need_only() {
+fn named_jobs_run_alone_or_with_what_they_need() {
     let p = Project::with_pipeline(SELECTION);
     let run = p.exec(&["unit"]);
+    run.expect_code(0);
+    assert_eq!(run.statuses(), statuses(&[("unit", "passed")]));
+    assert!(
+        run.stderr
+            .contains("unit runs without compile, which it needs or takes artifacts from (--needs runs them too)"),
+        "{run}"
+    );
+    assert_eq!(p.logs().len(), 1, "no other job ran");
+
+    let run = p.exec(&["--needs", "unit"]);
     run.expect_code(0);
     assert_eq!(
         run.statuses(),
         statuses(&[("compile", "passed"), ("unit", "passed")])
     );
-    assert_eq!(p.logs().len(), 2, "no other job ran");
 
     let run = p.exec(&["lint", "compile"]);
     run.expect_code(0);
@@ -44,10 +55,13 @@ fn named_jobs_run_with_what_they_need_only() {
         statuses(&[("compile", "passed"), ("lint", "passed")])
     );
 
-    // A job without `needs` waits for every job of the stages before it.
-    let run = p.exec(&["ship"]);
+    // With --needs, a job without `needs` waits for every job of the stages before it.
+    let run = p.exec(&["--needs", "ship"]);
     run.expect_code(0);
     assert_eq!(run.statuses().len(), 5, "{run}");
+    let run = p.exec(&["ship"]);
+    run.expect_code(0);
+    assert_eq!(run.statuses(), statuses(&[("ship", "passed")]));
 
     let run = p.exec(&["nope"]);
     run.expect_code(2);
@@ -58,9 +72,15 @@ fn named_jobs_run_with_what_they_need_only() {
 }
 
 #[test]
-fn stage_option_runs_that_stage_and_what_it_waits_for() {
+fn stage_option_runs_that_stage_and_with_needs_what_it_waits_for() {
     let p = Project::with_pipeline(SELECTION);
     let run = p.exec(&["--stage", "test"]);
+    run.expect_code(0);
+    assert_eq!(
+        run.statuses(),
+        statuses(&[("unit", "passed"), ("lint", "passed")])
+    );
+    let run = p.exec(&["--needs", "--stage", "test"]);
     run.expect_code(0);
     assert_eq!(
         run.statuses(),
@@ -79,6 +99,79 @@ fn stage_option_runs_that_stage_and_what_it_waits_for() {
     let run = p.exec(&["--stage", "qa"]);
     run.expect_code(2);
     assert!(run.stderr.contains("cannot select stage `qa`"), "{run}");
+}
+
+/// Flags a gitlab-ci-local user knows: `--file`, `--cwd`, `--list-json`, `--concurrency`;
+/// and a `.flotilla.toml` in the project is the fleet when no `--config` is given.
+#[test]
+fn gitlab_ci_local_flags_and_a_discovered_fleet() {
+    let p = Project::with_pipeline(SELECTION);
+    p.write(
+        "other-ci.yml",
+        "only-here:\n  script: [echo from the other file]\n",
+    );
+    p.commit("another pipeline file");
+    let outside = p.outside();
+    let run = exec_support::Run::of(
+        std::process::Command::new(env!("CARGO_BIN_EXE_flotilla"))
+            .args([
+                "exec",
+                "--cwd",
+                p.path().to_str().unwrap(),
+                "--file",
+                "other-ci.yml",
+            ])
+            .current_dir(&outside),
+    );
+    run.expect_code(0);
+    assert_eq!(run.statuses(), statuses(&[("only-here", "passed")]));
+
+    let list = p.exec(&["--list-json"]);
+    list.expect_code(0);
+    let jobs: serde_json::Value = serde_json::from_str(&list.stdout).expect("JSON");
+    let unit = jobs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|j| j["name"] == "unit")
+        .unwrap();
+    assert_eq!(unit["stage"], "test");
+    assert_eq!(unit["needs"], serde_json::json!(["compile"]));
+    assert_eq!(unit["isolation"], "shell");
+    assert_eq!(
+        p.exec(&["--list", "--json"]).stdout,
+        list.stdout,
+        "--list --json is the same"
+    );
+
+    // One slot: jobs run one after the other (each starts after the last ended).
+    let run = p.exec(&["--concurrency", "1", "lint", "assets"]);
+    run.expect_code(0);
+    let started = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains("] started "))
+        .count();
+    assert_eq!(started, 2, "{run}");
+    let order: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains("] started ") || l.contains(": passed in"))
+        .collect();
+    assert!(
+        order[1].contains(": passed in"),
+        "the second job starts after the first ends: {order:?}"
+    );
+
+    // A fleet file in the project is used when no --config is given.
+    p.write(
+        ".flotilla.toml",
+        "concurrent = 1\n[[runners]]\n  name = \"project-fleet\"\n  executor = \"flotilla\"\n",
+    );
+    let run = p.exec(&["lint"]);
+    run.expect_code(0);
+    assert!(run.stderr.contains("using the fleet of"), "{run}");
+    assert!(p.log("lint").contains("  on project-fleet"), "{run}");
 }
 
 #[test]
@@ -864,7 +957,8 @@ later:
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
         stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     };
-    run.expect_code(1);
+    // 130, as a shell reports a command ended by Ctrl-C (gitlab-ci-local does the same).
+    run.expect_code(130);
     assert_eq!(
         run.statuses(),
         statuses(&[("slow", "canceled"), ("later", "canceled")])

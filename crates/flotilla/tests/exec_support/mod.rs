@@ -223,6 +223,20 @@ impl Project {
 }
 
 impl Run {
+    /// Runs `command` to the end.
+    pub(crate) fn of(command: &mut Command) -> Run {
+        let out: Output = command
+            .env_remove("FLOTILLA_CONFIG")
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
     /// Panics with everything printed unless the exit status is `code`.
     pub(crate) fn expect_code(&self, code: i32) -> &Run {
         assert_eq!(self.code, code, "exit status; the run printed:\n{self}");
