@@ -1,7 +1,8 @@
-//! `flotilla exec` with no configuration on a host whose Docker engine answers: jobs that name
-//! an `image:` run at the docker level, in a container of that image from this host's engine
-//! (never pulled), with the rest on the shell; the first line says which levels this host
-//! offers and why any is missing (issue 33).
+//! The levels `flotilla exec` offers with no configuration (issue 33): on a host whose Docker
+//! engine answers, jobs that name an `image:` run at the docker level, in a container of that
+//! image from this host's engine (never pulled), with the rest on the shell; as root with
+//! cgroups it can make, the cgroup level too; the first line says which levels this host
+//! offers and why any is missing.
 
 use crate::exec_support;
 
@@ -36,10 +37,9 @@ missing-image:
     let list = p.exec(&["--list"]);
     list.expect_code(0);
     assert!(
-        list.stderr
-            .lines()
-            .next()
-            .is_some_and(|l| l.starts_with("this host offers shell, docker (jobs with an image:)")),
+        list.stderr.lines().next().is_some_and(|l| {
+            l.starts_with("this host offers shell, ") && l.contains("docker (jobs with an image:)")
+        }),
         "{list}"
     );
     let rows: Vec<&str> = list.stdout.lines().collect();
@@ -114,4 +114,28 @@ job:
         "{run}"
     );
     assert_eq!(run.statuses(), statuses(&[("job", "passed")]));
+}
+
+/// As root with cgroups it can make, the embedded default offers the `cgroup` level: a job
+/// asking for it runs in a cgroup of its slot, named after this exec run.
+#[test]
+fn infra_cgroup_the_embedded_default_offers_cgroup_as_root() {
+    if !require(Infra::Cgroups) {
+        return;
+    }
+    let p = Project::with_pipeline(
+        r"
+boxed:
+  variables:
+    FLOTILLA_ISOLATION: cgroup
+  script:
+    - cat /proc/self/cgroup
+",
+    );
+    let run = p.exec(&[]);
+    run.expect_code(0);
+    let first = run.stderr.lines().next().unwrap_or_default();
+    assert!(first.starts_with("this host offers shell, cgroup"), "{run}");
+    let log = p.log("boxed");
+    assert!(log.contains("/flotilla-exec-"), "the job's cgroup: {log}");
 }

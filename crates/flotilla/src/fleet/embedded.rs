@@ -15,6 +15,8 @@ use std::time::Duration;
 /// What this host offers `flotilla exec` beyond the shell: for each level, `Ok` or why not.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostLevels {
+    /// The `cgroup` level: root, and cgroups this process can make.
+    pub cgroup: Result<(), String>,
     /// The `docker` level: this host's Docker engine answering.
     pub docker: Result<(), String>,
     /// The `microvm` level: QEMU, `qemu-img`, `mke2fs`, a kernel and Docker.
@@ -26,6 +28,7 @@ impl HostLevels {
     pub fn probe() -> HostLevels {
         let missing = microvm_missing();
         HostLevels {
+            cgroup: cgroups_writable(),
             docker: docker_answers(),
             microvm: if missing.is_empty() {
                 Ok(())
@@ -40,6 +43,7 @@ impl HostLevels {
         let mut offered = vec!["shell".to_string()];
         let mut missing = Vec::new();
         for (name, found, what) in [
+            ("cgroup", &self.cgroup, ""),
             ("docker", &self.docker, " (jobs with an image:)"),
             ("microvm", &self.microvm, ""),
         ] {
@@ -54,6 +58,32 @@ impl HostLevels {
         }
         line
     }
+}
+
+/// Whether this process may make cgroups: root, and a directory made and removed in each
+/// hierarchy the level uses (cgroup v2's root, or v1's `cpu`, `memory` and `pids`).
+fn cgroups_writable() -> Result<(), String> {
+    if !is_root() {
+        return Err("not root".into());
+    }
+    let root = Path::new("/sys/fs/cgroup");
+    let probe = format!("flotilla-probe-{}", std::process::id());
+    let dirs: Vec<std::path::PathBuf> = if root.join("cgroup.controllers").exists() {
+        vec![root.join(&probe)]
+    } else {
+        ["cpu", "memory", "pids"]
+            .iter()
+            .map(|c| root.join(c).join(&probe))
+            .collect()
+    };
+    for dir in &dirs {
+        let made = std::fs::create_dir(dir);
+        let _ = std::fs::remove_dir(dir);
+        if let Err(e) = made {
+            return Err(format!("cannot make a cgroup in {}: {e}", dir.display()));
+        }
+    }
+    Ok(())
 }
 
 /// Whether this host's Docker engine answers `GET /_ping` on its socket (`DOCKER_HOST` when
@@ -130,6 +160,13 @@ fn on_path(program: &str) -> bool {
 pub fn runner(host: &HostLevels) -> RunnerConfig {
     let mut runner = RunnerConfig::embedded_default();
     let mut levels = vec![IsolationLevel::Shell];
+    if host.cgroup.is_ok() {
+        levels.push(IsolationLevel::Cgroup);
+        // A cgroup per slot of this process: runs side by side keep their jobs apart, and
+        // the level's sweep of its own slots leaves the other runs' alone.
+        runner.slot_cgroup_template =
+            format!("flotilla-exec-{}/slot-${{slot}}", std::process::id());
+    }
     if host.docker.is_ok() {
         levels.push(IsolationLevel::Docker);
         runner.docker = Some(DockerConfig {
@@ -203,6 +240,7 @@ mod tests {
             }
         };
         HostLevels {
+            cgroup: found(false),
             docker: found(docker),
             microvm: found(microvm),
         }
@@ -240,7 +278,8 @@ mod tests {
         assert_eq!(all.docker.unwrap().pull_policy, [PullPolicy::Never]);
         assert_eq!(
             host(true, false).describe(),
-            "this host offers shell, docker (jobs with an image:); not microvm: missing"
+            "this host offers shell, docker (jobs with an image:); not cgroup: missing; \
+             microvm: missing"
         );
     }
 
