@@ -103,7 +103,7 @@ job:
     let first = run.stderr.lines().next().unwrap_or_default();
     assert!(
         first.starts_with("this host offers shell")
-            && first.contains("not docker: no Docker engine at"),
+            && first.contains("docker: no Docker engine at"),
         "{run}"
     );
     assert!(

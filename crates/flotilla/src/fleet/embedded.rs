@@ -52,6 +52,8 @@ impl HostLevels {
                 Err(why) => missing.push(format!("{name}: {why}")),
             }
         }
+        // The vm level boots a prepared disk image, which only a configuration names.
+        missing.push("vm: it needs a prepared disk image ([runners.vm] in a --config)".into());
         let mut line = format!("this host offers {}", offered.join(", "));
         if !missing.is_empty() {
             line.push_str(&format!("; not {}", missing.join("; ")));
@@ -279,7 +281,7 @@ mod tests {
         assert_eq!(
             host(true, false).describe(),
             "this host offers shell, docker (jobs with an image:); not cgroup: missing; \
-             microvm: missing"
+             microvm: missing; vm: it needs a prepared disk image ([runners.vm] in a --config)"
         );
     }
 
