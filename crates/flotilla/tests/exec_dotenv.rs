@@ -52,3 +52,34 @@ fn dotenv_reports_reach_the_jobs_that_take_the_artifacts() {
     let unrelated = p.log("unrelated");
     assert!(unrelated.contains("version is [unset]"), "{unrelated}");
 }
+
+/// A variable given for the run (`--isolation`, `--variable`) outranks what a dependency's
+/// dotenv report passes on, as GitLab ranks pipeline variables above dotenv ones: a job's
+/// dotenv cannot pick the next job's isolation level.
+#[test]
+fn given_variables_outrank_a_dependencys_dotenv() {
+    let p = Project::with_pipeline(
+        r#"
+stages: [one, two]
+writer:
+  stage: one
+  script:
+    - echo "FLOTILLA_ISOLATION=vm" >> build.env
+    - echo "GREETING=from-dotenv" >> build.env
+  artifacts:
+    reports:
+      dotenv: build.env
+reader:
+  stage: two
+  script:
+    - echo "greeting $GREETING"
+"#,
+    );
+    let run = p.exec(&["--isolation", "shell", "--variable", "GREETING=given"]);
+    run.expect_code(0);
+    assert_eq!(
+        run.statuses(),
+        statuses(&[("writer", "passed"), ("reader", "passed")])
+    );
+    assert!(p.log("reader").contains("\ngreeting given"), "{run}");
+}
