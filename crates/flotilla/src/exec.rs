@@ -532,12 +532,19 @@ fn keep_artifacts(
     err: &mut dyn Write,
 ) {
     let mut count = 0;
+    let mut used = std::collections::HashSet::new();
     for job in &outcome.jobs {
         let archive = store.archive_path(job.job_id, "archive");
         if !archive.is_file() {
             continue;
         }
-        let dest = kept.join(ci::slugify(&job.name));
+        // The job's name made a file name; two jobs never share a directory.
+        let mut name = fleet::file_name(&job.name);
+        if name.is_empty() || name.starts_with('.') || !used.insert(name.clone()) {
+            name = format!("{name}-{}", job.job_id);
+            used.insert(name.clone());
+        }
+        let dest = kept.join(name);
         if dest.exists()
             && let Err(e) = std::fs::remove_dir_all(&dest)
         {
@@ -551,14 +558,26 @@ fn keep_artifacts(
                 continue;
             }
         }
-        if let Some(source) = source
-            && let Err(e) = flotilla_pipeline::kept::unpack(&archive, source)
-        {
-            let _ = writeln!(
-                err,
-                "warning: copying the artifacts of {} into the working tree: {e}",
-                job.name
-            );
+        if let Some(source) = source {
+            match flotilla_pipeline::kept::unpack_into_source(&archive, source) {
+                Ok((_, skipped)) if !skipped.is_empty() => {
+                    let _ = writeln!(
+                        err,
+                        "warning: the artifacts of {} hold {} that a working tree does not take \
+                         from a job (git's and flotilla's own files); left out",
+                        job.name,
+                        skipped.join(", ")
+                    );
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    let _ = writeln!(
+                        err,
+                        "warning: copying the artifacts of {} into the working tree: {e}",
+                        job.name
+                    );
+                }
+            }
         }
     }
     if count > 0 {
@@ -634,7 +653,12 @@ async fn execute(
         durable: None,
         // `--concurrency` (or a configured `limit`) bounds this host's slots; else one per core.
         local_slots: (runner.limit > 0).then_some(runner.limit as usize),
-        shared_instances: true,
+        // Runs side by side share this host's instance; a configured fleet elsewhere names
+        // VMs per runner, as `flotilla run` does (process ids of this host mean nothing there).
+        shared_instances: runner
+            .autoscaler
+            .as_ref()
+            .is_none_or(|a| a.plugin.is_empty() || a.plugin == crate::registry::DEFAULT_PLUGIN),
     };
     let provider = fleet::provider(runner, Some(&state)).await?;
     let fleet = fleet::from_runner(runner, provider, parts).await?;

@@ -97,7 +97,7 @@ fails-in-a-vm:
     assert!(vm.contains("\nthis came from the repository"), "{vm}");
     // Named after the runner and this exec process (runs side by side keep apart).
     assert!(
-        vm.contains("\nflotilla-vms.") && vm.contains("-slot-0"),
+        vm.contains("\nflotilla-vms.pid") && vm.contains("-slot-"),
         "the VM's host name: {vm}"
     );
     assert!(vm.contains("\npid 1 is init"), "{vm}");

@@ -14,6 +14,9 @@ use std::path::{Component, Path, PathBuf};
 /// At most this many bytes are unpacked from one archive.
 const MAX_UNPACKED: u64 = 16 * 1024 * 1024 * 1024;
 
+/// At most this many entries are unpacked from one archive.
+const MAX_ENTRIES: usize = 100_000;
+
 /// Why an archive was not unpacked (whole or in part).
 #[derive(Debug, thiserror::Error)]
 pub enum KeepError {
@@ -56,9 +59,38 @@ pub struct Unpacked {
     pub bytes: u64,
 }
 
+/// Top-level names an archive may not write into a working tree: git's own files (a hook or
+/// `core.fsmonitor` would run on the host at the next git command) and flotilla's (a planted
+/// `.flotilla.toml` would be the next run's fleet).
+const NOT_IN_SOURCE: &[&str] = &[".git", ".flotilla", ".flotilla.toml"];
+
 /// Unpack `archive` into `dest` (created), replacing files that are there (a link at a file's
 /// place is replaced, never followed).
 pub fn unpack(archive: &Path, dest: &Path) -> Result<Unpacked, KeepError> {
+    unpack_filtered(archive, dest, &[])
+}
+
+/// Unpack `archive` into a working tree `dest`, as [`unpack`] does, leaving out what is under
+/// `.git`, `.flotilla` and `.flotilla.toml` (their names are returned).
+pub fn unpack_into_source(
+    archive: &Path,
+    dest: &Path,
+) -> Result<(Unpacked, Vec<String>), KeepError> {
+    let mut skipped = Vec::new();
+    let done = unpack_with(archive, dest, NOT_IN_SOURCE, &mut skipped)?;
+    Ok((done, skipped))
+}
+
+fn unpack_filtered(archive: &Path, dest: &Path, skip: &[&str]) -> Result<Unpacked, KeepError> {
+    unpack_with(archive, dest, skip, &mut Vec::new())
+}
+
+fn unpack_with(
+    archive: &Path,
+    dest: &Path,
+    skip: &[&str],
+    skipped: &mut Vec<String>,
+) -> Result<Unpacked, KeepError> {
     let io_err = |path: &Path| {
         let path = path.to_path_buf();
         move |source| KeepError::Io {
@@ -93,6 +125,17 @@ pub fn unpack(archive: &Path, dest: &Path) -> Result<Unpacked, KeepError> {
         let Some(relative) = inside(&name) else {
             return Err(refused("leaves the destination"));
         };
+        if relative
+            .components()
+            .next()
+            .is_some_and(|first| skip.iter().any(|s| first.as_os_str() == *s))
+        {
+            skipped.push(name.clone());
+            continue;
+        }
+        if i >= MAX_ENTRIES {
+            return Err(refused("is past the 100,000 entries an archive may hold"));
+        }
         let target = dest.join(&relative);
         // Every directory on the way is a real directory (made here if missing), never a link.
         let mut dir = dest.to_path_buf();
@@ -149,7 +192,8 @@ pub fn unpack(archive: &Path, dest: &Path) -> Result<Unpacked, KeepError> {
             ));
         }
         out.flush().map_err(io_err(&target))?;
-        fs::set_permissions(&target, fs::Permissions::from_mode(mode & 0o777))
+        // On the open file: the path could be swapped for a link meanwhile.
+        out.set_permissions(fs::Permissions::from_mode(mode & 0o777))
             .map_err(io_err(&target))?;
         done.files += 1;
         done.bytes += copied;
@@ -221,6 +265,32 @@ mod tests {
         );
         // Again: what is there is replaced.
         unpack(&zip, &dest).unwrap();
+    }
+
+    #[test]
+    fn a_working_tree_gets_no_git_or_flotilla_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        let zip = archive(
+            tmp.path(),
+            &[
+                (
+                    ".git/hooks/pre-commit",
+                    Some("#!/bin/sh\ntouch /tmp/owned\n"),
+                    0o755,
+                ),
+                (".flotilla.toml", Some("[[runners]]\n"), 0o644),
+                ("out/result.txt", Some("ok"), 0o644),
+            ],
+        );
+        let dest = tmp.path().join("tree");
+        let (done, skipped) = unpack_into_source(&zip, &dest).unwrap();
+        assert_eq!(done.files, 1);
+        assert_eq!(skipped, [".git/hooks/pre-commit", ".flotilla.toml"]);
+        assert!(!dest.join(".git").exists() && !dest.join(".flotilla.toml").exists());
+        assert_eq!(
+            fs::read_to_string(dest.join("out/result.txt")).unwrap(),
+            "ok"
+        );
     }
 
     #[test]

@@ -640,7 +640,14 @@ async fn run_job(
         .iter()
         .filter(|j| j.source == ci::VariableSource::User)
         .filter(|j| ctx.dotenv.iter().any(|d| d.key == j.key))
-        .filter_map(|j| payload.variables.iter().rev().find(|v| v.key == j.key).cloned())
+        .filter_map(|j| {
+            payload
+                .variables
+                .iter()
+                .rev()
+                .find(|v| v.key == j.key)
+                .cloned()
+        })
         .collect();
     payload.variables.extend(ctx.dotenv.iter().cloned());
     payload.variables.extend(given);

@@ -53,7 +53,7 @@ pub(crate) async fn sweep(
     Ok(killed)
 }
 
-/// The ids of the processes that named VMs `<shared>.<pid>-slot-*` under `vms` on the
+/// The ids of the processes that named VMs `<shared>.pid<pid>-slot-*` under `vms` on the
 /// instance and are no longer running there (`/proc/<pid>` is gone).
 pub(crate) async fn gone_processes(
     connector: &dyn Connector,
@@ -72,9 +72,11 @@ pub(crate) async fn gone_processes(
         .stdout_str()
         .lines()
         .filter_map(|name| {
-            let rest = name.strip_prefix(shared)?.strip_prefix('.')?;
+            let rest = name.strip_prefix(shared)?.strip_prefix(".pid")?;
             let (pid, _) = rest.split_once("-slot-")?;
-            pid.parse().ok()
+            pid.bytes()
+                .all(|b| b.is_ascii_digit())
+                .then(|| pid.parse().ok())?
         })
         .filter(|pid| *pid != std::process::id())
         .collect();

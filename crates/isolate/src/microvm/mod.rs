@@ -85,8 +85,9 @@ pub struct MicrovmConfig {
     /// Names this runner's VMs, so runners sharing an instance leave each other's alone.
     pub owner: String,
     /// Several processes of the same owner may use the instance at once (`flotilla exec`
-    /// runs, each its own manager): each names its VMs `<owner>.<pid>`, and sweeps only its
-    /// own and those of processes that are gone.
+    /// runs on this host, each its own manager): each names its VMs `<owner>.pid<pid>`, and
+    /// sweeps only its own and those of processes that are gone. Only for an instance that is
+    /// the manager's own host, where its process ids mean something.
     pub per_process: bool,
     /// How long a VM may take to boot to its agent.
     pub boot_timeout: Duration,
@@ -209,7 +210,7 @@ impl MicrovmIsolation {
         let mut config = config;
         let shared_owner = config.per_process.then(|| config.owner.clone());
         if config.per_process {
-            config.owner = format!("{}.{}", config.owner, std::process::id());
+            config.owner = format!("{}.pid{}", config.owner, std::process::id());
         }
         Ok(MicrovmIsolation {
             shared_owner,
@@ -289,7 +290,7 @@ impl Isolation for MicrovmIsolation {
                     &*connector,
                     instance_id,
                     &vms,
-                    &format!("{shared}.{pid}-slot-"),
+                    &format!("{shared}.pid{pid}-slot-"),
                     &self.qemu,
                 )
                 .await?;
