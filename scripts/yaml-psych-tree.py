@@ -147,7 +147,10 @@ def tokenize(string):
         if re.match(r"\A[-+]?\.\Z", string):
             return string
         cleaned = re.sub(r"\.([Ee]|$)", r"\1", string.replace(",", "").replace("_", ""))
-        return ("float", float(cleaned))
+        try:
+            return ("float", float(cleaned))
+        except ValueError:
+            raise Refused('invalid value for Float(): "%s"' % cleaned)
     if INTEGER_LEGACY.match(string):
         return ruby_integer(string)
     return string

@@ -149,6 +149,11 @@ impl Loader<'_> {
             IncludedFile::Component { fields, .. } => fields.clone(),
             IncludedFile::Project(_) => HashMap::new(),
         };
+        // A component's own files (its `spec:include`, its `include: local`) are in its project.
+        let outer_root = self.component_root.clone();
+        if let IncludedFile::Component { root, .. } = file_ref {
+            self.component_root = Some(root.clone());
+        }
         let root = self.content(loaded.documents, &name, from, inputs, &fields)?;
         let mut root = match root.value {
             Value::Map(map) => map,
@@ -161,10 +166,6 @@ impl Loader<'_> {
             }
         };
         let file = display;
-        let outer_root = self.component_root.clone();
-        if let IncludedFile::Component { root, .. } = file_ref {
-            self.component_root = Some(root.clone());
-        }
         stack.push(file.clone());
         let mut merged: Option<Node> = None;
         if let Some((key, include)) = root.remove("include") {
@@ -314,10 +315,17 @@ impl Loader<'_> {
             .trim_start_matches("./")
             .trim_start_matches('/')
             .to_string();
-        let bytes = self
-            .project
-            .read_bytes(&path)
-            .map_err(|_| vec![format!("Header include file `{path}` does not exist")])?;
+        if path.split('/').any(|p| p == "..") {
+            return Err(vec![format!(
+                "Header include file `{path}` must be inside the project"
+            )]);
+        }
+        let read = match &self.component_root {
+            Some(root) => std::fs::read(root.join(&path)),
+            None => self.project.read_bytes(&path),
+        };
+        let bytes =
+            read.map_err(|_| vec![format!("Header include file `{path}` does not exist")])?;
         let text = String::from_utf8(bytes)
             .map_err(|_| vec![format!("Header include file `{path}` is not valid UTF-8")])?;
         let name: Arc<str> = Arc::from(path.as_str());

@@ -26,6 +26,9 @@ const MAX_BLOCKS: usize = 10_000;
 const MAX_FUNCTIONS: usize = 3;
 const MAX_ACCESS_BYTES: usize = 1024;
 const MAX_NODE_BYTES: usize = 1024 * 1024;
+/// What interpolation may produce in all, values repeated included (the compiler's own
+/// budget for a file, [`super::budget::MAX_FILE_BYTES`]).
+const MAX_OUTPUT_BYTES: usize = super::budget::MAX_FILE_BYTES;
 
 fn block_regex() -> &'static Regex {
     static RE: OnceLock<Regex> = OnceLock::new();
@@ -51,6 +54,7 @@ pub(crate) fn interpolate(content: Node, ctx: &Context<'_>) -> Result<Node, Vec<
         ctx,
         blocks: HashMap::new(),
         errors: Vec::new(),
+        produced: 0,
     };
     let node = state.node(content);
     if state.errors.is_empty() {
@@ -65,6 +69,23 @@ struct State<'c, 'a> {
     /// Each distinct block's value, as GitLab caches them.
     blocks: HashMap<String, Value>,
     errors: Vec<String>,
+    /// Bytes the interpolated values take so far: a small file whose blocks repeat a large
+    /// input must not grow without bound.
+    produced: usize,
+}
+
+impl State<'_, '_> {
+    /// Count `bytes` more of output; past the budget, the error (once).
+    fn grow(&mut self, bytes: usize) -> bool {
+        self.produced = self.produced.saturating_add(bytes);
+        if self.produced > MAX_OUTPUT_BYTES {
+            if self.errors.is_empty() {
+                self.errors.push("config too large".into());
+            }
+            return false;
+        }
+        true
+    }
 }
 
 /// What a string became.
@@ -160,11 +181,37 @@ impl State<'_, '_> {
             values.push(value);
         }
         if matches.len() == 1 && matches[0].0.len() == text.len() {
-            return Replaced::Whole(values.remove(0));
+            let value = values.remove(0);
+            let size = super::budget::deep_size(&Node::new(
+                value.clone(),
+                super::error::Location::new("", 1, 1),
+            ));
+            if !self.grow(size) {
+                return Replaced::Text(text.to_string());
+            }
+            return Replaced::Whole(value);
         }
-        let mut out = text.to_string();
-        for ((block, _), value) in matches.iter().zip(&values) {
-            out = out.replace(block.as_str(), &ruby_text(value));
+        // One pass over the text, as Ruby's `gsub` of each block makes it: a value holding
+        // another block's text is not expanded again.
+        let texts: HashMap<&str, String> = matches
+            .iter()
+            .zip(&values)
+            .map(|((block, _), value)| (block.as_str(), ruby_text(value)))
+            .collect();
+        let out = block_regex()
+            .replace_all(text, |caps: &regex::Captures<'_>| {
+                texts
+                    .get(&caps[0])
+                    .cloned()
+                    .unwrap_or_else(|| caps[0].to_string())
+            })
+            .into_owned();
+        if out.len() > MAX_NODE_BYTES {
+            self.errors.push("config node too large".into());
+            return Replaced::Text(text.to_string());
+        }
+        if !self.grow(out.len()) {
+            return Replaced::Text(text.to_string());
         }
         Replaced::Text(out)
     }
@@ -469,6 +516,25 @@ mod tests {
             run("a: $[[ inputs.x | a | b | c | d ]]\n", &[("x", "a")]).unwrap_err(),
             ["too many functions in interpolation block"]
         );
+    }
+
+    /// A small file repeating a large input is refused instead of filling memory; a value
+    /// holding another block's text is not expanded again.
+    #[test]
+    fn output_is_bounded_and_replaced_once() {
+        let big = format!("'{}'", "x".repeat(512 * 1024));
+        let line = "$[[ inputs.a ]]".repeat(1000);
+        let e = run(&format!("a: \"{line}\"\n"), &[("a", &big)]).unwrap_err();
+        assert_eq!(e, ["config node too large"]);
+        let items = "  - $[[ inputs.a ]]\n".repeat(100);
+        let e = run(&format!("a:\n{items}"), &[("a", &big)]).unwrap_err();
+        assert_eq!(e, ["config too large"]);
+        let out = run(
+            "a: \"$[[ inputs.x ]] $[[ inputs.y ]]\"\n",
+            &[("x", "'$[[ inputs.y ]]'"), ("y", "'why'")],
+        )
+        .unwrap();
+        assert_eq!(out["a"], "$[[ inputs.y ]] why");
     }
 
     #[test]

@@ -59,7 +59,7 @@ pub(crate) fn resolve_plain(text: &str) -> Resolved {
         return Ok(value);
     }
     if let Some(value) = float(text) {
-        return Ok(Value::Float(value));
+        return value.map(Value::Float);
     }
     if let Some(value) = integer(text) {
         return value;
@@ -185,10 +185,23 @@ fn symbol_name(rest: &str) -> String {
     rest.to_string()
 }
 
-/// Ruby's `String#to_i` / `#to_f` on a part of a base-60 number: digits and underscores.
+/// Ruby's `String#to_i` on a part of a base-60 number: its leading digits, an underscore
+/// allowed only between two digits (`"1__0".to_i` is 1).
 fn part_value(part: &str) -> f64 {
-    let cleaned: String = part.chars().filter(|c| *c != '_').collect();
-    cleaned.parse().unwrap_or(0.0)
+    let bytes = part.as_bytes();
+    let mut value = 0.0;
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b @ b'0'..=b'9' => value = value * 10.0 + f64::from(b - b'0'),
+            b'_' if i > 0
+                && bytes[i - 1].is_ascii_digit()
+                && bytes.get(i + 1).is_some_and(u8::is_ascii_digit) => {}
+            _ => break,
+        }
+        i += 1;
+    }
+    value
 }
 
 /// `/^[-+]?[0-9][0-9_]*(:[0-5]?[0-9]){1,2}$/` (an integer) and the same with `\.[0-9_]*` after
@@ -249,7 +262,7 @@ fn sexagesimal(text: &str) -> Option<Value> {
 
 /// `FLOAT = /^(?:[-+]?([0-9][0-9_,]*)?\.[0-9]*([eE][-+][0-9]+)?)$/`, then
 /// `Float(text.delete(',_').gsub(/\.([Ee]|$)/, '\1'))`; a lone `.` (signed or not) stays text.
-fn float(text: &str) -> Option<f64> {
+fn float(text: &str) -> Option<Result<f64, Refused>> {
     let body = text.strip_prefix(['-', '+']).unwrap_or(text);
     let (mantissa, exponent) = match body.find(['e', 'E']) {
         Some(i) => (&body[..i], Some(&body[i + 1..])),
@@ -279,8 +292,13 @@ fn float(text: &str) -> Option<f64> {
     let cleaned: String = text.chars().filter(|c| *c != ',' && *c != '_').collect();
     let cleaned = cleaned.replace(".e", "e").replace(".E", "E");
     let cleaned = cleaned.strip_suffix('.').unwrap_or(&cleaned);
-    // `-.e+1` and the like: Ruby's Float() refuses what has no digit; Rust's parse agrees.
-    cleaned.parse().ok()
+    // `.e+1`: the pattern matched, and Ruby's Float() refuses what is left (`e+1`), which
+    // GitLab reports.
+    Some(
+        cleaned
+            .parse()
+            .map_err(|_| Refused(format!("invalid value for Float(): \"{cleaned}\""))),
+    )
 }
 
 /// `INTEGER_LEGACY`, then `Integer(text.delete(',_'))`: `0x`, `0b`, a leading `0` for
@@ -442,6 +460,15 @@ mod tests {
         assert_eq!(plain("."), Value::Str(".".into()));
         assert_eq!(plain("v1.2"), Value::Str("v1.2".into()));
         assert_eq!(plain("1.2.3"), Value::Str("1.2.3".into()));
+        assert_eq!(
+            plain("1__0:30"),
+            Value::Int(5400),
+            "Ruby's \"1__0\".to_i is 1"
+        );
+        assert_eq!(
+            resolve_plain(".e+1").unwrap_err().0,
+            "invalid value for Float(): \"e+1\""
+        );
         assert_eq!(plain(".InF"), Value::Float(f64::INFINITY));
         assert!(
             resolve_plain("0x_")

@@ -166,6 +166,9 @@ const PLAIN: &[&str] = &[
     "!bang",
     "|pipe",
     "_u",
+    ".e+1",
+    "1__0:30",
+    "-.E-5",
 ];
 
 const KEYS: &[&str] = &[
