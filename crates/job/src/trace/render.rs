@@ -3,6 +3,12 @@
 //! header line kept, `\r` rewrites resolved as a terminal shows them, colours kept only for a
 //! terminal, every line prefixed (the job's name when several jobs share the screen).
 
+/// The longest line held back waiting for its end.
+const MAX_LINE: usize = 64 * 1024;
+
+/// How far after `section_start:` the marker's end may be.
+const MAX_MARKER: usize = 512;
+
 /// Renders a log line by line; bytes of an unfinished line wait for the rest.
 #[derive(Debug, Default)]
 pub struct LineRenderer {
@@ -21,10 +27,20 @@ impl LineRenderer {
         }
     }
 
-    /// The complete lines `bytes` finishes, rendered.
+    /// The complete lines `bytes` finishes, rendered. A line longer than 64 KiB is shown in
+    /// pieces rather than held.
     pub fn push(&mut self, bytes: &[u8]) -> Vec<u8> {
+        let before = self.pending.len();
         self.pending.extend_from_slice(bytes);
-        let Some(last) = self.pending.iter().rposition(|b| *b == b'\n') else {
+        // Only the new bytes can hold the line's end.
+        let Some(last) = bytes
+            .iter()
+            .rposition(|b| *b == b'\n')
+            .map(|at| before + at)
+        else {
+            if self.pending.len() > MAX_LINE {
+                return self.flush();
+            }
             return Vec::new();
         };
         let rest = self.pending.split_off(last + 1);
@@ -57,9 +73,9 @@ impl LineRenderer {
         if let Some(at) = text.iter().rposition(|b| *b == b'\r') {
             text.drain(..=at);
         }
-        if !self.color {
-            text = strip_ansi(&text);
-        }
+        // A job's output may not drive this terminal: only colours pass, and only to a
+        // terminal (a title or clipboard sequence never does).
+        text = sanitize(&text, self.color);
         // A line that held only markers (a section's end) shows as nothing.
         if had_marker && strip_ansi(&text).iter().all(u8::is_ascii_whitespace) {
             return;
@@ -85,13 +101,67 @@ fn remove_markers(line: &[u8]) -> Vec<u8> {
             .into_iter()
             .find(|m| rest.starts_with(m));
         if let Some(m) = marker
-            && let Some(end) = rest.windows(END.len()).position(|w| w == END)
+            && let Some(end) = rest[..rest.len().min(MAX_MARKER)]
+                .windows(END.len())
+                .position(|w| w == END)
             && rest[m.len()..end].iter().all(|b| !b.is_ascii_whitespace())
         {
             i += end + END.len();
             continue;
         }
         out.push(line[i]);
+        i += 1;
+    }
+    out
+}
+
+/// Escape sequences and control characters taken out, colours (`\e[...m`) kept when
+/// `color`; tabs stay.
+fn sanitize(text: &[u8], color: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(text.len());
+    let mut i = 0;
+    while i < text.len() {
+        let b = text[i];
+        if b == 0x1b {
+            match text.get(i + 1) {
+                Some(b'[') => {
+                    let mut j = i + 2;
+                    while j < text.len() && (0x30..=0x3f).contains(&text[j]) {
+                        j += 1;
+                    }
+                    while j < text.len() && (0x20..=0x2f).contains(&text[j]) {
+                        j += 1;
+                    }
+                    let end = (j < text.len()).then(|| text[j]);
+                    if color && end == Some(b'm') {
+                        out.extend_from_slice(&text[i..=j]);
+                    }
+                    i = j + 1;
+                }
+                Some(b']') => {
+                    // Operating system command: up to BEL or ESC \.
+                    let mut j = i + 2;
+                    while j < text.len()
+                        && text[j] != 0x07
+                        && !(text[j] == 0x1b && text.get(j + 1) == Some(&b'\\'))
+                    {
+                        j += 1;
+                    }
+                    i = if j < text.len() && text[j] == 0x1b {
+                        j + 2
+                    } else {
+                        j + 1
+                    };
+                }
+                _ => i += 2,
+            }
+            continue;
+        }
+        if b < 0x20 && b != b'\t' || b == 0x7f {
+            i += 1;
+            continue;
+        }
+        out.push(b);
         i += 1;
     }
     out
@@ -164,6 +234,13 @@ mod tests {
         // output stays (a `\r` alone would have wiped it).
         let tail = format!("no newline{}\n", section_end("step_script", 3));
         assert_eq!(render("", false, &[tail.as_bytes()]), "no newline\n");
+        // A job cannot set this terminal's title or clipboard, colours or not.
+        let osc = b"\x1b]0;owned\x07title \x1b]52;c;ZXZpbA==\x1b\\clip \x1b[31mred\x1b[0m\n";
+        assert_eq!(render("", true, &[osc]), "title clip \x1b[31mred\x1b[0m\n");
+        assert_eq!(render("", false, &[osc]), "title clip red\n");
+        // A line with no end is shown in pieces, not held without bound.
+        let mut r = LineRenderer::new("", false);
+        assert!(!r.push(&vec![b'x'; MAX_LINE + 1]).is_empty());
         // Text that only looks like a marker stays.
         assert_eq!(
             render("", false, &[b"echo section_start: is a word\n"]),
