@@ -697,14 +697,53 @@ async fn execute(
     // whenever output streams.
     let plain = !args.quiet || args.follow.is_some() || !std::io::stderr().is_terminal();
     let mut progress = Progress::new(pipeline.jobs.len(), plain);
-    let run = run_pipeline(pipeline, fleet.dispatcher.clone(), &config, tx, cancel);
+    let run = run_pipeline(
+        pipeline,
+        fleet.dispatcher.clone(),
+        &config,
+        tx,
+        cancel.clone(),
+    );
     tokio::pin!(run);
     let mut ticker = tokio::time::interval(std::time::Duration::from_millis(200));
+    // A fleet that cannot make its first instance would leave the run waiting for one: when
+    // the provider's failure has stood this long with nothing started (its retries back off,
+    // the second one a minute later), the run stops and says why.
+    const GIVE_UP_AFTER: std::time::Duration = std::time::Duration::from_secs(20);
+    let mut started_any = false;
+    let mut gave_up: Option<String> = None;
+    let mut trouble_since: Option<std::time::Instant> = None;
     let outcome = loop {
         tokio::select! {
             result = &mut run => break result?,
-            Some(event) = rx.recv() => progress.event(&event),
-            _ = ticker.tick() => progress.tick(),
+            Some(event) = rx.recv() => {
+                started_any |= matches!(event, ExecEvent::Started { .. });
+                progress.event(&event);
+            }
+            _ = ticker.tick() => {
+                progress.tick();
+                let trouble = fleet.scaler.creation_trouble();
+                if trouble.is_none() {
+                    trouble_since = None;
+                }
+                if !started_any
+                    && gave_up.is_none()
+                    && let Some(trouble) = trouble
+                    && trouble_since
+                        .get_or_insert_with(std::time::Instant::now)
+                        .elapsed()
+                        >= GIVE_UP_AFTER
+                {
+                    gave_up = Some(format!(
+                        "the fleet cannot make an instance: the provider failed ({} time(s) in \
+                         {} s, nothing started), last with: {}",
+                        trouble.failures,
+                        GIVE_UP_AFTER.as_secs(),
+                        trouble.error
+                    ));
+                    cancel.cancel();
+                }
+            }
         }
     };
     while let Ok(event) = rx.try_recv() {
@@ -724,6 +763,9 @@ async fn execute(
         err,
     );
     drop(scratch);
+    if let Some(why) = gave_up {
+        anyhow::bail!(why);
+    }
     Ok((
         outcome,
         interrupted.load(std::sync::atomic::Ordering::SeqCst),

@@ -139,3 +139,50 @@ boxed:
     let log = p.log("boxed");
     assert!(log.contains("/flotilla-exec-"), "the job's cgroup: {log}");
 }
+
+/// A configured fleet that cannot make its first instance (here the docker provider's
+/// instance image is not on this host) stops the run with the provider's error, instead of
+/// waiting for an instance that never comes (issue 33).
+#[test]
+fn infra_docker_exec_stops_when_the_fleet_cannot_make_an_instance() {
+    if !require(Infra::Docker) {
+        return;
+    }
+    let p = Project::with_pipeline("job:\n  script: [echo never]\n");
+    let group = format!("exec-no-instance-{}", std::process::id());
+    p.write(
+        "fleet.toml",
+        &format!(
+            r#"
+[[runners]]
+  name = "missing-image"
+  executor = "flotilla"
+  [runners.autoscaler]
+    plugin = "docker"
+    capacity_per_instance = 1
+    [runners.autoscaler.plugin_config]
+      name = "{group}"
+      image = "local/flotilla-no-such-instance:1"
+    [runners.autoscaler.connector_config]
+      username = "root"
+"#
+        ),
+    );
+    p.commit("config");
+    let started = std::time::Instant::now();
+    let run = p.exec(&["--config", "fleet.toml"]);
+    run.expect_code(2);
+    assert!(
+        run.stderr
+            .contains("error: the fleet cannot make an instance")
+            && run
+                .stderr
+                .contains("No such image: local/flotilla-no-such-instance:1"),
+        "{run}"
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "gave up in {:?}",
+        started.elapsed()
+    );
+}

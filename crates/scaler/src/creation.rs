@@ -22,12 +22,24 @@ pub(crate) enum Failure {
     ReadyUp,
 }
 
+/// The provider's `increase` failing again and again: how many times in a row, and its last
+/// error (for a caller that can give up, such as `flotilla exec`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreationTrouble {
+    /// Failures in a row.
+    pub failures: u32,
+    /// The last one's error.
+    pub error: String,
+}
+
 /// The creation throttle and backoffs.
 pub(crate) struct Creation {
     pub(crate) throttle: TokenBucket,
     increase: Backoff,
     timeout: Backoff,
     ready_up: Backoff,
+    /// `increase` failures since its last success.
+    trouble: Option<CreationTrouble>,
 }
 
 impl Creation {
@@ -42,6 +54,7 @@ impl Creation {
             increase: backoff(),
             timeout: backoff(),
             ready_up: backoff(),
+            trouble: None,
         }
     }
 
@@ -60,7 +73,22 @@ impl Creation {
 
     /// Records a success: that cause's backoff resets.
     pub(crate) fn success(&mut self, cause: Failure) {
+        if cause == Failure::Increase {
+            self.trouble = None;
+        }
         self.of(cause).success();
+    }
+
+    /// Records a failed `increase` and its error; returns the delay in force.
+    pub(crate) fn increase_failed(&mut self, error: String, now: Instant) -> std::time::Duration {
+        let failures = self.trouble.as_ref().map_or(0, |t| t.failures) + 1;
+        self.trouble = Some(CreationTrouble { failures, error });
+        self.failure(Failure::Increase, now)
+    }
+
+    /// The `increase` failures since its last success, if any.
+    pub(crate) fn trouble(&self) -> Option<CreationTrouble> {
+        self.trouble.clone()
     }
 
     /// Until when creation is held back, if it is.

@@ -433,7 +433,7 @@ pub(crate) async fn tick(shared: &Arc<Shared>) -> TickOutcome {
                 // It may have had an effect: instances that appear soon are ours.
                 let grace = requests_doubt_grace(shared.config.update_interval_when_expecting);
                 inner.ledger.doubt_requested(increase, grace);
-                let delay = inner.creation.failure(Failure::Increase, now);
+                let delay = inner.creation.increase_failed(e.to_string(), now);
                 tracing::warn!(error = %e, backoff = ?delay, "increase failed");
                 retry_at = Some(now + delay);
             }

@@ -40,6 +40,7 @@ pub use cause::{Cause, LostCause, Preexisting, RemovalReason};
 pub use clock::Clock;
 pub use config::{Legacy, ScaleThrottle, ScalerConfig};
 pub use counts::SlotCounts;
+pub use creation::CreationTrouble;
 pub use desired::{Decision, Explanation, Inputs, desired};
 pub use error::ScalerError;
 pub use history::{

@@ -220,6 +220,8 @@ pub struct Snapshot {
     pub counts: SlotCounts,
     /// The last decision's explanation.
     pub last_decision: Option<Explanation>,
+    /// The provider's `increase` failing in a row, if it is.
+    pub creation_trouble: Option<crate::creation::CreationTrouble>,
 }
 
 impl Scaler {
@@ -545,6 +547,11 @@ impl Scaler {
         self.shared.lock().ledger.counts()
     }
 
+    /// The provider's `increase` failing in a row, if it is (cheaper than a snapshot).
+    pub fn creation_trouble(&self) -> Option<crate::creation::CreationTrouble> {
+        self.shared.lock().creation.trouble()
+    }
+
     /// A snapshot of the ledgers and the last decision.
     pub fn snapshot(&self) -> Snapshot {
         let inner = self.shared.lock();
@@ -552,6 +559,7 @@ impl Scaler {
             counts: inner.ledger.counts(),
             ledger: inner.ledger.clone(),
             last_decision: inner.last.clone(),
+            creation_trouble: inner.creation.trouble(),
         }
     }
 
