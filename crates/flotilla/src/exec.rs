@@ -755,6 +755,9 @@ async fn execute(
         .shutdown(std::time::Duration::from_secs(30))
         .await;
     tracing::debug!(?report, "fleet shut down");
+    if runner.slot_cgroup_template.starts_with("flotilla-exec-") {
+        crate::fleet::embedded::remove_exec_cgroups(Some(std::process::id()));
+    }
     keep_artifacts(
         &outcome,
         &LocalArtifactStore::new(scratch.path().join("artifacts")),

@@ -138,6 +138,19 @@ boxed:
     assert!(first.starts_with("this host offers shell, cgroup"), "{run}");
     let log = p.log("boxed");
     assert!(log.contains("/flotilla-exec-"), "the job's cgroup: {log}");
+    // Runs that are over leave no cgroup behind (this one's process is gone now).
+    for root in ["/sys/fs/cgroup/cpu", "/sys/fs/cgroup"] {
+        for entry in std::fs::read_dir(root).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(pid) = name.strip_prefix("flotilla-exec-") {
+                assert!(
+                    std::path::Path::new(&format!("/proc/{pid}")).exists(),
+                    "{} is left from a run that is over",
+                    entry.path().display()
+                );
+            }
+        }
+    }
 }
 
 /// A configured fleet that cannot make its first instance (here the docker provider's

@@ -27,8 +27,13 @@ impl HostLevels {
     /// The levels found on this host now.
     pub fn probe() -> HostLevels {
         let missing = microvm_missing();
+        let cgroup = cgroups_writable();
+        if cgroup.is_ok() {
+            // What runs that ended without cleaning up (killed) left.
+            remove_exec_cgroups(None);
+        }
         HostLevels {
-            cgroup: cgroups_writable(),
+            cgroup,
             docker: docker_answers(),
             microvm: if missing.is_empty() {
                 Ok(())
@@ -68,16 +73,8 @@ fn cgroups_writable() -> Result<(), String> {
     if !is_root() {
         return Err("not root".into());
     }
-    let root = Path::new("/sys/fs/cgroup");
     let probe = format!("flotilla-probe-{}", std::process::id());
-    let dirs: Vec<std::path::PathBuf> = if root.join("cgroup.controllers").exists() {
-        vec![root.join(&probe)]
-    } else {
-        ["cpu", "memory", "pids"]
-            .iter()
-            .map(|c| root.join(c).join(&probe))
-            .collect()
-    };
+    let dirs: Vec<std::path::PathBuf> = cgroup_roots().iter().map(|r| r.join(&probe)).collect();
     for dir in &dirs {
         let made = std::fs::create_dir(dir);
         let _ = std::fs::remove_dir(dir);
@@ -86,6 +83,50 @@ fn cgroups_writable() -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The cgroup hierarchies the level uses: cgroup v2's root, or v1's `cpu`, `memory`, `pids`.
+fn cgroup_roots() -> Vec<std::path::PathBuf> {
+    let root = Path::new("/sys/fs/cgroup");
+    if root.join("cgroup.controllers").exists() {
+        vec![root.to_path_buf()]
+    } else {
+        ["cpu", "memory", "pids"]
+            .iter()
+            .map(|c| root.join(c))
+            .collect()
+    }
+}
+
+/// Removes the slot cgroups of exec runs that are over: this run's own when `this_run` names
+/// it, and those of runs whose process is gone. A cgroup that still holds a process is left
+/// (`rmdir` refuses it).
+pub fn remove_exec_cgroups(this_run: Option<u32>) {
+    for root in cgroup_roots() {
+        let Ok(entries) = std::fs::read_dir(&root) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(pid) = name
+                .strip_prefix("flotilla-exec-")
+                .and_then(|p| p.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            let over = this_run == Some(pid) || !Path::new(&format!("/proc/{pid}")).exists();
+            if !over {
+                continue;
+            }
+            let dir = entry.path();
+            for slot in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                if slot.file_name().to_string_lossy().starts_with("slot-") {
+                    let _ = std::fs::remove_dir(slot.path());
+                }
+            }
+            let _ = std::fs::remove_dir(&dir);
+        }
+    }
 }
 
 /// Whether this host's Docker engine answers `GET /_ping` on its socket (`DOCKER_HOST` when
