@@ -483,7 +483,7 @@ struct Builder {
     file: Arc<str>,
     stack: Vec<Frame>,
     /// The current document's anchored nodes and the bytes each takes.
-    anchors: HashMap<String, (Node, usize)>,
+    anchors: HashMap<String, (Node, usize, usize)>,
     /// Bytes built so far ([`crate::budget`]), aliases counted at their expanded size.
     bytes: usize,
     /// Whether the file went past [`MAX_FILE_BYTES`] or [`MAX_DEPTH`] (reported once).
@@ -501,7 +501,8 @@ impl Builder {
     /// `size`: the bytes the node takes (itself included).
     fn finish(&mut self, node: Node, anchor: Option<String>, size: usize) {
         if let Some(anchor) = anchor {
-            self.anchors.insert(anchor, (node.clone(), size));
+            let depth = tree_depth(&node);
+            self.anchors.insert(anchor, (node.clone(), size, depth));
         }
         self.push(node, Origin::Literal);
     }
@@ -656,10 +657,22 @@ impl Builder {
                 self.finish(Node::new(value, at), anchor, size);
             }
             Event::Alias(name) => match self.anchors.get(&name) {
-                Some((node, size)) => {
-                    let (node, size) = (node.clone(), *size);
+                Some((node, size, depth)) => {
+                    let (node, size, depth) = (node.clone(), *size, *depth);
+                    // GitLab measures the depth of what the aliases build, not of the text
+                    // (`Gitlab::Utils::DeepSize`, max_depth 100): aliases of aliases nest.
+                    if self.stack.len() + depth > MAX_DEPTH && !self.too_big {
+                        self.too_big = true;
+                        self.errors.push(CiError::Syntax {
+                            location: at.clone(),
+                            message: format!(
+                                "the YAML nests too deep: more than {MAX_DEPTH} levels (GitLab's \
+                                 limit), aliases included"
+                            ),
+                        });
+                    }
                     // Past the limit, the alias stands for nothing: the file is refused anyway.
-                    let node = if self.grow(size, &at) {
+                    let node = if !self.too_big && self.grow(size, &at) {
                         node
                     } else {
                         Node::new(Value::Null, at)
@@ -737,6 +750,27 @@ impl Builder {
             Event::StreamStart | Event::StreamEnd | Event::DocumentEnd => {}
         }
     }
+}
+
+/// How many collections `node` nests (a scalar is 0, `[x]` is 1), as the parser's stack
+/// counts them, without recursion.
+fn tree_depth(node: &Node) -> usize {
+    let mut deepest = 0;
+    let mut pending = vec![(node, 0usize)];
+    while let Some((n, outer)) = pending.pop() {
+        match &n.value {
+            Value::Seq(items) | Value::Reference(items) => {
+                deepest = deepest.max(outer + 1);
+                pending.extend(items.iter().map(|i| (i, outer + 1)));
+            }
+            Value::Map(m) => {
+                deepest = deepest.max(outer + 1);
+                pending.extend(m.iter().map(|(_, v)| (v, outer + 1)));
+            }
+            _ => {}
+        }
+    }
+    deepest
 }
 
 /// A mapping key as text (GitLab's keys are strings; numbers and booleans become their text).
@@ -873,6 +907,13 @@ mod tests {
         // The same shape a few levels deep is fine.
         let small: String = text.lines().take(3).map(|l| format!("{l}\n")).collect();
         assert!(load(&small, &file).is_ok());
+        // Aliases of aliases nest as deep as what they build.
+        let mut chain = String::from("a0: &a0 [x]\n");
+        for i in 1..120 {
+            chain.push_str(&format!("a{i}: &a{i} [*a{}]\n", i - 1));
+        }
+        let error = load(&chain, &file).unwrap_err();
+        assert!(error.to_string().contains("aliases included"), "{error}");
         let deep = format!("{}x{}", "[".repeat(150), "]".repeat(150));
         let error = load(&deep, &file).unwrap_err();
         assert!(
