@@ -159,19 +159,12 @@ impl Project {
 
     /// Runs `flotilla ARGS` in the project directory with `env` set.
     pub(crate) fn flotilla_with_env(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
-        let out: Output = Command::new(env!("CARGO_BIN_EXE_flotilla"))
-            .args(args)
-            .current_dir(self.path())
-            .env_remove("FLOTILLA_CONFIG")
-            .env_remove("RUST_LOG")
-            .envs(env.iter().copied())
-            .output()
-            .unwrap();
-        Run {
-            code: out.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
+        Run::of(
+            Command::new(env!("CARGO_BIN_EXE_flotilla"))
+                .args(args)
+                .current_dir(self.path())
+                .envs(env.iter().copied()),
+        )
     }
 
     /// The pipeline directories under `.flotilla/logs`, oldest first.
@@ -223,7 +216,8 @@ impl Project {
 }
 
 impl Run {
-    /// Runs `command` to the end.
+    /// Runs `command` (the flotilla binary) to the end, without the caller's
+    /// `FLOTILLA_CONFIG` and `RUST_LOG`.
     pub(crate) fn of(command: &mut Command) -> Run {
         let out: Output = command
             .env_remove("FLOTILLA_CONFIG")

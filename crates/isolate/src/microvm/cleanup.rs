@@ -17,6 +17,61 @@ pub(crate) async fn sweep(
     prefix: &str,
     qemu: &Qemu,
 ) -> Result<usize, IsolateError> {
+    let names = vm_dirs(connector, instance_id, vms).await?;
+    let leftovers: Vec<&str> = names
+        .iter()
+        .map(String::as_str)
+        .filter(|n| n.starts_with(prefix))
+        .collect();
+    kill_all(connector, instance_id, vms, &leftovers, qemu).await
+}
+
+/// As [`sweep`], for VMs named per process (`<shared>.pid<N>-slot-*`): this process's own
+/// (`<shared>.pid<me>-slot-`) and those of processes no longer running on the instance.
+pub(crate) async fn sweep_per_process(
+    connector: &dyn Connector,
+    instance_id: &str,
+    vms: &str,
+    shared: &str,
+    qemu: &Qemu,
+) -> Result<usize, IsolateError> {
+    let me = std::process::id();
+    let names = vm_dirs(connector, instance_id, vms).await?;
+    let owned: Vec<(&str, u32)> = names
+        .iter()
+        .filter_map(|name| Some((name.as_str(), owner_pid(name, shared)?)))
+        .collect();
+    let mut others: Vec<u32> = owned
+        .iter()
+        .map(|(_, pid)| *pid)
+        .filter(|p| *p != me)
+        .collect();
+    others.sort_unstable();
+    others.dedup();
+    let gone = gone_processes(connector, instance_id, &others).await?;
+    let leftovers: Vec<&str> = owned
+        .iter()
+        .filter(|(_, pid)| *pid == me || gone.contains(pid))
+        .map(|(name, _)| *name)
+        .collect();
+    kill_all(connector, instance_id, vms, &leftovers, qemu).await
+}
+
+/// The process id in a per-process VM directory name `<shared>.pid<N>-slot-<M>`.
+fn owner_pid(name: &str, shared: &str) -> Option<u32> {
+    let rest = name.strip_prefix(shared)?.strip_prefix(".pid")?;
+    let (pid, _) = rest.split_once("-slot-")?;
+    pid.bytes()
+        .all(|b| b.is_ascii_digit())
+        .then(|| pid.parse().ok())?
+}
+
+/// The directory names under `vms` on the instance.
+async fn vm_dirs(
+    connector: &dyn Connector,
+    instance_id: &str,
+    vms: &str,
+) -> Result<Vec<String>, IsolateError> {
     let out = connector
         .output(&format!("ls -1 {} 2>/dev/null || true", quote(vms)))
         .await
@@ -24,12 +79,55 @@ pub(crate) async fn sweep(
             instance: instance_id.to_string(),
             source,
         })?;
-    let mut killed = 0;
-    for name in out
+    Ok(out
         .stdout_str()
         .lines()
-        .filter(|n| n.starts_with(prefix) && !n.contains('/'))
-    {
+        .filter(|n| !n.is_empty() && !n.contains('/'))
+        .map(str::to_string)
+        .collect())
+}
+
+/// Those of `pids` that no longer run on the instance (`/proc/<pid>` is gone), asked in one
+/// command.
+async fn gone_processes(
+    connector: &dyn Connector,
+    instance_id: &str,
+    pids: &[u32],
+) -> Result<Vec<u32>, IsolateError> {
+    if pids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let list = pids
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let out = connector
+        .output(&format!(
+            "for p in {list}; do [ -d /proc/$p ] || echo $p; done"
+        ))
+        .await
+        .map_err(|source| IsolateError::Connect {
+            instance: instance_id.to_string(),
+            source,
+        })?;
+    Ok(out
+        .stdout_str()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect())
+}
+
+/// Kills the VM of each of `names` under `vms` and removes its directory.
+async fn kill_all(
+    connector: &dyn Connector,
+    instance_id: &str,
+    vms: &str,
+    names: &[&str],
+    qemu: &Qemu,
+) -> Result<usize, IsolateError> {
+    let mut killed = 0;
+    for name in names {
         let dir = format!("{vms}/{name}");
         if qemu
             .kill_dir(connector, &dir)
@@ -53,49 +151,20 @@ pub(crate) async fn sweep(
     Ok(killed)
 }
 
-/// The ids of the processes that named VMs `<shared>.pid<pid>-slot-*` under `vms` on the
-/// instance and are no longer running there (`/proc/<pid>` is gone).
-pub(crate) async fn gone_processes(
-    connector: &dyn Connector,
-    instance_id: &str,
-    vms: &str,
-    shared: &str,
-) -> Result<Vec<u32>, IsolateError> {
-    let out = connector
-        .output(&format!("ls -1 {} 2>/dev/null || true", quote(vms)))
-        .await
-        .map_err(|source| IsolateError::Connect {
-            instance: instance_id.to_string(),
-            source,
-        })?;
-    let mut pids: Vec<u32> = out
-        .stdout_str()
-        .lines()
-        .filter_map(|name| {
-            let rest = name.strip_prefix(shared)?.strip_prefix(".pid")?;
-            let (pid, _) = rest.split_once("-slot-")?;
-            pid.bytes()
-                .all(|b| b.is_ascii_digit())
-                .then(|| pid.parse().ok())?
-        })
-        .filter(|pid| *pid != std::process::id())
-        .collect();
-    pids.sort_unstable();
-    pids.dedup();
-    let mut gone = Vec::new();
-    for pid in pids {
-        let alive = connector
-            .output(&format!("test -d /proc/{pid}"))
-            .await
-            .map_err(|source| IsolateError::Connect {
-                instance: instance_id.to_string(),
-                source,
-            })?;
-        if !alive.status.success() {
-            gone.push(pid);
-        }
+#[cfg(test)]
+mod owner_tests {
+    use super::owner_pid;
+
+    #[test]
+    fn per_process_names_carry_their_process() {
+        assert_eq!(
+            owner_pid("flotilla-ci.pid42-slot-0", "flotilla-ci"),
+            Some(42)
+        );
+        assert_eq!(owner_pid("flotilla-ci.2024-slot-0", "flotilla-ci"), None);
+        assert_eq!(owner_pid("flotilla-ci-slot-0", "flotilla-ci"), None);
+        assert_eq!(owner_pid("flotilla-ci.pid4x-slot-0", "flotilla-ci"), None);
     }
-    Ok(gone)
 }
 
 /// Removes `dir` on the instance.

@@ -275,28 +275,22 @@ impl Isolation for MicrovmIsolation {
         instance_id: &str,
     ) -> Result<usize, IsolateError> {
         let vms = format!("{}/vms", self.config.state_dir);
-        let mut killed = cleanup::sweep(
-            &*connector,
-            instance_id,
-            &vms,
-            &format!("{}-slot-", self.config.owner),
-            &self.qemu,
-        )
-        .await?;
-        // Processes sharing the owner: the VMs of those that are gone are leftovers.
-        if let Some(shared) = &self.shared_owner {
-            for pid in cleanup::gone_processes(&*connector, instance_id, &vms, shared).await? {
-                killed += cleanup::sweep(
+        match &self.shared_owner {
+            // Processes sharing the owner: this one's VMs and those of processes gone.
+            Some(shared) => {
+                cleanup::sweep_per_process(&*connector, instance_id, &vms, shared, &self.qemu).await
+            }
+            None => {
+                cleanup::sweep(
                     &*connector,
                     instance_id,
                     &vms,
-                    &format!("{shared}.pid{pid}-slot-"),
+                    &format!("{}-slot-", self.config.owner),
                     &self.qemu,
                 )
-                .await?;
+                .await
             }
         }
-        Ok(killed)
     }
 }
 
