@@ -151,22 +151,6 @@ async fn kill_all(
     Ok(killed)
 }
 
-#[cfg(test)]
-mod owner_tests {
-    use super::owner_pid;
-
-    #[test]
-    fn per_process_names_carry_their_process() {
-        assert_eq!(
-            owner_pid("flotilla-ci.pid42-slot-0", "flotilla-ci"),
-            Some(42)
-        );
-        assert_eq!(owner_pid("flotilla-ci.2024-slot-0", "flotilla-ci"), None);
-        assert_eq!(owner_pid("flotilla-ci-slot-0", "flotilla-ci"), None);
-        assert_eq!(owner_pid("flotilla-ci.pid4x-slot-0", "flotilla-ci"), None);
-    }
-}
-
 /// Removes `dir` on the instance.
 pub(crate) async fn remove_dir(
     connector: &dyn Connector,
@@ -187,4 +171,20 @@ pub(crate) async fn remove_dir(
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod owner_tests {
+    use super::owner_pid;
+
+    #[test]
+    fn per_process_names_carry_their_process() {
+        assert_eq!(
+            owner_pid("flotilla-ci.pid42-slot-0", "flotilla-ci"),
+            Some(42)
+        );
+        assert_eq!(owner_pid("flotilla-ci.2024-slot-0", "flotilla-ci"), None);
+        assert_eq!(owner_pid("flotilla-ci-slot-0", "flotilla-ci"), None);
+        assert_eq!(owner_pid("flotilla-ci.pid4x-slot-0", "flotilla-ci"), None);
+    }
 }
