@@ -512,6 +512,23 @@ async fn infra_docker_cpus_memory_and_services_limit_reach_the_engine() {
         t.contains("too many services requested: 2, only 1 allowed"),
         "{t}"
     );
+
+    // The runner's own services count too, as GitLab Runner counts them
+    // (`getServicesDefinitions`, executors/docker/docker.go: the runner's first, then the
+    // job's, the whole list against the limit).
+    let config = flotilla_isolate::DockerIsolationConfig {
+        services_limit: Some(1),
+        services: vec![web_service("runner-one", "r")],
+        ..Default::default()
+    };
+    let f = docker_fleet("limits-runner", config).await;
+    let mut one = job_at(Level::Docker, &["true"]);
+    one.services = vec![web_service("one", "a")];
+    let (r, t) = dispatch(&f.dispatcher, &one).await;
+    assert!(
+        t.contains("too many services requested: 2, only 1 allowed"),
+        "a runner service and a job service with services_limit = 1: {r:?} {t}"
+    );
 }
 
 /// Issue 31 (0): a job's `hooks:pre_get_sources_script` and `post_get_sources_script` are

@@ -275,10 +275,12 @@ impl DockerEnvironment {
                 unsupported.join(", ")
             )));
         }
-        if let Some(refused) = super::limits::too_many_services(
-            self.services.len() - self.runner_services,
-            self.config.services_limit,
-        ) {
+        // The runner's own services count too: GitLab Runner appends them first and compares
+        // the whole list with `services_limit` (`getServicesDefinitions`,
+        // executors/docker/docker.go).
+        if let Some(refused) =
+            super::limits::too_many_services(self.services.len(), self.config.services_limit)
+        {
             return Err(EnvError::Configuration(refused));
         }
         // allowed_images and allowed_services; the runner's own default image is always
