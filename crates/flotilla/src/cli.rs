@@ -85,13 +85,14 @@ pub struct RunArgs {
 
 /// Options of `flotilla exec`.
 #[derive(Debug, Clone, Args)]
+#[command(group(clap::ArgGroup::new("selection").multiple(true).args(["jobs", "stage"])))]
 pub struct ExecArgs {
     /// Jobs to run, alone (with `--needs`, with the jobs they need); all jobs when none is
     /// given.
     #[arg(value_name = "JOB")]
     pub jobs: Vec<String>,
     /// With named jobs or `--stage`: also run the jobs they need, transitively.
-    #[arg(long)]
+    #[arg(long, requires = "selection")]
     pub needs: bool,
     /// A configuration file describing the fleet; without one, `.flotilla.toml` in the project
     /// when there is one, else this host (see the first line of a run for its levels).
@@ -104,7 +105,7 @@ pub struct ExecArgs {
     #[arg(long)]
     pub list: bool,
     /// With `--list`: print the jobs as JSON.
-    #[arg(long)]
+    #[arg(long, requires = "list")]
     pub json: bool,
     /// List the pipeline's jobs as JSON (gitlab-ci-local's name for `--list --json`).
     #[arg(long)]
@@ -137,10 +138,10 @@ pub struct ExecArgs {
     pub manual: bool,
     /// After the run, also copy every job's artifacts into the working tree (each job's are
     /// kept in `.flotilla/artifacts/<job>/` in any case).
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["list", "list_json"])]
     pub artifacts_to_source: bool,
     /// Show a progress display instead of every job's output as it comes.
-    #[arg(long, short = 'q')]
+    #[arg(long, short = 'q', conflicts_with = "follow")]
     pub quiet: bool,
     /// Stream only this job's log to the terminal (every job's, by default).
     #[arg(long, value_name = "JOB")]
@@ -396,6 +397,36 @@ mod tests {
     #[test]
     fn the_cli_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn exec_refuses_options_that_would_mean_nothing() {
+        let refused = |args: &[&str]| {
+            let err = Cli::try_parse_from([&["flotilla", "exec"], args].concat())
+                .expect_err(&format!("{args:?} is refused"));
+            assert!(
+                matches!(
+                    err.kind(),
+                    clap::error::ErrorKind::ArgumentConflict
+                        | clap::error::ErrorKind::MissingRequiredArgument
+                ),
+                "{args:?}: {err}"
+            );
+        };
+        refused(&["--needs"]);
+        refused(&["--json"]);
+        refused(&["--list", "--artifacts-to-source"]);
+        refused(&["--list-json", "--artifacts-to-source"]);
+        refused(&["--quiet", "--follow", "build"]);
+        for accepted in [
+            &["build", "--needs"][..],
+            &["--stage", "test", "--needs"],
+            &["build", "--stage", "test"],
+            &["--list", "--json"],
+        ] {
+            Cli::try_parse_from([&["flotilla", "exec"], accepted].concat())
+                .unwrap_or_else(|e| panic!("{accepted:?}: {e}"));
+        }
     }
 
     #[test]

@@ -38,7 +38,7 @@ pub fn run(args: &ExecArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCod
             return ExitCode::from(SETUP_FAILED);
         }
     };
-    let Some(mut runner) = runner(args, &dir, err) else {
+    let Some((mut runner, host)) = runner(args, &dir, err) else {
         return ExitCode::from(SETUP_FAILED);
     };
     if let Some(n) = args.concurrency {
@@ -60,10 +60,10 @@ pub fn run(args: &ExecArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCod
                  host, not in the image{}",
                 job.name,
                 image.name,
-                if args.config.is_none() {
-                    " (no Docker engine answers; see the first line)"
-                } else {
-                    ""
+                match &host {
+                    Some(h) if h.docker.is_err() =>
+                        " (no Docker engine answers; see the first line)",
+                    _ => "",
                 }
             );
         }
@@ -279,7 +279,13 @@ fn point_latest(logs: &Path, id: &str) -> std::io::Result<()> {
 /// manual jobs, when this run leaves them out: they are listed too, marked as not run.
 /// The runner jobs run on: the first of `--config`, or the embedded default. Errors and
 /// warnings of the file are printed.
-fn runner(args: &ExecArgs, dir: &Path, err: &mut dyn Write) -> Option<RunnerConfig> {
+/// The runner of this run: the configured one (`--config`, else `.flotilla.toml`), or the
+/// embedded default with the levels this host offers (`Some` of them).
+fn runner(
+    args: &ExecArgs,
+    dir: &Path,
+    err: &mut dyn Write,
+) -> Option<(RunnerConfig, Option<crate::fleet::embedded::HostLevels>)> {
     let discovered = dir.join(".flotilla.toml");
     let path = match &args.config {
         Some(path) => path.clone(),
@@ -290,16 +296,22 @@ fn runner(args: &ExecArgs, dir: &Path, err: &mut dyn Write) -> Option<RunnerConf
         None => {
             let host = crate::fleet::embedded::HostLevels::probe();
             let _ = writeln!(err, "{}", host.describe());
-            return Some(crate::fleet::embedded::runner(&host));
+            return Some((crate::fleet::embedded::runner(&host), Some(host)));
         }
     };
     let path = &path;
     let config = crate::cli::load_config(path, err)?;
-    let first = config.runners.into_iter().next();
-    if first.is_none() {
+    let concurrent = config.concurrent;
+    let Some(mut first) = config.runners.into_iter().next() else {
         let _ = writeln!(err, "error: {} configures no [[runners]]", path.display());
+        return None;
+    };
+    // As `flotilla run` sizes this host for a runner without an autoscaler: its `limit`, else
+    // `concurrent`.
+    if first.limit == 0 && first.autoscaler.is_none() {
+        first.limit = concurrent;
     }
-    first
+    Some((first, None))
 }
 
 /// At most `n` jobs at once: the slots of this host (or of each instance).
@@ -722,13 +734,14 @@ async fn execute(
             }
             _ = ticker.tick() => {
                 progress.tick();
-                let trouble = fleet.scaler.creation_trouble();
+                // Only until the first job starts: then the fleet can make instances.
+                let trouble = (!started_any && gave_up.is_none())
+                    .then(|| fleet.scaler.creation_trouble())
+                    .flatten();
                 if trouble.is_none() {
                     trouble_since = None;
                 }
-                if !started_any
-                    && gave_up.is_none()
-                    && let Some(trouble) = trouble
+                if let Some(trouble) = trouble
                     && trouble_since
                         .get_or_insert_with(std::time::Instant::now)
                         .elapsed()

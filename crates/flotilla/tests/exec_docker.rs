@@ -142,7 +142,10 @@ boxed:
     for root in ["/sys/fs/cgroup/cpu", "/sys/fs/cgroup"] {
         for entry in std::fs::read_dir(root).into_iter().flatten().flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            if let Some(pid) = name.strip_prefix("flotilla-exec-") {
+            if let Some(pid) = name
+                .strip_prefix("flotilla-exec-")
+                .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+            {
                 assert!(
                     std::path::Path::new(&format!("/proc/{pid}")).exists(),
                     "{} is left from a run that is over",

@@ -511,16 +511,36 @@ also-on-the-host:
   script: [echo quick]
 ",
     );
-    let first = std::thread::spawn(move || {
-        let run = slow.exec(&[]);
-        (run, slow)
+    let slow = std::sync::Arc::new(slow);
+    let first = std::thread::spawn({
+        let slow = std::sync::Arc::clone(&slow);
+        move || slow.exec(&[])
     });
-    // While the first run's VM is up, other runs start and sweep.
-    std::thread::sleep(std::time::Duration::from_secs(3));
+    // Once the first run's VM is up (its job log says so), other runs start and sweep.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(180);
+    while !vm_is_up(&slow) {
+        assert!(
+            !first.is_finished() && std::time::Instant::now() < deadline,
+            "the slow run's microVM never came up"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
     for _ in 0..2 {
         quick.exec(&[]).expect_code(0);
     }
-    let (run, slow) = first.join().unwrap();
+    let run = first.join().unwrap();
     run.expect_code(0);
     assert!(slow.log("in-a-vm").contains("\nstill here"), "{run}");
+}
+
+/// Whether the latest pipeline of `project` has a job log saying its microVM is up.
+fn vm_is_up(project: &Project) -> bool {
+    let Some(latest) = project.pipelines().pop() else {
+        return false;
+    };
+    std::fs::read_dir(latest).is_ok_and(|entries| {
+        entries.flatten().any(|e| {
+            std::fs::read_to_string(e.path()).is_ok_and(|log| log.contains("microVM up in"))
+        })
+    })
 }

@@ -67,7 +67,7 @@ const NOT_IN_SOURCE: &[&str] = &[".git", ".flotilla", ".flotilla.toml"];
 /// Unpack `archive` into `dest` (created), replacing files that are there (a link at a file's
 /// place is replaced, never followed).
 pub fn unpack(archive: &Path, dest: &Path) -> Result<Unpacked, KeepError> {
-    unpack_filtered(archive, dest, &[])
+    unpack_with(archive, dest, &[], &mut Vec::new())
 }
 
 /// Unpack `archive` into a working tree `dest`, as [`unpack`] does, leaving out what is under
@@ -79,10 +79,6 @@ pub fn unpack_into_source(
     let mut skipped = Vec::new();
     let done = unpack_with(archive, dest, NOT_IN_SOURCE, &mut skipped)?;
     Ok((done, skipped))
-}
-
-fn unpack_filtered(archive: &Path, dest: &Path, skip: &[&str]) -> Result<Unpacked, KeepError> {
-    unpack_with(archive, dest, skip, &mut Vec::new())
 }
 
 fn unpack_with(

@@ -59,11 +59,11 @@ impl HostLevels {
         }
         // The vm level boots a prepared disk image, which only a configuration names.
         missing.push("vm: it needs a prepared disk image ([runners.vm] in a --config)".into());
-        let mut line = format!("this host offers {}", offered.join(", "));
-        if !missing.is_empty() {
-            line.push_str(&format!("; not {}", missing.join("; ")));
-        }
-        line
+        format!(
+            "this host offers {}; not {}",
+            offered.join(", "),
+            missing.join("; ")
+        )
     }
 }
 
@@ -261,13 +261,6 @@ fn user_state_dir() -> Option<String> {
                 .map(|h| format!("{h}/.cache"))
         })?;
     Some(format!("{cache}/flotilla/microvm"))
-}
-
-/// The embedded default runner for this host, with the levels [`HostLevels::probe`] finds.
-pub fn runner_for_this_host() -> RunnerConfig {
-    let host = HostLevels::probe();
-    tracing::debug!(levels = host.describe(), "the embedded default");
-    runner(&host)
 }
 
 #[cfg(test)]

@@ -188,13 +188,6 @@ pub fn default_slots() -> usize {
         .unwrap_or(1)
 }
 
-/// The embedded default: this host as the only instance, shell isolation, one slot per core.
-pub async fn embedded_default(parts: FleetParts) -> Result<Fleet> {
-    let runner = embedded::runner_for_this_host();
-    let provider = provider(&runner, None).await?;
-    from_runner(&runner, provider, parts).await
-}
-
 /// Where `flotilla run` keeps the snapshots of runner `name` (`<state_dir>/snapshots/<name>`).
 pub fn snapshot_store_dir(state_dir: &Path, name: &str) -> std::path::PathBuf {
     state_dir.join("snapshots").join(file_name(name))

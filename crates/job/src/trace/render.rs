@@ -77,7 +77,7 @@ impl LineRenderer {
         // terminal (a title or clipboard sequence never does).
         text = sanitize(&text, self.color);
         // A line that held only markers (a section's end) shows as nothing.
-        if had_marker && strip_ansi(&text).iter().all(u8::is_ascii_whitespace) {
+        if had_marker && sanitize(&text, false).iter().all(u8::is_ascii_whitespace) {
             return;
         }
         out.extend_from_slice(&self.prefix);
@@ -162,27 +162,6 @@ fn sanitize(text: &[u8], color: bool) -> Vec<u8> {
             continue;
         }
         out.push(b);
-        i += 1;
-    }
-    out
-}
-
-/// ANSI CSI sequences (`\e[...m`, `\e[0K`) taken out.
-fn strip_ansi(text: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(text.len());
-    let mut i = 0;
-    while i < text.len() {
-        if text[i] == 0x1b && text.get(i + 1) == Some(&b'[') {
-            let mut j = i + 2;
-            while j < text.len() && (text[j].is_ascii_digit() || text[j] == b';') {
-                j += 1;
-            }
-            if j < text.len() && text[j].is_ascii_alphabetic() {
-                i = j + 1;
-                continue;
-            }
-        }
-        out.push(text[i]);
         i += 1;
     }
     out
