@@ -2,7 +2,8 @@
 //! them (the names GitLab Runner's Go client gives: `process_cpu_seconds_total`,
 //! `process_open_fds`, `process_max_fds`, `process_resident_memory_bytes`,
 //! `process_virtual_memory_bytes`, `process_start_time_seconds`), read from `/proc/self` at
-//! each scrape. The open-file count is what shows a connection flood.
+//! each scrape (the start time, which never changes, once). The open-file count is what shows
+//! a connection flood.
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
@@ -34,7 +35,6 @@ pub(crate) struct Sample {
     pub max_fds: i64,
     pub resident_bytes: i64,
     pub virtual_bytes: i64,
-    pub start_time_seconds: f64,
 }
 
 /// Reads `/proc/self`; `None` where it cannot be read.
@@ -42,15 +42,39 @@ pub(crate) fn sample() -> Option<Sample> {
     let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
-    let boot = std::fs::read_to_string("/proc/stat").ok()?;
     let open_fds = std::fs::read_dir("/proc/self/fd").ok()?.count() as i64;
-    parse(&stat, &status, &limits, &boot, open_fds)
+    parse(&stat, &status, &limits, open_fds)
 }
 
-/// The fields of `stat` after the command name (which may hold spaces and parentheses).
-fn stat_fields(stat: &str) -> Option<Vec<&str>> {
+/// When this process started, in seconds since the epoch; `None` where `/proc` cannot be read.
+pub(crate) fn read_start_time() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let boot = std::fs::read_to_string("/proc/stat").ok()?;
+    start_time_seconds(&stat, &boot)
+}
+
+/// The boot time (`btime` of `/proc/stat`) plus the process's start (field 22 of `stat`, in
+/// ticks after boot).
+fn start_time_seconds(stat: &str, boot: &str) -> Option<f64> {
+    let started_ticks: f64 = stat_field(stat, 22)?;
+    let btime: f64 = boot
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(btime + started_ticks / TICKS_PER_SECOND)
+}
+
+/// Field `n` of `stat` (numbered from 1 as in `proc(5)`), read after the command name (which
+/// may hold spaces and parentheses): the state is field 3.
+fn stat_field(stat: &str, n: usize) -> Option<f64> {
     let after = &stat[stat.rfind(')')? + 1..];
-    Some(after.split_whitespace().collect())
+    after
+        .split_whitespace()
+        .nth(n.checked_sub(3)?)?
+        .parse()
+        .ok()
 }
 
 /// `status`'s `key:` line in kB, as bytes.
@@ -65,24 +89,9 @@ fn status_kb(status: &str, key: &str) -> Option<i64> {
     Some(kb * 1024)
 }
 
-pub(crate) fn parse(
-    stat: &str,
-    status: &str,
-    limits: &str,
-    boot: &str,
-    open_fds: i64,
-) -> Option<Sample> {
-    // After the name: state is field 3 of stat(5), so field N is at index N - 3.
-    let f = stat_fields(stat)?;
-    let ticks = |n: usize| f.get(n - 3).and_then(|v| v.parse::<f64>().ok());
-    let cpu_seconds = (ticks(14)? + ticks(15)?) / TICKS_PER_SECOND;
-    let started_ticks = ticks(22)?;
-    let btime: f64 = boot
-        .lines()
-        .find_map(|l| l.strip_prefix("btime "))?
-        .trim()
-        .parse()
-        .ok()?;
+pub(crate) fn parse(stat: &str, status: &str, limits: &str, open_fds: i64) -> Option<Sample> {
+    // utime and stime.
+    let cpu_seconds = (stat_field(stat, 14)? + stat_field(stat, 15)?) / TICKS_PER_SECOND;
     let max_fds = limits
         .lines()
         .find(|l| l.starts_with("Max open files"))
@@ -95,13 +104,19 @@ pub(crate) fn parse(
         max_fds,
         resident_bytes: status_kb(status, "VmRSS:")?,
         virtual_bytes: status_kb(status, "VmSize:")?,
-        start_time_seconds: btime + started_ticks / TICKS_PER_SECOND,
     })
 }
 
 impl ProcessMetrics {
     /// The series, unregistered.
     pub fn new() -> prometheus::Result<ProcessMetrics> {
+        let start_time = Gauge::with_opts(Opts::new(
+            "process_start_time_seconds",
+            "Start time of the process since unix epoch in seconds.",
+        ))?;
+        if let Some(seconds) = read_start_time() {
+            start_time.set(seconds);
+        }
         Ok(ProcessMetrics {
             cpu: Counter::with_opts(Opts::new(
                 "process_cpu_seconds_total",
@@ -123,10 +138,7 @@ impl ProcessMetrics {
                 "process_virtual_memory_bytes",
                 "Virtual memory size in bytes.",
             ))?,
-            start_time: Gauge::with_opts(Opts::new(
-                "process_start_time_seconds",
-                "Start time of the process since unix epoch in seconds.",
-            ))?,
+            start_time,
             counted_cpu: Mutex::new(0.0),
         })
     }
@@ -144,7 +156,6 @@ impl ProcessMetrics {
         self.max_fds.set(s.max_fds);
         self.resident.set(s.resident_bytes);
         self.virtual_memory.set(s.virtual_bytes);
-        self.start_time.set(s.start_time_seconds);
     }
 }
 
@@ -188,7 +199,7 @@ mod tests {
         let limits = "Limit                     Soft Limit           Hard Limit           Units\n\
                       Max open files            1024                 524288               files\n";
         let boot = "cpu  1 2 3\nbtime 1700000000\n";
-        let s = parse(stat, status, limits, boot, 17).unwrap();
+        let s = parse(stat, status, limits, 17).unwrap();
         assert_eq!(
             s,
             Sample {
@@ -197,8 +208,11 @@ mod tests {
                 max_fds: 1024,
                 resident_bytes: 10240 * 1024,
                 virtual_bytes: 204800 * 1024,
-                start_time_seconds: 1_700_000_000.0 + 123.45,
             }
+        );
+        assert_eq!(
+            start_time_seconds(stat, boot),
+            Some(1_700_000_000.0 + 123.45)
         );
     }
 
@@ -209,6 +223,7 @@ mod tests {
             s.resident_bytes > 0 && s.open_fds > 0 && s.max_fds > 0,
             "{s:?}"
         );
-        assert!(s.start_time_seconds > 1_600_000_000.0, "{s:?}");
+        let started = read_start_time().expect("/proc/stat on Linux");
+        assert!(started > 1_600_000_000.0, "{started}");
     }
 }
