@@ -14,6 +14,8 @@ use super::git::{git, git_line};
 #[derive(Debug)]
 pub(crate) struct Project {
     root: PathBuf,
+    /// Whether the root is the top of a git work tree, asked once.
+    repository: OnceLock<bool>,
     files: OnceLock<Vec<String>>,
     /// The answers of [`Project::changed_since`], by ref.
     changes: Mutex<HashMap<String, Option<Vec<String>>>>,
@@ -24,6 +26,7 @@ impl Project {
     pub(crate) fn new(root: &Path) -> Self {
         Self {
             root: root.to_path_buf(),
+            repository: OnceLock::new(),
             files: OnceLock::new(),
             changes: Mutex::new(HashMap::new()),
         }
@@ -44,10 +47,17 @@ impl Project {
         self.root.join(relative).is_file()
     }
 
+    /// Whether git is asked about the project (see [`is_repository_root`]).
+    fn is_repository(&self) -> bool {
+        *self
+            .repository
+            .get_or_init(|| is_repository_root(&self.root))
+    }
+
     /// Every file of the project, `/`-separated, sorted.
     pub(crate) fn files(&self) -> &[String] {
         self.files.get_or_init(|| {
-            let listed = if is_repository_root(&self.root) {
+            let listed = if self.is_repository() {
                 list_with_git(&self.root)
             } else {
                 None
@@ -64,6 +74,9 @@ impl Project {
     /// changes and untracked (not ignored) files included, sorted; `None` when git does not
     /// know the ref (or there is no git, or no commit yet).
     pub(crate) fn changed_since(&self, reference: &str) -> Option<Vec<String>> {
+        if !self.is_repository() {
+            return None;
+        }
         let mut cache = self.changes.lock().unwrap_or_else(|e| e.into_inner());
         cache
             .entry(reference.to_string())
@@ -112,6 +125,9 @@ pub struct LocalChanges {
 /// branch first, else the local one); `None` when git cannot tell (no repository, no commit,
 /// no such branch).
 pub fn local_changes(project_dir: &Path, default_branch: &str) -> Option<LocalChanges> {
+    if !is_repository_root(project_dir) {
+        return None;
+    }
     [
         format!("origin/{default_branch}"),
         default_branch.to_string(),
@@ -136,8 +152,10 @@ fn is_repository_root(root: &Path) -> bool {
     }
 }
 
+/// The files changed since the merge base of `reference` and `HEAD` in the repository whose
+/// top is `root` (the caller has checked that it is one).
 fn changed_since(root: &Path, reference: &str) -> Option<Vec<String>> {
-    if reference.starts_with('-') || !is_repository_root(root) {
+    if reference.starts_with('-') {
         return None;
     }
     let commit = git_line(
