@@ -394,6 +394,11 @@ fn ruby_inspect(value: &Value) -> String {
 
 /// `$[[ matrix.NAME ]]` in a parallel instance's `needs`, replaced by the instance's values
 /// (`MatrixInterpolator`); unknown names are GitLab's errors.
+///
+/// As GitLab does (`lib/gitlab/ci/config/interpolation/matrix_interpolator.rb`,
+/// `interpolate_string`), the expressions are found in the original text and each is then
+/// replaced everywhere in the text so far, values inserted before included: a value holding
+/// a later expression has it replaced too. The text may not outgrow a node's bound.
 pub(crate) fn interpolate_matrix(
     node: &Node,
     values: &[(String, String)],
@@ -409,7 +414,15 @@ pub(crate) fn interpolate_matrix(
             for capture in re.captures_iter(text) {
                 let name = &capture[1];
                 match values.iter().find(|(k, _)| k == name) {
-                    Some((_, v)) => out = out.replace(&capture[0], v),
+                    Some((_, v)) => {
+                        out = out.replace(&capture[0], v);
+                        if out.len() > MAX_NODE_BYTES {
+                            errors.push(format!(
+                                "matrix expressions make a value larger than {MAX_NODE_BYTES} bytes"
+                            ));
+                            return node.clone();
+                        }
+                    }
                     None => {
                         let error = format!("'{name}' does not exist in matrix configuration");
                         if !errors.contains(&error) {
@@ -551,5 +564,35 @@ mod tests {
         );
         assert_eq!(node.to_json()[0]["parallel"]["matrix"][0]["OS"][0], "linux");
         assert_eq!(errors, ["'NOPE' does not exist in matrix configuration"]);
+    }
+
+    /// GitLab replaces expression by expression in the text so far (a value holding a later
+    /// expression has it replaced too), and a value that doubles at each step stops at the
+    /// node bound instead of taking the memory.
+    #[test]
+    fn matrix_expressions_replace_as_gitlab_and_stay_bounded() {
+        let mut errors = Vec::new();
+        let node = interpolate_matrix(
+            &doc("- '$[[ matrix.A ]]/$[[ matrix.B ]]'\n"),
+            &[
+                ("A".into(), "a-$[[ matrix.B ]]".into()),
+                ("B".into(), "b".into()),
+            ],
+            &mut errors,
+        );
+        assert_eq!(node.to_json()[0], "a-b/b");
+        assert!(errors.is_empty(), "{errors:?}");
+
+        let names: Vec<String> = (0..40).map(|i| format!("V{i}")).collect();
+        let text: String = names.iter().map(|n| format!("$[[ matrix.{n} ]]")).collect();
+        let values: Vec<(String, String)> = names
+            .iter()
+            .zip(names.iter().skip(1))
+            .map(|(n, next)| (n.clone(), format!("$[[ matrix.{next} ]]").repeat(2)))
+            .collect();
+        let mut errors = Vec::new();
+        interpolate_matrix(&doc(&format!("- '{text}'\n")), &values, &mut errors);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].contains("larger than"), "{errors:?}");
     }
 }
