@@ -88,23 +88,40 @@ impl Levels {
 
     /// The level `job` runs at.
     pub fn choose(&self, job: &JobPayload) -> Result<&Arc<dyn Isolation>, LevelRefused> {
-        let Some(asked) = requested_level(job) else {
-            let has_image = job
-                .image
-                .as_ref()
-                .is_some_and(|i| !i.name.trim().is_empty());
-            return Ok(match self.image_level() {
-                Some(level) if has_image => level,
-                _ => self.default_level(),
-            });
-        };
-        self.offered
+        let has_image = job
+            .image
+            .as_ref()
+            .is_some_and(|i| !i.name.trim().is_empty());
+        let at = level_index(
+            &self.names(),
+            self.for_images,
+            requested_level(job).as_deref(),
+            has_image,
+        )?;
+        Ok(&self.offered[at])
+    }
+}
+
+/// The rule every job's level follows, by the offered levels' names (the default first): the
+/// level the job asks for, which must be offered; else, for a job naming an image, the
+/// runner's level for those (`for_images`, an index into `offered`) when it has one; else the
+/// default. What [`Levels::choose`] decides for a runner's jobs, and what a listing says
+/// before any level is built.
+pub fn level_index(
+    offered: &[&'static str],
+    for_images: Option<usize>,
+    asked: Option<&str>,
+    has_image: bool,
+) -> Result<usize, LevelRefused> {
+    match asked {
+        None => Ok(for_images.filter(|_| has_image).unwrap_or(0)),
+        Some(asked) => offered
             .iter()
-            .find(|l| l.name() == asked)
+            .position(|l| *l == asked)
             .ok_or_else(|| LevelRefused {
-                asked: asked.clone(),
-                offered: self.names(),
-            })
+                asked: asked.to_string(),
+                offered: offered.to_vec(),
+            }),
     }
 }
 
@@ -112,11 +129,21 @@ impl Levels {
 /// sends variables in order of precedence), trimmed and lower-cased; `None` when it names
 /// none.
 pub fn requested_level(job: &JobPayload) -> Option<String> {
-    job.variables
-        .iter()
+    requested_level_of(
+        job.variables
+            .iter()
+            .map(|v| (v.key.as_str(), v.value.as_str())),
+    )
+}
+
+/// As [`requested_level`], from variables in order of precedence (the last wins).
+pub fn requested_level_of<'a>(
+    variables: impl DoubleEndedIterator<Item = (&'a str, &'a str)>,
+) -> Option<String> {
+    variables
         .rev()
-        .find(|v| v.key == ISOLATION_VARIABLE)
-        .map(|v| v.value.trim().to_ascii_lowercase())
+        .find(|(key, _)| *key == ISOLATION_VARIABLE)
+        .map(|(_, value)| value.trim().to_ascii_lowercase())
         .filter(|v| !v.is_empty())
 }
 

@@ -26,5 +26,7 @@ mod watch;
 pub use connectors::{ConnectorFactory, LocalConnectors, SshConnectors};
 pub use dispatcher::{Dispatcher, DispatcherConfig};
 pub use error::DispatchError;
-pub use levels::{ISOLATION_VARIABLE, LevelRefused, Levels, requested_level};
+pub use levels::{
+    ISOLATION_VARIABLE, LevelRefused, Levels, level_index, requested_level, requested_level_of,
+};
 pub use watch::WatchedConnector;

@@ -7,7 +7,7 @@ use crate::fleet::{self, FleetParts};
 use crate::progress::Progress;
 use anyhow::{Context, Result, bail};
 use flotilla_ci::{self as ci, CompileOptions, Pipeline};
-use flotilla_dispatch::ISOLATION_VARIABLE;
+use flotilla_dispatch::{ISOLATION_VARIABLE, level_index, requested_level_of};
 use flotilla_job::{LocalArtifactStore, LocalCacheStore};
 use flotilla_pipeline::{ExecConfig, ExecEvent, PipelineOutcome, run_pipeline};
 use std::io::{IsTerminal, Write};
@@ -53,7 +53,7 @@ pub fn run(args: &ExecArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCod
         let Some(image) = job.image.as_ref().filter(|i| !i.name.trim().is_empty()) else {
             continue;
         };
-        if job_level(job, &runner, args) == "shell" {
+        if job_level(job, &runner) == "shell" {
             let _ = writeln!(
                 err,
                 "warning: job {} names image {}, which runs at the shell level here: on this \
@@ -326,34 +326,26 @@ fn at_most(runner: &mut RunnerConfig, n: u32) {
 /// `FLOTILLA_ISOLATION` among the job's variables, then `--variable`s, else the runner's
 /// level for jobs with an image when the job names one, else the runner's default. A level
 /// the runner does not offer is shown as refused.
-fn job_level(job: &ci::CompiledJob, runner: &RunnerConfig, args: &ExecArgs) -> String {
-    let asked = job
-        .variables
-        .iter()
-        .rev()
-        .find(|v| v.key == ISOLATION_VARIABLE)
-        .map(|v| v.value.clone())
-        .or_else(|| {
-            args.variables
-                .iter()
-                .rev()
-                .find(|(k, _)| k == ISOLATION_VARIABLE)
-                .map(|(_, v)| v.clone())
-        })
-        .map(|v| v.trim().to_ascii_lowercase())
-        .filter(|v| !v.is_empty());
+fn job_level(job: &ci::CompiledJob, runner: &RunnerConfig) -> String {
     let levels = runner.isolation_levels();
+    let offered: Vec<&'static str> = levels.all().iter().map(|l| l.as_str()).collect();
+    let for_images = runner
+        .image_isolation()
+        .and_then(|level| offered.iter().position(|o| *o == level.as_str()));
+    // The compiled variables hold those given on the command line (`--variable`,
+    // `--isolation`) in GitLab's order of precedence, the last winning, as the payload has them.
+    let asked = requested_level_of(
+        job.variables
+            .iter()
+            .map(|v| (v.key.as_str(), v.value.as_str())),
+    );
     let has_image = job
         .image
         .as_ref()
         .is_some_and(|i| !i.name.trim().is_empty());
-    match asked {
-        None => match runner.image_isolation() {
-            Some(level) if has_image => level.to_string(),
-            _ => levels.default_level().to_string(),
-        },
-        Some(a) if levels.all().iter().any(|l| l.as_str() == a) => a,
-        Some(a) => format!("{a} (not offered: {levels})"),
+    match level_index(&offered, for_images, asked.as_deref(), has_image) {
+        Ok(at) => offered[at].to_string(),
+        Err(refused) => format!("{} (not offered: {levels})", refused.asked),
     }
 }
 
@@ -384,7 +376,7 @@ fn list(
                     "runs": in_run(&j.name),
                     "needs": j.needs.as_ref().map(|n| n.iter().map(|n| n.job.clone()).collect::<Vec<_>>()),
                     "allow_failure": !matches!(j.allow_failure, ci::AllowFailure::No),
-                    "isolation": job_level(j, runner, args),
+                    "isolation": job_level(j, runner),
                     "incomplete": j.incomplete,
                 })
             })
@@ -432,7 +424,7 @@ fn list(
                         c.iter().map(i32::to_string).collect::<Vec<_>>().join(",")
                     ),
                 },
-                job_level(j, runner, args),
+                job_level(j, runner),
             ]
         })
         .collect();
