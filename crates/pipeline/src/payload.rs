@@ -43,6 +43,10 @@ pub struct PayloadContext<'a> {
     /// `(id in the artifact store, name, archive size)`: those of its dependencies, or one
     /// archive merging them.
     pub dependencies: Vec<(i64, String, u64)>,
+    /// The variables the dotenv reports of its dependencies pass on: they outrank the job's
+    /// own and are outranked by those given for the pipeline (GitLab's order of precedence,
+    /// docs.gitlab.com/ci/variables/#cicd-variable-precedence).
+    pub dotenv: &'a [Variable],
 }
 
 /// The value of `key` in a list of variables where later entries win.
@@ -113,16 +117,23 @@ fn job_variables(
         }
         None => out.push(public("CI_NODE_TOTAL", "1")),
     }
-    for v in &job.variables {
-        out.push(Variable {
-            key: v.key.clone(),
-            value: v.value.clone(),
-            public: true,
-            file: false,
-            masked: false,
-            raw: v.raw,
-        });
-    }
+    // GitLab's order of precedence, the last definition winning: the job's own variables,
+    // then what its dependencies' dotenv reports pass on, then those given for the pipeline.
+    let compiled = |v: &ci::Variable| Variable {
+        key: v.key.clone(),
+        value: v.value.clone(),
+        public: true,
+        file: false,
+        masked: false,
+        raw: v.raw,
+    };
+    let (given, own): (Vec<_>, Vec<_>) = job
+        .variables
+        .iter()
+        .partition(|v| v.source == ci::VariableSource::User);
+    out.extend(own.into_iter().map(compiled));
+    out.extend(ctx.dotenv.iter().cloned());
+    out.extend(given.into_iter().map(compiled));
     out
 }
 

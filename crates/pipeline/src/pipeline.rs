@@ -625,32 +625,12 @@ async fn run_job(
             sha: &ctx.sha,
             git_ref: &ctx.git_ref,
             dependencies: ctx.downloads.clone(),
+            dotenv: &ctx.dotenv,
         },
     );
     payload
         .artifacts
         .extend(crate::dotenv::report_artifacts(&ctx.job));
-    // GitLab's precedence: variables given for the pipeline (`--variable`, `--isolation`)
-    // outrank what a dependency's dotenv report passes on, which outranks the job's own; so
-    // the dotenv values come before the given ones again (the last definition wins). Without
-    // this, a job's dotenv could pick the next job's isolation level.
-    let given: Vec<_> = ctx
-        .job
-        .variables
-        .iter()
-        .filter(|j| j.source == ci::VariableSource::User)
-        .filter(|j| ctx.dotenv.iter().any(|d| d.key == j.key))
-        .filter_map(|j| {
-            payload
-                .variables
-                .iter()
-                .rev()
-                .find(|v| v.key == j.key)
-                .cloned()
-        })
-        .collect();
-    payload.variables.extend(ctx.dotenv.iter().cloned());
-    payload.variables.extend(given);
     crate::payload::expand_as_gitlab_sends(&mut payload.variables);
     let mut sink = match open_sinks(
         &ctx.log,
