@@ -90,3 +90,23 @@ fn corpus_matches_expected() {
         failures.join("\n")
     );
 }
+
+/// README.md and ARCHITECTURE.md give the number of real public pipelines in the corpus; they
+/// say what is there.
+#[test]
+fn the_docs_count_the_real_pipelines_there_are() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let real = std::fs::read_dir(root.join("crates/ci/tests/pipelines"))
+        .expect("the corpus")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("real_"))
+        .count();
+    for doc in ["README.md", "ARCHITECTURE.md"] {
+        let text = std::fs::read_to_string(root.join(doc)).expect(doc);
+        let said: Vec<usize> = text
+            .split(" real public pipelines")
+            .filter_map(|before| before.rsplit(' ').next()?.parse().ok())
+            .collect();
+        assert_eq!(said, [real], "{doc} counts the real pipelines");
+    }
+}
