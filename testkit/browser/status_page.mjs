@@ -5,8 +5,9 @@
 // It speaks a line protocol with the test: it prints `READY instances=N` once the page
 // shows the fleet; then reads `JOB <id>` from stdin, waits until the page shows that job
 // running (printing `RUNNING <id> <isolation> <where>` and taking a screenshot), then until
-// it is gone (printing `FINISHED <id>` and taking a second screenshot). The page is loaded
-// once: everything after the first load must come from its own live refresh.
+// it has left the running jobs for the last hour's ended ones (printing `FINISHED <id>
+// result=<result> link=<its GitLab page> ...` and taking a second screenshot). The page is
+// loaded once: everything after the first load must come from its own live refresh.
 import { chromium } from "playwright-core";
 import readline from "node:readline";
 
@@ -75,10 +76,14 @@ try {
   await page.screenshot({ path: `${shots}/status-page-job-running.png`, fullPage: true });
 
   await row.waitFor({ state: "detached", timeout: TIMEOUT });
+  const endedRow = page.locator(`tr[data-ended-job="${id}"]`);
+  await endedRow.waitFor({ state: "attached", timeout: TIMEOUT });
+  const result = await endedRow.getAttribute("data-result");
+  const link = (await endedRow.locator("a").first().getAttribute("href")) || "none";
   const reloaded = !(await page.evaluate(() => window.__loadedOnce === true));
   if (reloaded) throw new Error("the page was reloaded; the refresh must be live");
   const decisions = await page.getByTestId("decision").count();
-  say(`FINISHED ${id} decisions=${decisions} errors=${errors.length}`);
+  say(`FINISHED ${id} result=${result} link=${link} decisions=${decisions} errors=${errors.length}`);
   await page.screenshot({ path: `${shots}/status-page-after.png`, fullPage: true });
   for (const e of errors) say(`PAGE-ERROR ${e}`);
 } catch (e) {

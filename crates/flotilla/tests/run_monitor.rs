@@ -276,7 +276,13 @@ async fn run_serves_gitlab_metrics_that_real_parsers_accept() {
             .masked_variable("SECRET", "s3cr3t-value-123")
             .script(["echo hello from $CI_JOB_NAME, $SECRET", "sleep 1"]),
     );
-    let bad = gl.enqueue(TOKEN, JobBuilder::new("bad").script(["exit 3"]));
+    // Only this one asks for GitLab's stage durations (FF_EXPORT_HIGH_CARDINALITY_METRICS).
+    let bad = gl.enqueue(
+        TOKEN,
+        JobBuilder::new("bad")
+            .variable("FF_EXPORT_HIGH_CARDINALITY_METRICS", "true")
+            .script(["exit 3"]),
+    );
     assert!(
         gl.wait_finished(&[ok, bad], Duration::from_secs(60)).await,
         "jobs did not finish; log:\n{}",
@@ -319,6 +325,18 @@ async fn run_serves_gitlab_metrics_that_real_parsers_accept() {
         Some(1.0),
         "{text}"
     );
+    // Stage durations of the job with the feature flag, and of it only.
+    for stage in ["prepare_executor", "get_sources", "step_script"] {
+        assert_eq!(
+            sample(
+                &text,
+                "gitlab_runner_job_stage_duration_seconds_count",
+                &l(&[&format!(r#"stage="{stage}""#)])
+            ),
+            Some(1.0),
+            "{stage}: {text}"
+        );
+    }
     assert!(sample(&text, "process_resident_memory_bytes", &[]).is_some_and(|v| v > 0.0));
     assert_eq!(
         sum(&text, "gitlab_runner_job_queue_duration_seconds_count", &[]),
@@ -501,7 +519,8 @@ async fn next_line(
 /// The status page in a real browser (Debian's Chromium driven by `playwright-core`,
 /// `testkit/browser/status_page.mjs`): what a person sees of a running `flotilla run`.
 /// The page is loaded once; the fleet, a job appearing with its isolation level and
-/// instance, and the job leaving must all arrive through its own live refresh. Screenshots
+/// instance, and the job moving to the last hour's ended jobs with its result and a link to
+/// its GitLab page must all arrive through its own live refresh. Screenshots
 /// are kept under `target/tmp/status-page/`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn infra_status_page_in_chromium() {
@@ -569,6 +588,13 @@ async fn infra_status_page_in_chromium() {
         .and_then(|d| d.parse().ok())
         .unwrap_or(0);
     assert!(decisions >= 1, "no decision shown: {finished}");
+    // The job stays on the page after it ended, with its result and a link to its page on
+    // GitLab (the payload's CI_JOB_URL).
+    assert!(
+        finished.contains(" result=success ")
+            && finished.contains(&format!(" link={}/group/project/-/jobs/{id} ", gl.url())),
+        "{finished}"
+    );
     assert!(gl.wait_finished(&[id], Duration::from_secs(30)).await);
     let status = driver.wait().await.unwrap();
     assert!(status.success(), "the browser driver failed");

@@ -6,6 +6,12 @@ pub const JOB_DURATION: [f64; 10] = [
     30.0, 60.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 10800.0, 18000.0, 36000.0,
 ];
 
+/// `gitlab_runner_job_stage_duration_seconds` (`commands/builds_helper.go`,
+/// `jobStagesDurationHistogram`).
+pub const JOB_STAGE_DURATION: [f64; 10] = [
+    1.0, 3.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0, 1800.0, 3600.0,
+];
+
 /// `gitlab_runner_job_queue_duration_seconds` (GitLab Runner `commands/builds_helper.go`).
 pub const JOB_QUEUE_DURATION: [f64; 10] = [
     1.0, 3.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0, 1800.0, 3600.0,

@@ -90,6 +90,7 @@ pub(crate) struct RunnerMetrics {
     pub(crate) jobs_total: IntCounter,
     pub(crate) failed_jobs: IntCounterVec,
     pub(crate) job_duration: Histogram,
+    pub(crate) job_stage_duration: HistogramVec,
     pub(crate) job_queue_duration: HistogramVec,
     pub(crate) request_concurrency_hard_limit: IntGauge,
     pub(crate) api_statuses: IntCounterVec,
@@ -192,6 +193,12 @@ impl RunnerMetrics {
             "gitlab_runner_api_request_duration_seconds",
             "Latency histogram of API requests made by the runner, partitioned by runner, \
              system_id, endpoint, status_class and method.",
+        );
+        // GitLab exports it only for jobs with `FF_EXPORT_HIGH_CARDINALITY_METRICS` on
+        // (`initializeBuildStageMetrics`); so does the daemon, which decides per job.
+        let stage_opts = k.opts(
+            "gitlab_runner_job_stage_duration_seconds",
+            "Histogram of each job stage duration",
         );
         let isolation_opts = k.opts(
             "flotilla_isolation_start_seconds",
@@ -305,6 +312,11 @@ impl RunnerMetrics {
                 "gitlab_runner_job_duration_seconds",
                 "Histogram of job durations",
                 &buckets::JOB_DURATION,
+            )?,
+            job_stage_duration: k.histogram_vec(
+                stage_opts,
+                &buckets::JOB_STAGE_DURATION,
+                &["stage"],
             )?,
             job_queue_duration: k.histogram_vec(
                 queue_opts,

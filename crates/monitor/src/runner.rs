@@ -2,7 +2,7 @@
 //! scaler's history so far.
 
 use crate::chart::{Chart, ChartPoint};
-use crate::jobs::{JobEntry, JobPhase, JobTable};
+use crate::jobs::{JobEnd, JobEntry, JobPhase, JobTable};
 use crate::labels::RunnerLabels;
 use crate::metrics::{INSTANCE_STATES, RunnerMetrics, TASK_STATES};
 use crate::status::{self, DecisionView, Phase, PolicyView, RemovalView, RunnerView};
@@ -300,6 +300,7 @@ impl RunnerState {
             counts: BTreeMap::new(),
             instances: Vec::new(),
             jobs,
+            ended: inner.jobs.ended_views(now),
             decisions: Vec::new(),
             removals: inner.removals.iter().cloned().collect(),
             chart: inner.chart.points(),
@@ -412,32 +413,63 @@ impl RunnerHandle {
         let s = self.state();
         s.metrics.jobs_total.inc();
         let mut inner = s.lock();
-        inner.jobs.jobs.insert(
-            id,
-            JobEntry {
-                name: name.to_string(),
-                phase: JobPhase::Waiting,
-                received: Instant::now(),
-                started: None,
-                level: None,
-                instance: None,
-                slot: None,
-                key: None,
-                first_byte_seen: false,
-            },
-        );
+        inner
+            .jobs
+            .jobs
+            .insert(id, JobEntry::new(name, Instant::now()));
         s.set_job_gauges(&inner);
     }
 
-    /// A job ended failed for `failure_reason` (GitLab's name, `script_failure`...):
+    /// Job `id` ended on the fleet: successfully (`failure_reason` `None`), or failed for
+    /// `failure_reason` (GitLab's name, `script_failure`...), which counts in
     /// `gitlab_runner_failed_jobs_total{failure_reason}`, the error-rate series of GitLab's
-    /// runbooks.
-    pub fn job_failed(&self, failure_reason: &str) {
-        self.state()
-            .metrics
-            .failed_jobs
-            .with_label_values(&[failure_reason])
-            .inc();
+    /// runbooks. Its final update is next; [`RunnerHandle::job_done`] after it.
+    pub fn job_ended(&self, id: i64, failure_reason: Option<&str>) {
+        let s = self.state();
+        if let Some(reason) = failure_reason {
+            s.metrics.failed_jobs.with_label_values(&[reason]).inc();
+        }
+        let end = match failure_reason {
+            None => (JobEnd::Success, None),
+            Some(r) => (JobEnd::Failed, Some(r.to_string())),
+        };
+        if let Some(j) = s.lock().jobs.jobs.get_mut(&id) {
+            j.end = Some(end);
+        }
+    }
+
+    /// GitLab took job `id` back before it ran (nothing is reported for it): it leaves.
+    pub fn job_withdrawn(&self, id: i64) {
+        if let Some(j) = self.state().lock().jobs.jobs.get_mut(&id) {
+            j.end = Some((JobEnd::Withdrawn, None));
+        }
+        self.job_done(id);
+    }
+
+    /// Job `id`'s page on GitLab (its `CI_JOB_URL`), linked from the status page; anything
+    /// but an `http(s)` address is not linked.
+    pub fn job_page(&self, id: i64, url: &str) {
+        if !crate::jobs::linkable(url) {
+            return;
+        }
+        if let Some(j) = self.state().lock().jobs.jobs.get_mut(&id) {
+            j.page = Some(url.to_string());
+        }
+    }
+
+    /// The build stages a job ran, with their durations, into
+    /// `gitlab_runner_job_stage_duration_seconds{stage}`. GitLab exports them only for jobs
+    /// with `FF_EXPORT_HIGH_CARDINALITY_METRICS` on; the caller decides. Only GitLab's build
+    /// stages and `step_*` steps name a series (a stage label is not free text).
+    pub fn job_stage_durations<'a>(&self, stages: impl IntoIterator<Item = (&'a str, Duration)>) {
+        let m = &self.state().metrics;
+        for (name, took) in stages {
+            if is_stage_label(name) {
+                m.job_stage_duration
+                    .with_label_values(&[name])
+                    .observe(took.as_secs_f64());
+            }
+        }
     }
 
     /// GitLab's queue facts of a job, from its payload
@@ -455,17 +487,11 @@ impl RunnerHandle {
         let s = self.state();
         let mut inner = s.lock();
         let now = Instant::now();
-        let entry = inner.jobs.jobs.entry(id).or_insert_with(|| JobEntry {
-            name: String::new(),
-            phase: JobPhase::Waiting,
-            received: now,
-            started: None,
-            level: None,
-            instance: None,
-            slot: None,
-            key: None,
-            first_byte_seen: false,
-        });
+        let entry = inner
+            .jobs
+            .jobs
+            .entry(id)
+            .or_insert_with(|| JobEntry::new("", now));
         entry.phase = JobPhase::Running;
         entry.started = Some(now);
         entry.level = Some(level.to_string());
@@ -513,19 +539,20 @@ impl RunnerHandle {
         }
     }
 
-    /// Job `id` is done (ran or not): it leaves the page; a job that ran is timed
-    /// (`gitlab_runner_job_duration_seconds`: from its arrival to its end, as GitLab
-    /// Runner's `commands/builds_helper.go` times a build).
+    /// Job `id` is done (ran or not): it leaves the running jobs for the page's history of
+    /// the last hour; a job that ran is timed (`gitlab_runner_job_duration_seconds`: from its
+    /// arrival to its end, as GitLab Runner's `commands/builds_helper.go` times a build).
     pub fn job_done(&self, id: i64) {
         let s = self.state();
         let mut inner = s.lock();
         inner.stages.remove(&id);
-        if let Some(j) = inner.jobs.jobs.remove(&id)
+        let now = Instant::now();
+        if let Some(j) = inner.jobs.finish(id, now)
             && j.started.is_some()
         {
             s.metrics
                 .job_duration
-                .observe(j.received.elapsed().as_secs_f64());
+                .observe(now.saturating_duration_since(j.received).as_secs_f64());
         }
         s.set_job_gauges(&inner);
     }
@@ -544,6 +571,20 @@ impl RunnerHandle {
     }
 }
 
+/// Whether `name` may label `gitlab_runner_job_stage_duration_seconds`: one of GitLab's build
+/// stages, or a step (`step_script`, `step_release`, ...: GitLab's own stage names for a job's
+/// steps), in the characters GitLab's step names have.
+fn is_stage_label(name: &str) -> bool {
+    BUILD_STAGES.contains(&name)
+        || name.strip_prefix("step_").is_some_and(|step| {
+            !step.is_empty()
+                && step.len() <= 64
+                && step
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        })
+}
+
 /// GitLab Runner's `statusClass` (`network/api_requests_collector.go`).
 fn status_class(status: u16) -> &'static str {
     match status {
@@ -559,7 +600,17 @@ fn status_class(status: u16) -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use super::status_class;
+    use super::{is_stage_label, status_class};
+
+    #[test]
+    fn stage_labels_are_gitlabs_stages_and_steps() {
+        assert!(is_stage_label("get_sources"));
+        assert!(is_stage_label("step_script"));
+        assert!(is_stage_label("step_release"));
+        assert!(!is_stage_label("step_"));
+        assert!(!is_stage_label("my own section"));
+        assert!(!is_stage_label(&format!("step_{}", "x".repeat(65))));
+    }
 
     #[test]
     fn status_classes_as_gitlab_names_them() {

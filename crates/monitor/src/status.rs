@@ -4,7 +4,7 @@
 //! of the last hour.
 
 use crate::chart::ChartPoint;
-use crate::jobs::JobView;
+use crate::jobs::{EndedJobView, JobView};
 use flotilla_scaler::ledger::{Instance, Ledger, Readiness, Slot};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -64,6 +64,8 @@ pub struct RunnerView {
     pub instances: Vec<InstanceView>,
     /// Jobs received: waiting for a slot or running.
     pub jobs: Vec<JobView>,
+    /// Jobs that ended in the last hour, newest first.
+    pub ended: Vec<EndedJobView>,
     /// The scaler's last decisions, newest first.
     pub decisions: Vec<DecisionView>,
     /// The last instances that left the fleet, newest first.

@@ -3,6 +3,7 @@
 //! parser (`promtool check metrics`).
 
 use chrono::{TimeZone, Utc};
+use flotilla_monitor::jobs::JobEnd;
 use flotilla_monitor::{InstanceBuckets, Monitor, RunnerLabels, RunnerSpec};
 use flotilla_scaler::{Clock, Policy, Scaler, ScalerBuilder, ScalerConfig, Schedule};
 use flotilla_testkit::infra::{self, Infra};
@@ -190,6 +191,10 @@ async fn a_dashboard_reads_the_fleet_as_gitlab_names_it() {
         let a = s.acquire(&key, None).await.unwrap();
         runner.job_received(100 + n, "build");
         runner.job_started(100 + n, "shell", a.instance_id(), a.slot(), &key);
+        runner.job_page(
+            100 + n,
+            &format!("https://gitlab.example/g/p/-/jobs/{}", 100 + n),
+        );
         runner.job_output(100 + n, 42);
         let text = monitor.metrics_text().unwrap();
         assert_eq!(
@@ -212,6 +217,7 @@ async fn a_dashboard_reads_the_fleet_as_gitlab_names_it() {
         tokio::time::sleep(Duration::from_secs(5)).await;
         drop(a);
         s.release(&key);
+        runner.job_ended(100 + n, (n == 1).then_some("script_failure"));
         runner.job_done(100 + n);
     }
     tokio::time::sleep(Duration::from_secs(60)).await;
@@ -267,6 +273,42 @@ async fn a_dashboard_reads_the_fleet_as_gitlab_names_it() {
     assert_eq!(r.removals[0].reason, "max_use_count");
     assert!(r.decisions.iter().any(|d| d.kind == "scale_up"));
     assert!(!r.chart.is_empty());
+    // Ended jobs stay on the page, newest first, with how they ended, where they ran and a
+    // link to their page on GitLab.
+    assert!(r.jobs.is_empty());
+    let ended: Vec<_> = r
+        .ended
+        .iter()
+        .map(|j| {
+            (
+                j.id,
+                j.result,
+                j.failure_reason.as_deref(),
+                j.level.as_deref(),
+                j.url.as_deref(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        ended,
+        [
+            (
+                101,
+                Some(JobEnd::Failed),
+                Some("script_failure"),
+                Some("shell"),
+                Some("https://gitlab.example/g/p/-/jobs/101")
+            ),
+            (
+                100,
+                Some(JobEnd::Success),
+                None,
+                Some("shell"),
+                Some("https://gitlab.example/g/p/-/jobs/100")
+            ),
+        ]
+    );
+    assert!(r.ended.iter().all(|j| j.instance.is_some()));
     s.shutdown(Duration::from_secs(1)).await;
 }
 
@@ -296,9 +338,16 @@ async fn two_runners_share_one_exposition_and_the_parser_accepts_it() {
         r.job_received(1, "test");
         r.job_queue_facts(Duration::from_secs(4), "0");
         if name == "east" {
-            r.job_failed("script_failure");
-            r.job_failed("script_failure");
-            r.job_failed("runner_system_failure");
+            r.job_ended(1, Some("script_failure"));
+            r.job_ended(2, Some("script_failure"));
+            r.job_ended(3, Some("runner_system_failure"));
+            // A job with FF_EXPORT_HIGH_CARDINALITY_METRICS: its stages, timed; a section
+            // of the job's own is not a label.
+            r.job_stage_durations([
+                ("get_sources", Duration::from_secs(2)),
+                ("step_script", Duration::from_secs(12)),
+                ("my own section", Duration::from_secs(1)),
+            ]);
         }
     }
     tokio::time::sleep(Duration::from_secs(30)).await;
@@ -312,6 +361,33 @@ async fn two_runners_share_one_exposition_and_the_parser_accepts_it() {
     };
     assert_eq!(failed("script_failure"), Some(2.0), "{text}");
     assert_eq!(failed("runner_system_failure"), Some(1.0), "{text}");
+    let stage_count = |stage: &str| {
+        text.lines()
+            .filter(|l| {
+                l.starts_with("gitlab_runner_job_stage_duration_seconds_count{")
+                    && l.contains(&format!("stage=\"{stage}\""))
+            })
+            .map(|l| l.rsplit(' ').next().unwrap_or("").to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(stage_count("step_script"), ["1"], "{text}");
+    assert_eq!(stage_count("get_sources"), ["1"], "{text}");
+    assert!(stage_count("my own section").is_empty(), "{text}");
+    let stage_buckets: Vec<&str> = text
+        .lines()
+        .filter(|l| {
+            l.starts_with("gitlab_runner_job_stage_duration_seconds_bucket{")
+                && l.contains("stage=\"step_script\"")
+        })
+        .filter_map(|l| l.split("le=\"").nth(1)?.split('"').next())
+        .collect();
+    assert_eq!(
+        stage_buckets,
+        [
+            "1", "3", "10", "30", "60", "120", "300", "900", "1800", "3600", "+Inf"
+        ],
+        "GitLab's buckets: {text}"
+    );
     assert!(
         !text.contains("failure_reason=\"script_failure\",runner=\"zyxwvutsr\""),
         "{text}"

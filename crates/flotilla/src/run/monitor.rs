@@ -110,14 +110,16 @@ impl JobHooks for ObservedHooks {
 
     async fn job_withdrawn(&self, job: &StartedJob) {
         self.inner.job_withdrawn(job).await;
-        self.handle.job_done(job.id);
+        self.handle.job_withdrawn(job.id);
     }
 
     async fn job_finished(&self, job: &StartedJob, outcome: &Outcome) {
         self.inner.job_finished(job, outcome).await;
-        if let Outcome::Failed { reason, .. } = outcome {
-            self.handle.job_failed(reason.as_str());
-        }
+        let failure_reason = match outcome {
+            Outcome::Success => None,
+            Outcome::Failed { reason, .. } => Some(reason.as_str()),
+        };
+        self.handle.job_ended(job.id, failure_reason);
     }
 
     async fn job_reported(&self, job: &StartedJob, report: &FinalReport) {
@@ -189,14 +191,35 @@ impl SlotExecutor for ObservedExecutor {
             acquisition.slot(),
             acquisition.key(),
         );
+        if let Some(page) = job.variables.iter().rev().find(|v| v.key == "CI_JOB_URL") {
+            self.handle.job_page(job.id, &page.value);
+        }
         let mut watched = WatchedSink {
             inner: sink,
             handle: &self.handle,
             job: job.id,
             sections: SectionScanner::default(),
         };
-        self.inner.run(acquisition, job, &mut watched, cancel).await
+        let result = self.inner.run(acquisition, job, &mut watched, cancel).await;
+        if exports_stage_durations(job) {
+            self.handle
+                .job_stage_durations(result.stages.iter().map(|s| (s.name.as_str(), s.duration)));
+        }
+        result
     }
+}
+
+/// Whether `job` has GitLab's `FF_EXPORT_HIGH_CARDINALITY_METRICS` on, which alone makes
+/// GitLab Runner export its stages' durations (`buildsHelper.initializeBuildStageMetrics`
+/// asks `build.IsFeatureFlagOn`, which reads the job's variables, the runner's `environment`
+/// among them). The runner's `environment` is in the payload by now (the job source puts it
+/// first); `[runners.feature_flags]` is not read by flotilla (config check says so).
+fn exports_stage_durations(job: &JobPayload) -> bool {
+    job.variables
+        .iter()
+        .rev()
+        .find(|v| v.key == "FF_EXPORT_HIGH_CARDINALITY_METRICS")
+        .is_some_and(|v| flotilla_job::vars::truthy(&v.value))
 }
 
 /// A job's log on its way to GitLab, counted and scanned for GitLab's build stages.

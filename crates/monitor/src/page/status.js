@@ -75,6 +75,13 @@ function fleet(r) {
   return grid;
 }
 
+// A job's id, linked to its page on GitLab when the server gave one (only http(s)
+// addresses reach the page; the link opens apart from the page).
+function jobLink(j) {
+  if (!j.url) return el("span", { text: String(j.id) });
+  return el("a", { href: j.url, target: "_blank", rel: "noopener noreferrer", text: String(j.id) });
+}
+
 function jobs(r) {
   if (r.jobs.length === 0) {
     return el("p", { class: "empty", "data-testid": "jobs-empty", text: "No jobs." });
@@ -83,7 +90,7 @@ function jobs(r) {
   for (const j of r.jobs) {
     const where = j.instance ? `${j.instance} #${j.slot}` : "waiting for a slot";
     body.appendChild(el("tr", { "data-testid": "job", "data-job": String(j.id) },
-      el("td", { class: "num", text: String(j.id) }),
+      el("td", { class: "num" }, jobLink(j)),
       el("td", { text: j.name }),
       el("td", { text: j.phase }),
       el("td", { text: j.level || "" }),
@@ -92,6 +99,33 @@ function jobs(r) {
   }
   return el("table", {},
     el("thead", {}, el("tr", {}, ...["job", "name", "state", "isolation", "where", "elapsed"].map((h) => el("th", { text: h })))),
+    body);
+}
+
+function ended(r) {
+  const list = r.ended || [];
+  if (list.length === 0) {
+    return el("p", { class: "empty", "data-testid": "ended-empty", text: "No job ended in the last hour." });
+  }
+  const body = el("tbody");
+  for (const j of list) {
+    const result = j.result || "ended";
+    const label = j.failure_reason ? `failed: ${j.failure_reason.replaceAll("_", " ")}` : result;
+    const where = j.instance ? `${j.instance} #${j.slot}` : "never got a slot";
+    const took = j.waited_s === null || j.waited_s === undefined
+      ? duration(j.duration_s)
+      : `${duration(j.duration_s)} (waited ${duration(j.waited_s)})`;
+    body.appendChild(el("tr", { "data-testid": "ended-job", "data-ended-job": String(j.id), "data-result": result },
+      el("td", { class: "num" }, jobLink(j)),
+      el("td", { text: j.name }),
+      el("td", {}, el("span", { class: `badge ${result}`, text: label })),
+      el("td", { text: j.level || "" }),
+      el("td", { text: where }),
+      el("td", { class: "num", text: took }),
+      el("td", { class: "num ago", "data-ago": String(j.ago_s), text: `${duration(j.ago_s)} ago` })));
+  }
+  return el("table", {},
+    el("thead", {}, el("tr", {}, ...["job", "name", "result", "isolation", "ran on", "took", "ended"].map((h) => el("th", { text: h })))),
     body);
 }
 
@@ -172,6 +206,7 @@ function runner(r) {
     el("h3", { text: "Fleet" }), fleet(r),
     el("h3", { text: "Instances and demand, last hour" }), chart(r),
     el("h3", { text: "Jobs" }), jobs(r),
+    el("h3", { text: "Ended in the last hour" }), ended(r),
     el("div", { class: "columns" },
       el("div", {}, el("h3", { text: "Scaler decisions" }), decisions(r)),
       el("div", {}, el("h3", { text: "Removals" }), removals(r))));
@@ -190,6 +225,9 @@ function tickElapsed() {
   const extra = (Date.now() - lastAt) / 1000;
   for (const td of document.querySelectorAll("td.elapsed")) {
     td.textContent = duration(Number(td.dataset.elapsed) + extra);
+  }
+  for (const td of document.querySelectorAll("td.ago")) {
+    td.textContent = `${duration(Number(td.dataset.ago) + extra)} ago`;
   }
 }
 
