@@ -182,6 +182,85 @@ fn a_synthetic_day_reports_cost_waits_and_plots() {
     assert!(!stdout.contains("pending timeout"), "{stdout}");
     assert!(is_png(&plots.join("simulate.png")));
     assert!(is_svg_with_lines(&plots.join("simulate.svg")));
+    // Two panels with their own axes: the queue apart from instances and slots.
+    let svg = std::fs::read_to_string(plots.join("simulate.svg")).unwrap();
+    assert!(
+        svg.contains(">instances and slots<") && svg.contains(">jobs waiting<"),
+        "one axis for everything"
+    );
+}
+
+/// Issue 34: a sweep varies any policy key or limit, not only idle_count and scale_factor,
+/// and says at which values the fleet cannot keep up.
+#[test]
+fn a_sweep_of_a_limit_or_a_duration_shows_cost_against_waits() {
+    let dir = tempfile::tempdir().unwrap();
+    let plots = dir.path().join("plots");
+    let csv = workload(dir.path());
+    let config = config(dir.path());
+    let run = |sweep: &str, workload: &[&str]| {
+        let mut args = vec![
+            "simulate",
+            "--config",
+            config.to_str().unwrap(),
+            "--sweep",
+            sweep,
+            "--plots",
+            plots.to_str().unwrap(),
+        ];
+        args.extend_from_slice(workload);
+        let out = flotilla(&args);
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    };
+    // One job a minute of 2 to 5 minutes needs more than the 2 slots of one instance.
+    let stdout = run("max_instances=1,10", &["--workload", csv.to_str().unwrap()]);
+    let rows = sweep_rows(&stdout);
+    assert_eq!(
+        rows.iter().map(|r| r[0]).collect::<Vec<_>>(),
+        [1.0, 10.0],
+        "{stdout}"
+    );
+    assert!(rows[0][1] < rows[1][1], "one instance costs less: {stdout}");
+    assert!(rows[0][4] > 10.0 * rows[1][4].max(1.0), "and waits far longer: {stdout}");
+    assert!(
+        stdout.contains("the fleet cannot keep up with 60 jobs an hour at max_instances=1: 2 slots"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("max_instances=10:"), "{stdout}");
+    assert!(is_png(&plots.join("sweep-max_instances.png")));
+
+    // A duration: in a day of bursts, instances kept idle longer cost more and jobs wait
+    // less.
+    let stdout = run(
+        "idle_time=1m,2h",
+        &[
+            "--workload",
+            "synthetic",
+            "--days",
+            "1",
+            "--jobs-per-hour",
+            "30",
+            "--burstiness",
+            "4",
+        ],
+    );
+    let hours = |value: &str| -> f64 {
+        stdout
+            .lines()
+            .find_map(|l| {
+                let mut w = l.split_whitespace();
+                (w.next() == Some(value)).then(|| w.next()?.parse().ok())?
+            })
+            .unwrap_or_else(|| panic!("no row for {value}: {stdout}"))
+    };
+    assert!(hours("1m") * 1.5 < hours("2h"), "{stdout}");
+    assert!(is_svg_with_lines(&plots.join("simulate-idle_time-2h.svg")));
 }
 
 /// Issue 34: an overloaded fleet is said to be one. Three days of ten-minute (median) jobs at
@@ -252,4 +331,17 @@ fn bad_input_is_named_and_nothing_is_written() {
     ]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("idle_time"));
+    // A key no sweep knows is named with those it does.
+    let out = flotilla(&[
+        "simulate",
+        "--config",
+        config.to_str().unwrap(),
+        "--workload",
+        "synthetic",
+        "--sweep",
+        "idle_tme=1m",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("idle_tme") && stderr.contains("max_instances"), "{stderr}");
 }

@@ -6,12 +6,14 @@
 //! from `--provider-profile` or `--create-latency`/`--delete-latency`, fed by a workload
 //! from a CSV file or generated ([`flotilla_sim`]). It prints instance-hours (the cost),
 //! idle slot-hours and the job wait p50/p95/p99, and writes plots of the fleet over time.
-//! With `--sweep idle_count=0,2,4` (or `scale_factor=...`) it runs once per value and
-//! prints a cost-versus-wait table and its plot.
+//! With `--sweep KEY=V1,V2,...` (any policy key, limit of `[runners.autoscaler]`, `limit`,
+//! `request_concurrency` or `concurrent`: [`sweep`]) it runs once per value and prints a
+//! cost-versus-wait table and its plot.
 
 mod capacity;
 mod plot;
 mod spec;
+mod sweep;
 
 use crate::config::parse_go_duration;
 use anyhow::{Context, Result, anyhow, bail};
@@ -72,8 +74,10 @@ pub struct SimulateArgs {
     /// Seed of the workload and the provider.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Run once per value and print a cost-versus-wait table: `idle_count=0,2,4,8` or
-    /// `scale_factor=0,0.5,1`. The value replaces the one of every policy.
+    /// Run once per value and print a cost-versus-wait table: a policy key
+    /// (`idle_count=0,2,4`, `idle_time=5m,30m`, `scale_factor=0,0.5`, `scale_factor_limit`:
+    /// set in every policy), a limit (`max_instances`, `capacity_per_instance`,
+    /// `max_use_count`), or `limit`, `request_concurrency`, `concurrent`.
     #[arg(long, value_name = "KEY=V1,V2,...")]
     pub sweep: Option<String>,
     /// Where the plots go (created if missing).
@@ -90,51 +94,6 @@ pub fn run(args: &SimulateArgs, out: &mut dyn Write, err: &mut dyn Write) -> Exi
             ExitCode::from(2)
         }
     }
-}
-
-/// Which policy setting a sweep varies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SweepKey {
-    /// `idle_count`.
-    IdleCount,
-    /// `scale_factor`.
-    ScaleFactor,
-}
-
-impl SweepKey {
-    fn name(self) -> &'static str {
-        match self {
-            SweepKey::IdleCount => "idle_count",
-            SweepKey::ScaleFactor => "scale_factor",
-        }
-    }
-}
-
-/// Parses `--sweep`.
-pub(crate) fn parse_sweep(s: &str) -> Result<(SweepKey, Vec<f64>)> {
-    let (key, values) = s
-        .split_once('=')
-        .ok_or_else(|| anyhow!("--sweep `{s}` is not KEY=V1,V2,..."))?;
-    let key = match key.trim() {
-        "idle_count" => SweepKey::IdleCount,
-        "scale_factor" => SweepKey::ScaleFactor,
-        other => bail!("--sweep varies idle_count or scale_factor, not `{other}`"),
-    };
-    let mut out = Vec::new();
-    for v in values.split(',') {
-        let x: f64 = v
-            .trim()
-            .parse()
-            .map_err(|_| anyhow!("--sweep value `{v}` is not a number"))?;
-        if !(x.is_finite() && x >= 0.0) || (key == SweepKey::IdleCount && x.fract() != 0.0) {
-            bail!("--sweep value `{v}` is not a valid {}", key.name());
-        }
-        out.push(x);
-    }
-    if out.is_empty() {
-        bail!("--sweep needs at least one value");
-    }
-    Ok((key, out))
 }
 
 /// `60s` or `40s..90s`.
@@ -209,7 +168,7 @@ fn simulate(args: &SimulateArgs, out: &mut dyn Write, err: &mut dyn Write) -> Re
     if let Some(r) = &args.delete_latency {
         provider.delete = parse_range(r)?;
     }
-    let sweep = args.sweep.as_deref().map(parse_sweep).transpose()?;
+    let sweep = args.sweep.as_deref().map(sweep::parse).transpose()?;
     let (runner, base) =
         spec::from_config(&config, args.runner.as_deref(), provider, start, args.seed)?;
 
@@ -259,51 +218,75 @@ fn simulate(args: &SimulateArgs, out: &mut dyn Write, err: &mut dyn Write) -> Re
             let files = plot::fleet(&outcome, &args.plots, "simulate", &runner.name, start)?;
             let _ = writeln!(out, "plots: {}", files.join(", "));
         }
-        Some((key, values)) => {
+        Some((key, points)) => {
+            let w = key.name().len().max(12);
             let _ = writeln!(
                 out,
-                "\n{:>12}  {:>14}  {:>15}  {:>9}  {:>9}  {:>9}  {:>10}  {:>7}",
+                "\n{:>w$}  {:>14}  {:>15}  {:>9}  {:>9}  {:>9}  {:>9}  {:>10}  {:>7}",
                 key.name(),
                 "instance-hours",
                 "idle slot-hours",
                 "wait p50",
                 "wait p95",
                 "wait p99",
+                "past 24 h",
                 "not served",
                 "wall s"
             );
             let mut rows = Vec::new();
-            for v in values {
-                let spec = spec::with_sweep(&base, &runner, key, v)?;
+            let mut overloaded = Vec::new();
+            for point in &points {
+                let spec = spec::with_sweep(&base, &runner, key, point)?;
                 let t = Instant::now();
                 let o = flotilla_sim::run(&spec, jobs.clone())?;
                 let wall = t.elapsed();
                 let _ = writeln!(
                     out,
-                    "{:>12}  {:>14.1}  {:>15.1}  {:>8.1}s  {:>8.1}s  {:>8.1}s  {:>10}  {:>7.1}",
-                    v,
+                    "{:>w$}  {:>14.1}  {:>15.1}  {:>8.1}s  {:>8.1}s  {:>8.1}s  {:>9}  {:>10}  {:>7.1}",
+                    point.text,
                     o.instance_seconds / 3600.0,
                     o.idle_slot_seconds / 3600.0,
                     o.wait_quantile(0.5),
                     o.wait_quantile(0.95),
                     o.wait_quantile(0.99),
+                    capacity::dropped_by_gitlab(&o.waits),
                     o.jobs - o.served,
                     wall.as_secs_f64()
                 );
+                if let Some(slots) = spec.scaler.max_slots() {
+                    let slots = u32::try_from(slots).unwrap_or(u32::MAX);
+                    let t = capacity::Throughput::of(&jobs, slots);
+                    if t.overloaded() {
+                        overloaded.push(format!(
+                            "{}={}: {slots} slots run at most {:.0} jobs an hour",
+                            key.name(),
+                            point.text,
+                            t.most_per_hour
+                        ));
+                    }
+                }
                 let _ = plot::fleet(
                     &o,
                     &args.plots,
-                    &format!("simulate-{}-{v}", key.name()),
-                    &format!("{} ({} = {v})", runner.name, key.name()),
+                    &format!("simulate-{}-{}", key.name(), point.text),
+                    &format!("{} ({} = {})", runner.name, key.name(), point.text),
                     start,
                 )?;
                 rows.push(plot::SweepRow {
-                    value: v,
+                    label: format!("{}={}", key.name(), point.text),
                     instance_hours: o.instance_seconds / 3600.0,
                     p50: o.wait_quantile(0.5),
                     p95: o.wait_quantile(0.95),
                     p99: o.wait_quantile(0.99),
                 });
+            }
+            if !overloaded.is_empty() {
+                let arriving = capacity::Throughput::of(&jobs, 1).arriving_per_hour;
+                let _ = writeln!(
+                    out,
+                    "the fleet cannot keep up with {arriving:.0} jobs an hour at {}",
+                    overloaded.join("; ")
+                );
             }
             let files = plot::sweep(&rows, key.name(), &args.plots, &runner.name)?;
             let _ = writeln!(
@@ -393,17 +376,6 @@ mod tests {
 
     #[test]
     fn flags_parse() {
-        assert_eq!(
-            parse_sweep("idle_count=0,2,4").unwrap(),
-            (SweepKey::IdleCount, vec![0.0, 2.0, 4.0])
-        );
-        assert_eq!(
-            parse_sweep("scale_factor=0.5,1").unwrap(),
-            (SweepKey::ScaleFactor, vec![0.5, 1.0])
-        );
-        assert!(parse_sweep("idle_count=1.5").is_err());
-        assert!(parse_sweep("max_instances=3").is_err());
-        assert!(parse_sweep("idle_count").is_err());
         assert_eq!(
             parse_range("40s..90s").unwrap(),
             (Duration::from_secs(40), Duration::from_secs(90))

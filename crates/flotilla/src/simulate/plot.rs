@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use flotilla_sim::{Outcome, Sample};
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::path::Path;
 use std::sync::OnceLock;
 
@@ -69,8 +70,13 @@ fn downsample(samples: &[Sample]) -> Vec<Sample> {
         .collect()
 }
 
-/// Writes `<name>.svg` and `<name>.png` in `dir`: instances, busy and idle slots, and
-/// waiting jobs over time. Returns the files written.
+/// The fleet plot's size: two panels, one above the other.
+const FLEET_SIZE: (u32, u32) = (1200, 800);
+
+/// Writes `<name>.svg` and `<name>.png` in `dir`: instances, busy and idle slots over time
+/// in one panel, jobs waiting for a slot in another below it, each with its own y-axis (a
+/// queue of thousands would flatten a fleet of ten to the floor of a shared one). Returns
+/// the files written.
 pub(crate) fn fleet(
     o: &Outcome,
     dir: &Path,
@@ -83,13 +89,13 @@ pub(crate) fn fleet(
     let png = dir.join(format!("{name}.png"));
     let points = downsample(&o.samples);
     {
-        let root = SVGBackend::new(&svg, (1200, 600)).into_drawing_area();
+        let root = SVGBackend::new(&svg, FLEET_SIZE).into_drawing_area();
         draw_fleet(&root, &points, o, title, start)?;
         root.present()
             .map_err(|e| anyhow!("{}: {e}", svg.display()))?;
     }
     {
-        let root = BitMapBackend::new(&png, (1200, 600)).into_drawing_area();
+        let root = BitMapBackend::new(&png, FLEET_SIZE).into_drawing_area();
         draw_fleet(&root, &points, o, title, start)?;
         root.present()
             .map_err(|e| anyhow!("{}: {e}", png.display()))?;
@@ -110,13 +116,6 @@ where
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("drawing the plot: {e}");
     root.fill(&WHITE).map_err(e)?;
     let days = (o.span.as_secs_f64() / 86400.0).max(1.0 / 24.0);
-    let top = points
-        .iter()
-        .map(|s| s.instances.max(s.busy + s.idle).max(s.waiting))
-        .max()
-        .unwrap_or(1)
-        .max(1) as f64
-        * 1.1;
     let caption = format!(
         "{title}: {} jobs from {}, {:.0} instance-hours, wait p95 {:.1} s",
         o.jobs,
@@ -124,27 +123,57 @@ where
         o.instance_seconds / 3600.0,
         o.wait_quantile(0.95)
     );
-    let mut chart = ChartBuilder::on(root)
-        .caption(caption, ("sans-serif", 20))
-        .margin(16)
-        .x_label_area_size(40)
-        .y_label_area_size(56)
-        .build_cartesian_2d(0.0..days, 0.0..top)
-        .map_err(e)?;
-    chart
-        .configure_mesh()
-        .x_desc("days since the start")
-        .y_desc("count")
-        .label_style(("sans-serif", 14))
-        .draw()
-        .map_err(e)?;
-    let series: [Line<Sample, u32>; 4] = [
+    let body = root.titled(&caption, ("sans-serif", 20)).map_err(e)?;
+    let (fleet, queue) = body.split_vertically(body.dim_in_pixel().1 * 3 / 5);
+    let fleet_series: [Line<Sample, u32>; 3] = [
         ("instances", RGBColor(9, 105, 218), |s| s.instances),
         ("busy slots", RGBColor(191, 135, 0), |s| s.busy),
         ("idle slots", RGBColor(45, 164, 78), |s| s.idle),
-        ("jobs waiting", RGBColor(207, 34, 46), |s| s.waiting),
     ];
+    panel(&fleet, points, days, "instances and slots", &fleet_series, false)?;
+    let queue_series: [Line<Sample, u32>; 1] =
+        [("jobs waiting for a slot", RGBColor(207, 34, 46), |s| s.waiting)];
+    panel(&queue, points, days, "jobs waiting", &queue_series, true)?;
+    Ok(())
+}
+
+/// One panel of the fleet plot: `series` over `days`, on a y-axis of their own.
+fn panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    points: &[Sample],
+    days: f64,
+    y_desc: &str,
+    series: &[Line<Sample, u32>],
+    x_axis: bool,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let e = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("drawing the plot: {e}");
+    let top = points
+        .iter()
+        .flat_map(|s| series.iter().map(move |(_, _, v)| v(s)))
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64
+        * 1.1;
+    let mut chart = ChartBuilder::on(area)
+        .margin(12)
+        .margin_right(24)
+        .x_label_area_size(if x_axis { 40 } else { 24 })
+        .y_label_area_size(72)
+        .build_cartesian_2d(0.0..days, 0.0..top)
+        .map_err(e)?;
+    let mut mesh = chart.configure_mesh();
+    mesh.y_desc(y_desc)
+        .y_label_formatter(&|v| format!("{v:.0}"))
+        .label_style(("sans-serif", 14));
+    if x_axis {
+        mesh.x_desc("days since the start");
+    }
+    mesh.draw().map_err(e)?;
     for (label, color, value) in series {
+        let color = *color;
         chart
             .draw_series(LineSeries::new(
                 points.iter().map(|s| (s.t / 86400.0, f64::from(value(s)))),
@@ -154,7 +183,7 @@ where
                 color.stroke_width(1),
             ))
             .map_err(e)?
-            .label(label)
+            .label(*label)
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(3))
             });
@@ -171,9 +200,10 @@ where
 }
 
 /// One value of a sweep.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct SweepRow {
-    pub(crate) value: f64,
+    /// `key=value`, written beside its point.
+    pub(crate) label: String,
     pub(crate) instance_hours: f64,
     pub(crate) p50: f64,
     pub(crate) p95: f64,
@@ -219,16 +249,20 @@ where
         x0 -= 1.0;
         x1 += 1.0;
     }
-    let pad = (x1 - x0) * 0.08;
-    let ymax = rows.iter().map(|r| r.p99).fold(1.0, f64::max) * 1.15;
+    // Room for the labels: each is written beside its point, to the left of the points in
+    // the right half, so none runs past the plot's edge.
+    let pad = (x1 - x0) * 0.12;
+    let ymax = rows.iter().map(|r| r.p99).fold(1.0, f64::max) * 1.2;
+    let middle = (x0 + x1) / 2.0;
     let mut chart = ChartBuilder::on(root)
         .caption(
             format!("{runner}: cost against job wait, sweeping {key}"),
             ("sans-serif", 20),
         )
         .margin(16)
-        .x_label_area_size(40)
-        .y_label_area_size(56)
+        .margin_right(28)
+        .x_label_area_size(44)
+        .y_label_area_size(72)
         .build_cartesian_2d((x0 - pad)..(x1 + pad), 0.0..ymax)
         .map_err(e)?;
     chart
@@ -263,10 +297,18 @@ where
     }
     chart
         .draw_series(rows.iter().map(|r| {
+            let h = if r.instance_hours > middle {
+                HPos::Right
+            } else {
+                HPos::Left
+            };
             Text::new(
-                format!("{key}={}", r.value),
+                r.label.clone(),
                 (r.instance_hours, r.p99),
-                ("sans-serif", 13).into_font(),
+                ("sans-serif", 13)
+                    .into_font()
+                    .into_text_style(root)
+                    .pos(Pos::new(h, VPos::Bottom)),
             )
         }))
         .map_err(e)?;

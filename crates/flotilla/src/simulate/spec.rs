@@ -1,7 +1,7 @@
 //! A runner's configuration as a simulation: the scaler's settings and policies as
 //! `flotilla run` builds them, and the job source's.
 
-use super::SweepKey;
+use super::sweep::{self, SweepKey, SweepPoint};
 use crate::config::{AutoscalerConfig, Config};
 use anyhow::{Result, anyhow, bail};
 use chrono::{DateTime, Utc};
@@ -97,20 +97,18 @@ fn scaler_config(a: &AutoscalerConfig) -> ScalerConfig {
     crate::fleet::scaler_config(a, &fake)
 }
 
-/// `base` with `key` set to `value` in every policy of `chosen` (or in one always-active
-/// policy when it has none).
-pub(crate) fn with_sweep(base: &Spec, chosen: &Chosen, key: SweepKey, value: f64) -> Result<Spec> {
+/// `base` with `key` set to `point` in `chosen`'s configuration: its scaler settings,
+/// policies and job limits built again as `flotilla run` builds them.
+pub(crate) fn with_sweep(
+    base: &Spec,
+    chosen: &Chosen,
+    key: SweepKey,
+    point: &SweepPoint,
+) -> Result<Spec> {
     let mut a = chosen.autoscaler.clone();
-    if a.policy.is_empty() {
-        a.policy.push(crate::config::Policy::default());
-    }
-    for p in &mut a.policy {
-        match key {
-            SweepKey::IdleCount => p.idle_count = value as u32,
-            SweepKey::ScaleFactor => p.scale_factor = value,
-        }
-    }
     let mut spec = base.clone();
+    sweep::apply(key, point, &mut a, &mut spec.runner);
+    spec.scaler = scaler_config(&a);
     spec.schedule = crate::fleet::schedule(&a)?;
     Ok(spec)
 }
