@@ -137,7 +137,9 @@ pub(crate) fn unused_reason(table: &str, key: &str) -> Option<&'static str> {
              cache (S3, GCS, Azure) is not supported yet"
         }
         ("runners", "feature_flags") => {
-            "GitLab Runner's feature flags are not read: flotilla has one behaviour for each"
+            "the table is not read: flotilla has one behaviour for each flag, except \
+             FF_ENABLE_JOB_CLEANUP and FF_EXPORT_HIGH_CARDINALITY_METRICS, which it reads from \
+             `environment` and the job's variables"
         }
         ("runners", "custom_build_dir") => "builds_dir is used as configured",
         ("runners", "cache_dir") => {
@@ -150,7 +152,16 @@ pub(crate) fn unused_reason(table: &str, key: &str) -> Option<&'static str> {
             "runners.docker",
             "helper_image" | "helper_image_flavor" | "helper_image_autoset_arch_and_os",
         ) => "the helper container runs the instance's own programs; no helper image is pulled",
-        ("runners.docker", "disable_cache" | "cache_dir") => "the job cache lives on the manager",
+        // GitLab's `addCacheVolume` (executors/docker/internal/volumes/manager.go).
+        ("runners.docker", "disable_cache") => {
+            "not honoured: a `volumes` entry with a destination only is a Docker volume kept \
+             for the project and slot, as when disable_cache is false (GitLab's default); with \
+             true GitLab gives each job a fresh one"
+        }
+        ("runners.docker", "cache_dir") => {
+            "a `volumes` entry with a destination only is a Docker volume on the instance, \
+             not a directory under cache_dir"
+        }
         ("runners.docker", "network_mtu" | "enable_ipv6") => {
             "the job's own network is made with Docker's defaults"
         }
