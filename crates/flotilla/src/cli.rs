@@ -65,6 +65,18 @@ pub enum Command {
     /// Run a runner's scaler in virtual time against a workload and a simulated provider:
     /// instance-hours, idle slot-hours, job waits, plots, and a cost-versus-wait sweep.
     Simulate(crate::simulate::SimulateArgs),
+    /// Add a runner to the configuration: verify its authentication token made in GitLab
+    /// (`--token glrt-...`), or create it with a legacy `--registration-token`, then append
+    /// its `[[runners]]` entry (like `gitlab-runner register`).
+    Register(crate::register::RegisterArgs),
+    /// Ask GitLab whether each runner of the configuration is still valid; `--delete` removes
+    /// those it no longer knows (like `gitlab-runner verify`).
+    Verify(crate::register::VerifyArgs),
+    /// Delete a runner in GitLab (or, for one made in GitLab, this manager of it) and remove
+    /// it from the configuration (like `gitlab-runner unregister`).
+    Unregister(crate::register::UnregisterArgs),
+    /// List the runners of the configuration (like `gitlab-runner list`).
+    List(crate::register::ListArgs),
     /// Start a saved job's microVM again (a snapshot from `FLOTILLA_SNAPSHOT`) and open a
     /// shell in it, or run a command; the VM is thrown away after, the snapshot kept.
     Debug(crate::debug::DebugArgs),
@@ -304,6 +316,10 @@ pub fn execute(cli: &Cli, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode 
         Command::Migrate(args) => crate::migrate::run(args, out, err),
         Command::Simulate(args) => crate::simulate::run(args, out, err),
         Command::Debug(args) => crate::debug::run(args, err),
+        Command::Register(args) => crate::register::register(args, err),
+        Command::Verify(args) => crate::register::verify(args, err),
+        Command::Unregister(args) => crate::register::unregister(args, err),
+        Command::List(args) => crate::register::list(args, out, err),
     }
 }
 

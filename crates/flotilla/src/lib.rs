@@ -11,6 +11,7 @@ pub mod fleet;
 pub mod migrate;
 mod printable;
 mod progress;
+pub mod register;
 pub mod registry;
 pub mod run;
 pub mod simulate;

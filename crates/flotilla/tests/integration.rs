@@ -23,6 +23,7 @@ mod provider_aws;
 mod provider_plugin;
 mod provider_qemu;
 mod provider_static;
+mod register;
 mod run_conformance;
 mod run_crash;
 mod run_docker;

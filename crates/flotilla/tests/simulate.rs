@@ -228,9 +228,13 @@ fn a_sweep_of_a_limit_or_a_duration_shows_cost_against_waits() {
         "{stdout}"
     );
     assert!(rows[0][1] < rows[1][1], "one instance costs less: {stdout}");
-    assert!(rows[0][4] > 10.0 * rows[1][4].max(1.0), "and waits far longer: {stdout}");
     assert!(
-        stdout.contains("the fleet cannot keep up with 60 jobs an hour at max_instances=1: 2 slots"),
+        rows[0][4] > 10.0 * rows[1][4].max(1.0),
+        "and waits far longer: {stdout}"
+    );
+    assert!(
+        stdout
+            .contains("the fleet cannot keep up with 60 jobs an hour at max_instances=1: 2 slots"),
         "{stdout}"
     );
     assert!(!stdout.contains("max_instances=10:"), "{stdout}");
@@ -344,5 +348,8 @@ fn bad_input_is_named_and_nothing_is_written() {
     ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(stderr.contains("idle_tme") && stderr.contains("max_instances"), "{stderr}");
+    assert!(
+        stderr.contains("idle_tme") && stderr.contains("max_instances"),
+        "{stderr}"
+    );
 }

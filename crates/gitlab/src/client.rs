@@ -204,7 +204,7 @@ fn id_and_token_of_head(body: &[u8]) -> (Option<i64>, Option<Secret<String>>) {
 }
 
 /// A body read up to a limit.
-enum Limited {
+pub(crate) enum Limited {
     /// All of it.
     Whole(Vec<u8>),
     /// It announced or sent more than the limit; the first `limit` bytes.
@@ -212,7 +212,7 @@ enum Limited {
 }
 
 /// Reads `resp`'s body, never more than `limit` bytes (an endless answer stops there).
-async fn read_limited(resp: Response, limit: usize) -> Result<Limited, reqwest::Error> {
+pub(crate) async fn read_limited(resp: Response, limit: usize) -> Result<Limited, reqwest::Error> {
     let mut body = Vec::new();
     let mut stream = resp.bytes_stream();
     while let Some(chunk) = stream.next().await {
@@ -276,18 +276,18 @@ pub struct PatchResponse {
 
 /// One call, for errors and logs.
 #[derive(Debug, Clone)]
-struct Call {
-    method: &'static str,
-    path: String,
+pub(crate) struct Call {
+    pub(crate) method: &'static str,
+    pub(crate) path: String,
     /// Whether a request that got no answer is sent again. GitLab Runner's
     /// `network/retry_requester.go` retries on status codes only; a job request that got
     /// no answer is not repeated (if Rails assigned a job, the 201 is lost either way, and a
     /// new request would just take another).
-    retry_transport: bool,
+    pub(crate) retry_transport: bool,
 }
 
 impl Call {
-    fn new(method: &'static str, path: impl Into<String>) -> Call {
+    pub(crate) fn new(method: &'static str, path: impl Into<String>) -> Call {
         Call {
             method,
             path: path.into(),
@@ -301,11 +301,11 @@ impl Call {
 pub struct Client {
     http: reqwest::Client,
     base: Url,
-    token: Secret<String>,
-    system_id: String,
-    info: Info,
+    pub(crate) token: Secret<String>,
+    pub(crate) system_id: String,
+    pub(crate) info: Info,
     request_timeout: Duration,
-    call_timeout: Duration,
+    pub(crate) call_timeout: Duration,
     retry: RetryPolicy,
     user_agent: String,
     last_update: Mutex<String>,
@@ -395,7 +395,7 @@ impl Client {
             .unwrap_or_default()
     }
 
-    fn api(&self, path: &str) -> Result<Url, ClientError> {
+    pub(crate) fn api(&self, path: &str) -> Result<Url, ClientError> {
         self.base
             .join(&format!("api/v4/{path}"))
             .map_err(|e| ClientError::Config(format!("building the URL of {path}: {e}")))
@@ -404,7 +404,7 @@ impl Client {
     /// Sends a request built by `build`, retrying retryable statuses (and, when
     /// `call.retry_transport`, transport failures) as [`RetryPolicy`] says. The last answer is
     /// returned whatever its status.
-    async fn send(
+    pub(crate) async fn send(
         &self,
         call: &Call,
         build: &(dyn Fn() -> Result<RequestBuilder, ClientError> + Send + Sync),
@@ -476,7 +476,7 @@ impl Client {
         }
     }
 
-    fn status_error(call: &Call, status: u16, detail: &str) -> ClientError {
+    pub(crate) fn status_error(call: &Call, status: u16, detail: &str) -> ClientError {
         ClientError::Status {
             method: call.method,
             path: call.path.clone(),
@@ -827,7 +827,12 @@ impl Client {
         }
     }
 
-    fn json_request(&self, method: Method, url: Url, timeout: Duration) -> RequestBuilder {
+    pub(crate) fn json_request(
+        &self,
+        method: Method,
+        url: Url,
+        timeout: Duration,
+    ) -> RequestBuilder {
         self.http
             .request(method, url)
             .timeout(timeout)

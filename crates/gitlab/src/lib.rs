@@ -15,6 +15,9 @@
 //! - [`source`]: [`JobSource`], the request loop with slot admission, acceptance as GitLab
 //!   expects it, the runner's health, graceful and forced stop; [`JobHooks`] lets the durable
 //!   store follow every job.
+//! - [`registration`]: registering a runner with a legacy registration token and
+//!   unregistering a runner or one of its managers, as `gitlab-runner register` and
+//!   `unregister` do.
 //! - [`orphan`]: [`report_left_running`], for jobs a previous manager process left running.
 //! - [`observe`]: [`ApiObserver`], told the endpoint, status and duration of every API call
 //!   (the facts of GitLab Runner's request metrics).
@@ -34,6 +37,7 @@ mod job_status;
 pub mod observe;
 pub mod orphan;
 mod rails_backoff;
+pub mod registration;
 mod retry;
 pub mod source;
 pub mod system_id;

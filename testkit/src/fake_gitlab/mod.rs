@@ -40,6 +40,7 @@ mod backoff;
 mod builder;
 mod faults;
 mod jobs;
+mod registration;
 mod runners;
 mod server;
 mod state;
@@ -62,6 +63,7 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, Clone, Default)]
 pub struct FakeGitLabBuilder {
     runner_tokens: Vec<String>,
+    registration_tokens: Vec<String>,
     behaviour: Behaviour,
     faults: Option<FaultConfig>,
 }
@@ -125,6 +127,18 @@ impl FakeGitLabBuilder {
         self
     }
 
+    /// Accepts this legacy registration token at `POST /api/v4/runners`.
+    pub fn registration_token(mut self, token: impl Into<String>) -> Self {
+        self.registration_tokens.push(token.into());
+        self
+    }
+
+    /// Registration tokens turned off: `POST /api/v4/runners` answers 410.
+    pub fn registration_disallowed(mut self, on: bool) -> Self {
+        self.behaviour.registration_disallowed = on;
+        self
+    }
+
     /// Injects faults.
     pub fn faults(mut self, faults: FaultConfig) -> Self {
         self.faults = Some(faults);
@@ -145,6 +159,7 @@ impl FakeGitLabBuilder {
         for t in &self.runner_tokens {
             data.add_runner(t);
         }
+        data.registration_tokens = self.registration_tokens.iter().cloned().collect();
         let server = Arc::new(Server {
             data: Mutex::new(data),
             faults: Mutex::new(self.faults.map(Faults::new)),
@@ -232,7 +247,33 @@ impl FakeGitLab {
             .collect()
     }
 
-    /// The system ids seen on verify and job requests.
+    /// Whether this runner token is one GitLab knows (not deleted).
+    pub fn knows_runner(&self, token: &str) -> bool {
+        self.server.lock().runners.contains_key(token)
+    }
+
+    /// What the registration of the runner with this token said (`description`,
+    /// `tag_list`, ...), if `POST /api/v4/runners` created it.
+    pub fn registration(&self, token: &str) -> Option<serde_json::Value> {
+        self.server.lock().registered.get(token).cloned()
+    }
+
+    /// The system ids of the managers of the runner with this token that verified and were
+    /// not deleted.
+    pub fn managers(&self, token: &str) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .server
+            .lock()
+            .managers
+            .iter()
+            .filter(|(t, _)| t == token)
+            .map(|(_, s)| s.clone())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// The system ids seen on verify and job requests, sorted.
     pub fn system_ids(&self) -> Vec<String> {
         let mut v: Vec<String> = self.server.lock().system_ids.iter().cloned().collect();
         v.sort();

@@ -27,6 +27,7 @@ pub(crate) fn verify(server: &Server, body: &[u8]) -> Resp {
     };
     if let Some(s) = v.get("system_id").and_then(Value::as_str) {
         d.system_ids.insert(s.to_string());
+        d.managers.insert((token.to_string(), s.to_string()));
     }
     if d.behaviour.orphaned {
         return error(422, "Runner is orphaned");
@@ -117,6 +118,7 @@ fn rails_request_job(server: &Server, body: &[u8]) -> Resp {
     }
     if let Some(s) = v.get("system_id").and_then(Value::as_str) {
         d.system_ids.insert(s.to_string());
+        d.managers.insert((token.to_string(), s.to_string()));
     }
     if d.behaviour.orphaned {
         return error(422, "Runner is orphaned");

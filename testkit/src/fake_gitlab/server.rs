@@ -6,6 +6,7 @@
 use super::artifacts;
 use super::faults::{FaultKind, Faults, Scripted};
 use super::jobs;
+use super::registration;
 use super::runners;
 use super::state::{Data, RecordedBody, RecordedRequest};
 use bytes::Bytes;
@@ -312,6 +313,11 @@ async fn route(server: &Arc<Server>, req: &Request<'_>, body: Bytes) -> Resp {
     let segs: Vec<&str> = req.path.trim_matches('/').split('/').collect();
     match (req.method.as_str(), segs.as_slice()) {
         ("POST", ["api", "v4", "runners", "verify"]) => runners::verify(server, &body),
+        ("POST", ["api", "v4", "runners"]) => registration::register(server, req, &body),
+        ("DELETE", ["api", "v4", "runners"]) => registration::delete_runner(server, req, &body),
+        ("DELETE", ["api", "v4", "runners", "managers"]) => {
+            registration::delete_manager(server, req, &body)
+        }
         ("POST", ["api", "v4", "jobs", "request"]) => {
             runners::request_job(server, req, &body).await
         }

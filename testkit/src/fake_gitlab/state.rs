@@ -252,6 +252,8 @@ pub struct Behaviour {
     /// The runner's owner (project or group) is gone: verify and job requests answer
     /// `422 Runner is orphaned` (`lib/api/ci/runner.rb`).
     pub orphaned: bool,
+    /// The setting that turns registration tokens off: `POST /api/v4/runners` answers 410.
+    pub registration_disallowed: bool,
 }
 
 impl Default for Behaviour {
@@ -265,6 +267,7 @@ impl Default for Behaviour {
             object_storage: false,
             dependency_token_is_running_job: true,
             orphaned: false,
+            registration_disallowed: false,
         }
     }
 }
@@ -281,6 +284,12 @@ pub(crate) struct Data {
     pub requests: Vec<RecordedRequest>,
     pub next_seq: u64,
     pub system_ids: HashSet<String>,
+    /// Legacy registration tokens `POST /api/v4/runners` accepts.
+    pub registration_tokens: HashSet<String>,
+    /// Runners created by `POST /api/v4/runners`, by token: what the registration said.
+    pub registered: HashMap<String, serde_json::Value>,
+    /// (runner token, system id) of each manager that verified.
+    pub managers: HashSet<(String, String)>,
     pub token_counter: u64,
     /// The API's own URL.
     pub url: String,

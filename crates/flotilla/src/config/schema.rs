@@ -141,6 +141,10 @@ pub(crate) fn unused_reason(table: &str, key: &str) -> Option<&'static str> {
              FF_ENABLE_JOB_CLEANUP and FF_EXPORT_HIGH_CARDINALITY_METRICS, which it reads from \
              `environment` and the job's variables"
         }
+        ("runners", "token_obtained_at" | "token_expires_at") => {
+            "flotilla does not rotate runner authentication tokens: the token is used until \
+             GitLab refuses it (`flotilla verify` says when)"
+        }
         ("runners", "custom_build_dir") => "builds_dir is used as configured",
         ("runners", "cache_dir") => {
             "flotilla keeps each runner's job cache on the manager, in <state_dir>/cache/<runner>"

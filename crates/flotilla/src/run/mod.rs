@@ -188,9 +188,11 @@ async fn daemon(config: Config, rebuild: bool) -> Result<ExitCode> {
         .runners
         .iter()
         .filter(|r| {
-            let gitlab = r.executor.requires_gitlab();
+            // Every executor but `flotilla` needs a url and token (config check refuses it
+            // without); a `flotilla` runner with them takes GitLab's jobs too.
+            let gitlab = r.gitlab_credentials().is_some();
             if !gitlab {
-                tracing::info!(runner = %r.name, "not a GitLab runner (executor flotilla); skipped by `run`");
+                tracing::info!(runner = %r.name, "no url and token: serves `flotilla exec` only; skipped by `run`");
             }
             gitlab
         })

@@ -130,9 +130,18 @@ where
         ("busy slots", RGBColor(191, 135, 0), |s| s.busy),
         ("idle slots", RGBColor(45, 164, 78), |s| s.idle),
     ];
-    panel(&fleet, points, days, "instances and slots", &fleet_series, false)?;
+    panel(
+        &fleet,
+        points,
+        days,
+        "instances and slots",
+        &fleet_series,
+        false,
+    )?;
     let queue_series: [Line<Sample, u32>; 1] =
-        [("jobs waiting for a slot", RGBColor(207, 34, 46), |s| s.waiting)];
+        [("jobs waiting for a slot", RGBColor(207, 34, 46), |s| {
+            s.waiting
+        })];
     panel(&queue, points, days, "jobs waiting", &queue_series, true)?;
     Ok(())
 }

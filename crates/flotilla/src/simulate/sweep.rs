@@ -180,7 +180,10 @@ mod tests {
         let (k, p) = parse("idle_time=5m, 30m,1h").unwrap();
         assert_eq!(k, SweepKey::IdleTime);
         assert_eq!(p[1].value, Value::Duration(Duration::from_secs(1800)));
-        assert_eq!(parse("scale_factor=0.5,1").unwrap().1[0].value, Value::Factor(0.5));
+        assert_eq!(
+            parse("scale_factor=0.5,1").unwrap().1[0].value,
+            Value::Factor(0.5)
+        );
         for (key, name) in KEYS {
             let one = if key == SweepKey::IdleTime { "1s" } else { "1" };
             assert!(parse(&format!("{name}={one}")).is_ok(), "{name}");
@@ -192,7 +195,10 @@ mod tests {
         assert!(parse("max_instances=-1").is_err());
         assert!(parse("idle_count").is_err());
         let unknown = parse("idle_tim=1").unwrap_err().to_string();
-        assert!(unknown.contains("idle_time") && unknown.contains("max_instances"), "{unknown}");
+        assert!(
+            unknown.contains("idle_time") && unknown.contains("max_instances"),
+            "{unknown}"
+        );
     }
 
     #[test]
