@@ -31,6 +31,7 @@ PACKAGES=(
   python3-prometheus-client  # a second, independent parser of it
   python3-yaml         # libyaml in C (PyYAML's CParser): judges how flotilla reads YAML
   chromium nodejs npm  # the status page in a real browser (playwright-core from npm)
+  zsh fish groff-base  # judge the generated shell completions and man pages
 )
 
 # The packages of PACKAGES not installed now.

@@ -52,6 +52,9 @@ const PROGRAMS: &[(&str, From)] = &[
     // every machine of this project (and pulled in by python3-prometheus-client).
     ("python3", From::SetupD("plugin.sh", "grpcio")),
     ("chromium", From::Apt("chromium")),
+    ("zsh", From::Apt("zsh")),
+    ("fish", From::Apt("fish")),
+    ("groff", From::Apt("groff-base")),
     ("node", From::Apt("nodejs")),
     ("npm", From::Apt("npm")),
     ("go", From::SetupD("plugin.sh", "golang-go")),

@@ -77,6 +77,11 @@ pub enum Command {
     Unregister(crate::register::UnregisterArgs),
     /// List the runners of the configuration (like `gitlab-runner list`).
     List(crate::register::ListArgs),
+    /// Print the shell completion script for bash, zsh, fish, elvish or powershell
+    /// (`flotilla completion bash > /etc/bash_completion.d/flotilla`).
+    Completion(crate::completion::CompletionArgs),
+    /// Print the man page `flotilla(1)`, or write a page per command with `--dir`.
+    Man(crate::completion::ManArgs),
     /// Start a saved job's microVM again (a snapshot from `FLOTILLA_SNAPSHOT`) and open a
     /// shell in it, or run a command; the VM is thrown away after, the snapshot kept.
     Debug(crate::debug::DebugArgs),
@@ -320,6 +325,8 @@ pub fn execute(cli: &Cli, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode 
         Command::Verify(args) => crate::register::verify(args, err),
         Command::Unregister(args) => crate::register::unregister(args, err),
         Command::List(args) => crate::register::list(args, out, err),
+        Command::Completion(args) => crate::completion::completion(args, out, err),
+        Command::Man(args) => crate::completion::man(args, out, err),
     }
 }
 

@@ -4,6 +4,7 @@
 //! wiring. The parts it wires together live in their own crates (see ARCHITECTURE.md).
 
 pub mod cli;
+pub mod completion;
 pub mod config;
 pub mod debug;
 pub mod exec;

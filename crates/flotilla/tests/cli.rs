@@ -250,3 +250,95 @@ fn a_plugin_this_build_lacks_is_refused_before_gitlab_is_asked() {
     );
     assert!(!stderr.contains("verif"), "GitLab was not asked: {stderr}");
 }
+
+/// The completion scripts, judged by the shells themselves: bash completes a subcommand and a
+/// flag through the function the script defines, fish through `complete -C`, zsh parses it.
+#[test]
+fn shell_completions_complete_in_real_shells() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut scripts = Vec::new();
+    for shell in ["bash", "zsh", "fish"] {
+        let out = flotilla(&["completion", shell]);
+        assert!(out.status.success(), "{shell}: {}", text(&out.stderr));
+        let path = dir.path().join(format!("flotilla.{shell}"));
+        std::fs::write(&path, &out.stdout).unwrap();
+        scripts.push(path);
+    }
+    let complete_bash = |line: &str| {
+        let words: Vec<&str> = line.split(' ').collect();
+        let script = format!(
+            "source {}; COMP_WORDS=({}); COMP_CWORD={}; _flotilla flotilla {} {}; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            scripts[0].display(),
+            line,
+            words.len() - 1,
+            words[words.len() - 1],
+            words[words.len() - 2],
+        );
+        let out = Command::new("bash").args(["-c", &script]).output().unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let subcommands = complete_bash("flotilla reg");
+    assert_eq!(subcommands.trim(), "register", "{subcommands}");
+    let flags = complete_bash("flotilla register --registration");
+    assert!(flags.contains("--registration-token"), "{flags}");
+
+    let out = Command::new("zsh")
+        .args(["-n", scripts[1].to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "zsh: {}", text(&out.stderr));
+
+    let out = Command::new("fish")
+        .args([
+            "--no-config",
+            "-c",
+            &format!(
+                "source {}; complete -C 'flotilla unreg'",
+                scripts[2].display()
+            ),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "fish: {}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).starts_with("unregister"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+/// The man pages, judged by groff with every warning on, as man-db runs it: one page per
+/// command, each rendering without a warning.
+#[test]
+fn man_pages_render_cleanly_in_groff() {
+    let out = flotilla(&["man"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains(".TH flotilla 1"));
+    let dir = tempfile::tempdir().unwrap();
+    let out = flotilla(&["man", "--dir", dir.path().to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let mut pages: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    pages.sort();
+    for page in [
+        "flotilla.1",
+        "flotilla-run.1",
+        "flotilla-register.1",
+        "flotilla-exec.1",
+    ] {
+        assert!(pages.iter().any(|p| p == page), "{page} missing: {pages:?}");
+    }
+    for page in &pages {
+        let out = Command::new("groff")
+            // `-k`: through preconv, as man-db renders a page (the help text has UTF-8).
+            .args(["-k", "-man", "-Tutf8", "-ww", "-z"])
+            .arg(dir.path().join(page))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{page}");
+        assert_eq!(text(&out.stderr), "", "{page}: groff warned");
+    }
+}
