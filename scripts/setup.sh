@@ -32,6 +32,7 @@ PACKAGES=(
   python3-yaml         # libyaml in C (PyYAML's CParser): judges how flotilla reads YAML
   chromium nodejs npm  # the status page in a real browser (playwright-core from npm)
   zsh fish groff-base  # judge the generated shell completions and man pages
+  systemd              # systemd-analyze: judges the unit `flotilla install` writes
 )
 
 # The packages of PACKAGES not installed now.

@@ -55,6 +55,7 @@ const PROGRAMS: &[(&str, From)] = &[
     ("zsh", From::Apt("zsh")),
     ("fish", From::Apt("fish")),
     ("groff", From::Apt("groff-base")),
+    ("systemd-analyze", From::Apt("systemd")),
     ("node", From::Apt("nodejs")),
     ("npm", From::Apt("npm")),
     ("go", From::SetupD("plugin.sh", "golang-go")),

@@ -77,6 +77,17 @@ pub enum Command {
     Unregister(crate::register::UnregisterArgs),
     /// List the runners of the configuration (like `gitlab-runner list`).
     List(crate::register::ListArgs),
+    /// Install flotilla as a systemd service running the configuration (like
+    /// `gitlab-runner install`): writes the unit and enables it.
+    Install(crate::service::InstallArgs),
+    /// Stop and disable the service and remove its unit.
+    Uninstall(crate::service::ServiceArgs),
+    /// Start the service (`systemctl start`).
+    Start(crate::service::ServiceArgs),
+    /// Stop the service: no new jobs, running ones finish within `shutdown_timeout`.
+    Stop(crate::service::ServiceArgs),
+    /// Restart the service.
+    Restart(crate::service::ServiceArgs),
     /// Print the shell completion script for bash, zsh, fish, elvish or powershell
     /// (`flotilla completion bash > /etc/bash_completion.d/flotilla`).
     Completion(crate::completion::CompletionArgs),
@@ -282,7 +293,14 @@ fn init_logging(level: Option<&str>, format: LogOutput, default: &str) -> Result
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     // A subscriber may already be installed (tests); that is not an error worth stopping for.
+    // Under systemd (stderr is the journal), journald stamps each line itself.
+    let journald = std::env::var_os("JOURNAL_STREAM").is_some();
     let _ = match format {
+        LogOutput::Text if journald => builder
+            .with_ansi(false)
+            .without_time()
+            .fmt_fields(printable_fields())
+            .try_init(),
         LogOutput::Text => builder
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .fmt_fields(printable_fields())
@@ -325,6 +343,11 @@ pub fn execute(cli: &Cli, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode 
         Command::Verify(args) => crate::register::verify(args, err),
         Command::Unregister(args) => crate::register::unregister(args, err),
         Command::List(args) => crate::register::list(args, out, err),
+        Command::Install(args) => crate::service::install(args, err),
+        Command::Uninstall(args) => crate::service::uninstall(args, err),
+        Command::Start(args) => crate::service::control("start", args, err),
+        Command::Stop(args) => crate::service::control("stop", args, err),
+        Command::Restart(args) => crate::service::control("restart", args, err),
         Command::Completion(args) => crate::completion::completion(args, out, err),
         Command::Man(args) => crate::completion::man(args, out, err),
     }

@@ -15,6 +15,7 @@ mod progress;
 pub mod register;
 pub mod registry;
 pub mod run;
+pub mod service;
 pub mod simulate;
 pub mod status;
 mod table;

@@ -32,5 +32,6 @@ mod run_kubernetes;
 mod run_microvm;
 mod run_monitor;
 mod run_rails;
+mod service;
 mod simulate;
 mod status;
