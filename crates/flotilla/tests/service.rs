@@ -14,7 +14,9 @@ fn flotilla_with_path(args: &[&str], path_prefix: Option<&Path>) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_flotilla"));
     cmd.args(args)
         .env_remove("RUST_LOG")
-        .env_remove("FLOTILLA_CONFIG");
+        .env_remove("FLOTILLA_CONFIG")
+        // Relative to each configuration: the tests' state stays in their directories.
+        .env("FLOTILLA_STATE_DIR", "state-by-default");
     if let Some(p) = path_prefix {
         let path = std::env::var("PATH").unwrap_or_default();
         cmd.env("PATH", format!("{}:{path}", p.display()));
@@ -244,6 +246,7 @@ async fn register_install_and_the_service_takes_a_job() {
     let mut service = tokio::process::Command::new(&argv[0])
         .args(&argv[1..])
         .env_remove("RUST_LOG")
+        .env("FLOTILLA_STATE_DIR", "state-by-default")
         .env("JOURNAL_STREAM", "8:12345")
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())

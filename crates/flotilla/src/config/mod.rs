@@ -34,6 +34,7 @@ mod listen;
 pub mod location;
 mod redact;
 mod runner;
+pub mod state_location;
 pub(crate) mod schema;
 pub(crate) mod source;
 mod validate;
@@ -70,10 +71,6 @@ pub struct Loaded {
     /// Warnings, in file order: unused GitLab keys, sizing mismatches.
     pub warnings: Vec<Warning>,
 }
-
-/// The directory holding flotilla's store when `[flotilla] state_dir` is not set, relative to
-/// the configuration file's directory.
-pub const DEFAULT_STATE_DIR: &str = ".flotilla";
 
 /// The directory of `[runners.autoscaler.state_storage]` when `dir` is not set, relative to the
 /// configuration file's directory (GitLab's default).
@@ -152,7 +149,12 @@ fn load_text(text: &str, file: &str, base_dir: &Path) -> Result<Loaded, ConfigEr
         }
     };
 
-    normalize(&mut config, base_dir);
+    if let Some(message) = normalize(&mut config, base_dir) {
+        warnings.push(Warning {
+            location: map.location_of_offset(0),
+            message,
+        });
+    }
     for finding in validate::validate(&config) {
         let location = map.locate(&finding.path, finding.target);
         match finding.severity {
@@ -244,8 +246,9 @@ fn misplaced_policy_key(parent: &KeyPath, key: &str) -> Option<String> {
 }
 
 /// Replaces GitLab's "0 means default" values with the defaults, fills in the isolation level,
-/// and makes relative paths absolute against `base_dir`.
-fn normalize(config: &mut Config, base_dir: &Path) {
+/// the state directory ([`state_location`]) and makes relative paths absolute against
+/// `base_dir`. Returns what to say of the state directory, if anything.
+fn normalize(config: &mut Config, base_dir: &Path) -> Option<String> {
     if config.check_interval.is_zero() {
         config.check_interval = DEFAULT_CHECK_INTERVAL;
     }
@@ -267,13 +270,23 @@ fn normalize(config: &mut Config, base_dir: &Path) {
             base_dir.join(p)
         }
     };
-    config.flotilla.state_dir = Some(resolve(
-        config
-            .flotilla
-            .state_dir
-            .as_deref()
-            .unwrap_or(Path::new(DEFAULT_STATE_DIR)),
-    ));
+    let mut state_note = None;
+    config.flotilla.state_dir = Some(match config.flotilla.state_dir.as_deref() {
+        Some(dir) => resolve(dir),
+        None => {
+            let (dir, reason, default) = state_location::for_process(base_dir);
+            if reason == state_location::Reason::Earlier && dir != default {
+                state_note = Some(format!(
+                    "state_dir is not set: using {}, where earlier flotilla versions kept the \
+                     state, as a store is there (the default is now {}); set state_dir to say \
+                     which",
+                    dir.display(),
+                    default.display()
+                ));
+            }
+            dir
+        }
+    });
     for runner in &mut config.runners {
         if runner.request_concurrency == 0 {
             runner.request_concurrency = 1;
@@ -298,6 +311,7 @@ fn normalize(config: &mut Config, base_dir: &Path) {
                 .unwrap_or(Path::new(DEFAULT_TASKSCALER_STATE_DIR)),
         ));
     }
+    state_note
 }
 
 #[cfg(test)]
@@ -416,9 +430,10 @@ shutdown_timeout = 0
         let c = loaded.config;
         assert_eq!(c.check_interval, Duration::from_secs(3));
         assert_eq!(c.shutdown_timeout, Duration::from_secs(30));
+        // Not beside the configuration in /etc: where this process keeps state.
         assert_eq!(
-            c.flotilla.state_dir.as_deref(),
-            Some(Path::new("/etc/gitlab-runner/.flotilla"))
+            c.flotilla.state_dir,
+            Some(state_location::for_process(Path::new("/etc/gitlab-runner")).0)
         );
         let r = &c.runners[0];
         assert_eq!(r.request_concurrency, 1);
@@ -480,8 +495,8 @@ shutdown_timeout = 0
     fn relative_file_name_resolves_against_dot() {
         let loaded = Config::from_str("", "config.toml").unwrap();
         assert_eq!(
-            loaded.config.flotilla.state_dir.as_deref(),
-            Some(Path::new("./.flotilla"))
+            loaded.config.flotilla.state_dir,
+            Some(state_location::for_process(Path::new(".")).0)
         );
         assert!(loaded.config.runners.is_empty());
     }

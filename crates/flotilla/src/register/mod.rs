@@ -345,11 +345,9 @@ async fn register_runner(args: &RegisterArgs, err: &mut dyn Write) -> Result<Exi
         .runners
         .last()
         .ok_or_else(|| anyhow!("the new entry was not read back"))?;
-    let state_dir = config
-        .flotilla
-        .state_dir
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(crate::config::DEFAULT_STATE_DIR));
+    let state_dir = config.flotilla.state_dir.clone().unwrap_or_else(|| {
+        crate::config::state_location::for_process(path.parent().unwrap_or(Path::new("."))).0
+    });
     let system_id = flotilla_gitlab::system_id(&state_dir)
         .with_context(|| format!("the system id in {}", state_dir.display()))?;
     let containers = runner.isolation_levels().offers(IsolationLevel::Docker);
@@ -430,9 +428,7 @@ fn client_for(path: &Path, entry: &Entry) -> Result<Client> {
         .ok()
         .and_then(|l| l.config.flotilla.state_dir)
         .unwrap_or_else(|| {
-            path.parent()
-                .unwrap_or(Path::new("."))
-                .join(crate::config::DEFAULT_STATE_DIR)
+            crate::config::state_location::for_process(path.parent().unwrap_or(Path::new("."))).0
         });
     let system_id = flotilla_gitlab::system_id(&state_dir)
         .with_context(|| format!("the system id in {}", state_dir.display()))?;

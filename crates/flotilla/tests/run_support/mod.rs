@@ -15,7 +15,9 @@ pub(crate) struct Manager {
 }
 
 impl Manager {
-    /// Starts `flotilla run --config <config> <extra...>` with `RUST_LOG=info`.
+    /// Starts `flotilla run --config <config> <extra...>` with `RUST_LOG=info`. A
+    /// configuration without `state_dir` keeps its state beside it (`FLOTILLA_STATE_DIR`), not
+    /// in this machine's `/var/lib/flotilla`.
     pub(crate) fn start(config: &Path, extra: &[&str]) -> Manager {
         let stderr = config.with_extension(format!("stderr-{}", now_nanos()));
         let child = Command::new(env!("CARGO_BIN_EXE_flotilla"))
@@ -23,6 +25,7 @@ impl Manager {
             .arg(config)
             .args(extra)
             .env("RUST_LOG", "info")
+            .env("FLOTILLA_STATE_DIR", state_beside(config))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&stderr).unwrap())
@@ -100,6 +103,14 @@ pub(crate) fn now_nanos() -> u128 {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_nanos()
+}
+
+/// The state directory of a test's configuration that sets none: beside it.
+pub(crate) fn state_beside(config: &Path) -> PathBuf {
+    config
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join("state-by-default")
 }
 
 /// Writes `config.toml` in `dir` for one runner on the local provider with shell isolation,
