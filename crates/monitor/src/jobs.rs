@@ -234,16 +234,17 @@ pub(crate) fn linkable(url: &str) -> bool {
 mod tests {
     use super::*;
 
-    fn ended(t: &mut JobTable, id: i64, at: Instant, end: JobEnd) {
-        let mut j = JobEntry::new(&format!("job-{id}"), at - Duration::from_secs(30));
-        j.started = Some(at - Duration::from_secs(20));
+    /// Job `id` received at `received`, on a slot 10 s later, ended 30 s after it came.
+    fn ended(t: &mut JobTable, id: i64, received: Instant, end: JobEnd) {
+        let mut j = JobEntry::new(&format!("job-{id}"), received);
+        j.started = Some(received + Duration::from_secs(10));
         j.level = Some("docker".into());
         j.end = Some((
             end,
             (end == JobEnd::Failed).then(|| "script_failure".to_string()),
         ));
         t.jobs.insert(id, j);
-        assert!(t.finish(id, at).is_some());
+        assert!(t.finish(id, received + Duration::from_secs(30)).is_some());
     }
 
     #[test]
@@ -258,11 +259,11 @@ mod tests {
         assert_eq!(v[0].result, Some(JobEnd::Failed));
         assert_eq!(v[0].failure_reason.as_deref(), Some("script_failure"));
         assert_eq!((v[0].duration_s, v[0].waited_s), (30.0, Some(10.0)));
-        assert_eq!(v[1].ago_s, 120.0);
+        assert_eq!(v[1].ago_s, 90.0);
         assert!(t.jobs.is_empty(), "an ended job is no longer running");
         // An hour after the first ended, only the second is shown; a job ending later
         // drops the first for good.
-        let later = t0 + HISTORY_SPAN + Duration::from_secs(1);
+        let later = t0 + Duration::from_secs(30) + HISTORY_SPAN + Duration::from_secs(1);
         assert_eq!(
             t.ended_views(later)
                 .iter()
@@ -290,7 +291,7 @@ mod tests {
         }
         assert_eq!(t.ended.len(), HISTORY_MAX);
         assert_eq!(
-            t.ended_views(t0 + Duration::from_secs(1))[0].id,
+            t.ended_views(t0 + Duration::from_secs(60))[0].id,
             HISTORY_MAX as i64 + 49
         );
     }

@@ -34,9 +34,9 @@ mod listen;
 pub mod location;
 mod redact;
 mod runner;
-pub mod state_location;
 pub(crate) mod schema;
 pub(crate) mod source;
+pub mod state_location;
 mod validate;
 
 pub use autoscaler::{

@@ -135,12 +135,18 @@ mod tests {
             xdg_state_home: Some(Path::new("rel")),
             ..facts(false, etc)
         };
-        assert_eq!(choose(&relative).0, Path::new("/home/ada/.local/state/flotilla"));
+        assert_eq!(
+            choose(&relative).0,
+            Path::new("/home/ada/.local/state/flotilla")
+        );
         let homeless = Facts {
             home: None,
             ..facts(false, etc)
         };
-        assert_eq!(choose(&homeless).0, Path::new("/etc/gitlab-runner/.flotilla"));
+        assert_eq!(
+            choose(&homeless).0,
+            Path::new("/etc/gitlab-runner/.flotilla")
+        );
     }
 
     #[test]

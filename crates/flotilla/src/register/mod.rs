@@ -303,7 +303,7 @@ async fn register_runner(args: &RegisterArgs, err: &mut dyn Write) -> Result<Exi
         datetime("0001-01-01T00:00:00Z")?,
     );
     entries::set(&mut fresh, "executor", executor.as_str());
-    for (key, item) in entry.iter() {
+    for (key, item) in &entry {
         if !fresh.contains_key(key) {
             fresh.insert(key, item.clone());
         }

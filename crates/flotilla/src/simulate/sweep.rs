@@ -211,8 +211,10 @@ mod tests {
         };
         let mut seen = Vec::new();
         for (key, name) in KEYS {
-            let mut a = AutoscalerConfig::default();
-            a.policy = vec![Policy::default(), Policy::default()];
+            let mut a = AutoscalerConfig {
+                policy: vec![Policy::default(), Policy::default()],
+                ..AutoscalerConfig::default()
+            };
             let mut r = model.clone();
             let value = if key == SweepKey::IdleTime { "7s" } else { "7" };
             let (_, points) = parse(&format!("{name}={value}")).unwrap();
