@@ -56,6 +56,8 @@ const PROGRAMS: &[(&str, From)] = &[
     ("fish", From::Apt("fish")),
     ("groff", From::Apt("groff-base")),
     ("systemd-analyze", From::Apt("systemd")),
+    // `flotilla install` and its siblings drive systemd on an operator's machine.
+    ("systemctl", From::Apt("systemd")),
     ("node", From::Apt("nodejs")),
     ("npm", From::Apt("npm")),
     ("go", From::SetupD("plugin.sh", "golang-go")),

@@ -19,6 +19,7 @@ mod exec_features;
 mod exec_git;
 mod exec_microvm;
 mod migrate;
+mod packaging;
 mod provider_aws;
 mod provider_plugin;
 mod provider_qemu;
