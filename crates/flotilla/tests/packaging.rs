@@ -137,3 +137,185 @@ shutdown_timeout = 30
     assert_eq!(code.trim(), "0", "{}", logs());
     assert!(logs().contains("stopping: no new jobs"), "{}", logs());
 }
+
+/// Runs kubectl against `kube`, returning (success, stdout, stderr).
+async fn kubectl(
+    kube: &flotilla_testkit::fake_kube::FakeKube,
+    args: &[&str],
+) -> (bool, String, String) {
+    let path = infra::kubectl_path().expect("kubectl was probed");
+    let out = tokio::time::timeout(
+        Duration::from_secs(90),
+        tokio::process::Command::new(path)
+            .arg("--kubeconfig")
+            .arg(kube.kubeconfig())
+            .args(args)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("kubectl finished within 90 s")
+    .expect("kubectl ran");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The Kubernetes manifests (`packaging/kubernetes/flotilla.yaml`) applied by a real kubectl
+/// to the fake API server: every object is created; the configuration in the Secret is one
+/// `flotilla config check` accepts; the StatefulSet mounts that Secret and a volume where the
+/// state goes, runs as the ServiceAccount the Role is bound to, and leaves running jobs
+/// `shutdown_timeout` and a minute to finish; the Role grants what the kubernetes provider
+/// does (no real API server or authorizer checked them: see README).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn infra_kubectl_applies_the_manifests_and_they_hold_together() {
+    if !infra::require(Infra::Docker) || !infra::require(Infra::Kubectl) {
+        return;
+    }
+    let kube = flotilla_testkit::fake_kube::FakeKube::start()
+        .await
+        .unwrap();
+    let manifest =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/kubernetes/flotilla.yaml");
+    // The fake serves no OpenAPI documents, which kubectl's schema validation downloads.
+    let (ok, out, err) = kubectl(
+        &kube,
+        &[
+            "apply",
+            "-n",
+            "ci",
+            "--validate=false",
+            "-f",
+            manifest.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert!(ok, "{out}{err}");
+    for made in [
+        "serviceaccount/flotilla created",
+        "role.rbac.authorization.k8s.io/flotilla created",
+        "rolebinding.rbac.authorization.k8s.io/flotilla created",
+        "secret/flotilla-config created",
+        "service/flotilla created",
+        "statefulset.apps/flotilla created",
+    ] {
+        assert!(out.contains(made), "{made}: {out}");
+    }
+    let get = |kind: &'static str, name: &'static str| {
+        let kube = &kube;
+        async move {
+            let (ok, out, err) =
+                kubectl(kube, &["get", kind, name, "-n", "ci", "-o", "json"]).await;
+            assert!(ok, "{kind}/{name}: {err}");
+            serde_json::from_str::<serde_json::Value>(&out).unwrap()
+        }
+    };
+
+    // The configuration the Secret carries loads.
+    let secret = get("secret", "flotilla-config").await;
+    assert!(
+        secret.get("stringData").is_none(),
+        "the API server writes stringData into data"
+    );
+    use base64::Engine;
+    let config_text = String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(secret["data"]["config.toml"].as_str().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, &config_text).unwrap();
+    let check = Command::new(env!("CARGO_BIN_EXE_flotilla"))
+        .args(["config", "check", "-c", config.to_str().unwrap()])
+        .env("FLOTILLA_STATE_DIR", dir.path().join("state"))
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let shutdown_timeout: u64 = config_text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("shutdown_timeout = "))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("the configuration sets shutdown_timeout");
+
+    // The StatefulSet holds together with the rest.
+    let set = get("statefulset", "flotilla").await;
+    let pod = &set["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], "flotilla");
+    assert_eq!(
+        pod["terminationGracePeriodSeconds"].as_u64(),
+        Some(shutdown_timeout + 60),
+        "running jobs get shutdown_timeout, and a minute to report and shut the fleet down"
+    );
+    let container = &pod["containers"][0];
+    assert_eq!(container["args"], serde_json::json!(["run"]));
+    let env = |name: &str| {
+        container["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == name)
+            .and_then(|e| e["value"].as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let mount = |name: &str| {
+        container["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name)
+            .and_then(|m| m["mountPath"].as_str())
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(
+        env("FLOTILLA_CONFIG"),
+        format!("{}/config.toml", mount("config"))
+    );
+    assert_eq!(env("FLOTILLA_STATE_DIR"), mount("state"));
+    assert_eq!(pod["volumes"][0]["secret"]["secretName"], "flotilla-config");
+    assert_eq!(
+        set["spec"]["volumeClaimTemplates"][0]["metadata"]["name"],
+        "state"
+    );
+    assert_eq!(set["spec"]["replicas"], 1, "one manager per runner");
+
+    // The Role, bound to that account, grants what the kubernetes provider does.
+    let binding = get("rolebinding", "flotilla").await;
+    assert_eq!(binding["roleRef"]["name"], "flotilla");
+    assert_eq!(binding["subjects"][0]["name"], "flotilla");
+    let role = get("role", "flotilla").await;
+    let grants = |resource: &str, verb: &str| {
+        role["rules"].as_array().unwrap().iter().any(|r| {
+            r["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|x| x == resource)
+                && r["verbs"].as_array().unwrap().iter().any(|x| x == verb)
+        })
+    };
+    for (resource, verb) in [
+        ("pods", "create"),
+        ("pods", "delete"),
+        ("pods", "get"),
+        ("pods", "list"),
+        ("pods", "watch"),
+        ("pods/exec", "create"),
+        ("pods/exec", "get"),
+        ("pods/portforward", "create"),
+        ("pods/portforward", "get"),
+        ("events", "list"),
+    ] {
+        assert!(grants(resource, verb), "{verb} {resource}");
+    }
+    assert!(!grants("secrets", "get"), "no more than the provider needs");
+}

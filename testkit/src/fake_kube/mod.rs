@@ -19,6 +19,7 @@
 //! Not served: SPDY (kubectl before 1.31 for exec; `kubectl port-forward`, which tunnels SPDY
 //! in WebSocket), Tables, aggregated discovery, patch/update, every other resource.
 
+mod objects;
 mod pods;
 mod selector;
 mod server;

@@ -95,6 +95,8 @@ pub(crate) struct Store {
     /// Wakes every open exec session to drop its connection without a status (a test's
     /// stand-in for a connection lost between client, API server and node).
     pub(crate) sever: tokio::sync::Notify,
+    /// Objects of the other kinds (`kubectl apply` of a deployment's manifests).
+    pub(crate) objects: super::objects::Objects,
 }
 
 /// The one node pods are bound to.
@@ -189,6 +191,7 @@ impl Store {
             hold: Mutex::new(None),
             requests: Mutex::new(Vec::new()),
             sever: tokio::sync::Notify::new(),
+            objects: super::objects::Objects::default(),
         }
     }
 

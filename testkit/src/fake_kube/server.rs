@@ -13,6 +13,7 @@
 //! (`staging/src/k8s.io/client-go/discovery/discovery_client.go`, `downloadLegacy`). Lists are
 //! plain `PodList`s even when a `Table` is asked for: kubectl prints those itself.
 
+use super::objects::{self, Kind};
 use super::pods::{EVENT_FIELDS, POD_FIELDS, Store};
 use super::selector::{FieldSelector, LabelSelector};
 use super::status::StatusError;
@@ -150,10 +151,22 @@ async fn handle(store: Arc<Store>, req: Request<Incoming>) -> Response<Body> {
                 "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}],
             }),
         ),
-        (Method::GET, ["apis"]) => json_response(
-            200,
-            &json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []}),
-        ),
+        (Method::GET, ["apis"]) => json_response(200, &objects::group_list()),
+        (Method::GET, ["apis", group, version]) => {
+            let resources = objects::resources(group, version);
+            if resources.is_empty() {
+                error_response(&StatusError::no_route())
+            } else {
+                json_response(
+                    200,
+                    &json!({
+                        "kind": "APIResourceList",
+                        "groupVersion": format!("{group}/{version}"),
+                        "resources": resources,
+                    }),
+                )
+            }
+        }
         (Method::GET, ["api", "v1"]) => json_response(200, &resource_list()),
         (Method::GET, ["api", "v1", "namespaces", ns]) => json_response(
             200,
@@ -223,6 +236,29 @@ async fn handle(store: Arc<Store>, req: Request<Incoming>) -> Response<Body> {
             let (ns, name) = (ns.to_string(), name.to_string());
             stream::port_forward(store, req, &ns, &name, &params).await
         }
+        (_, ["api", "v1", "namespaces", ns, resource, rest @ ..])
+            if objects::kind_at("", "v1", resource).is_some() =>
+        {
+            let kind = objects::kind_at("", "v1", resource);
+            let (ns, rest) = (ns.to_string(), rest.iter().map(|s| s.to_string()).collect());
+            object_route(&store, method, kind, &ns, rest, req).await
+        }
+        (
+            _,
+            [
+                "apis",
+                group,
+                version,
+                "namespaces",
+                ns,
+                resource,
+                rest @ ..,
+            ],
+        ) if objects::kind_at(group, version, resource).is_some() => {
+            let kind = objects::kind_at(group, version, resource);
+            let (ns, rest) = (ns.to_string(), rest.iter().map(|s| s.to_string()).collect());
+            object_route(&store, method, kind, &ns, rest, req).await
+        }
         (Method::GET, ["api", "v1", "namespaces", ns, "events"]) => {
             list_events(&store, Some(ns), &single)
         }
@@ -234,7 +270,57 @@ async fn handle(store: Arc<Store>, req: Request<Incoming>) -> Response<Body> {
     }
 }
 
+/// Create, get, list and delete of the kinds [`objects`] keeps.
+async fn object_route(
+    store: &Arc<Store>,
+    method: Method,
+    kind: Option<Kind>,
+    ns: &str,
+    rest: Vec<String>,
+    req: Request<Incoming>,
+) -> Response<Body> {
+    let Some(kind) = kind else {
+        return error_response(&StatusError::no_route());
+    };
+    let objects = &store.objects;
+    let result = match (method, rest.as_slice()) {
+        (Method::GET, []) => Ok(json_response(200, &objects.list(kind, ns))),
+        (Method::POST, []) => {
+            let body = match req.into_body().collect().await {
+                Ok(b) => b.to_bytes(),
+                Err(e) => {
+                    return error_response(&StatusError::bad_request(format!(
+                        "reading the body: {e}"
+                    )));
+                }
+            };
+            match serde_json::from_slice::<Value>(&body) {
+                Ok(object) => objects
+                    .create(kind, ns, object)
+                    .map(|o| json_response(201, &o)),
+                Err(e) => Err(StatusError::bad_request(format!(
+                    "the body of the request was in an unknown format - accepted media types include: application/json: {e}"
+                ))),
+            }
+        }
+        (Method::GET, [name]) => objects.get(kind, ns, name).map(|o| json_response(200, &o)),
+        (Method::DELETE, [name]) => objects
+            .delete(kind, ns, name)
+            .map(|o| json_response(200, &o)),
+        (m, _) => Err(StatusError::method_not_supported(kind.resource, m.as_str())),
+    };
+    result.unwrap_or_else(|e| error_response(&e))
+}
+
 fn resource_list() -> Value {
+    let mut list = core_resource_list();
+    if let Some(r) = list["resources"].as_array_mut() {
+        r.extend(objects::resources("", "v1"));
+    }
+    list
+}
+
+fn core_resource_list() -> Value {
     json!({
         "kind": "APIResourceList",
         "groupVersion": "v1",
