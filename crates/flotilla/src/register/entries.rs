@@ -143,21 +143,37 @@ impl ConfigDocument {
 }
 
 /// The first `[[runners]]` entry of a template file (gitlab-runner's `--template-config`):
-/// the new entry starts from it, and what the command line says wins.
+/// the new entry starts from it, and what the command line says wins. Its tables forget where
+/// they stood in the template: toml_edit writes tables in the order of those positions, so a
+/// `[runners.autoscaler]` keeping the template's would be written into an earlier runner of
+/// the file it is appended to.
 pub(super) fn template_entry(text: &str, file: &str) -> Result<Table, EntriesError> {
     let doc = ConfigDocument::parse(text, file)?;
-    doc.doc
+    let mut entry = doc
+        .doc
         .get("runners")
         .and_then(Item::as_array_of_tables)
         .and_then(|l| l.get(0))
         .cloned()
         .ok_or_else(|| EntriesError::EmptyTemplate {
             file: file.to_string(),
-        })
+        })?;
+    forget_positions(&mut entry);
+    Ok(entry)
 }
 
-/// Sets `key` of `entry` to `value`, as the first keys of the entry (where gitlab-runner
-/// writes them) when it was not there.
+fn forget_positions(t: &mut Table) {
+    t.set_position(None);
+    for (_, item) in t.iter_mut() {
+        match item {
+            Item::Table(sub) => forget_positions(sub),
+            Item::ArrayOfTables(list) => list.iter_mut().for_each(forget_positions),
+            _ => {}
+        }
+    }
+}
+
+/// Sets `key` of `entry` to `value` (appended when it was not there).
 pub(super) fn set(entry: &mut Table, key: &str, value: impl Into<Value>) {
     entry.insert(key, Item::Value(value.into()));
 }
@@ -246,6 +262,25 @@ concurrent = 4
         // It reads back as TOML with one entry.
         let again = ConfigDocument::parse(&text, "c.toml").unwrap();
         assert_eq!(again.entries().len(), 1);
+    }
+
+    #[test]
+    fn a_templated_entry_lands_after_the_runners_already_there() {
+        let existing = "concurrent = 2\n\n[[runners]]\n  name = \"old\"\n  executor = \"docker-autoscaler\"\n  [runners.autoscaler]\n    plugin = \"docker\"\n";
+        let template = "[[runners]]\n  executor = \"docker-autoscaler\"\n  [runners.docker]\n    image = \"alpine\"\n  [runners.autoscaler]\n    plugin = \"aws\"\n";
+        let mut d = ConfigDocument::parse(existing, "c.toml").unwrap();
+        let mut t = template_entry(template, "t.toml").unwrap();
+        set(&mut t, "name", "new");
+        indent(&mut t);
+        d.append(t);
+        let text = d.text();
+        let doc: toml::Table = toml::from_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let runners = doc["runners"].as_array().unwrap();
+        assert_eq!(runners[0]["autoscaler"]["plugin"].as_str(), Some("docker"), "{text}");
+        assert!(runners[0].get("docker").is_none(), "{text}");
+        assert_eq!(runners[1]["name"].as_str(), Some("new"));
+        assert_eq!(runners[1]["autoscaler"]["plugin"].as_str(), Some("aws"), "{text}");
+        assert_eq!(runners[1]["docker"]["image"].as_str(), Some("alpine"), "{text}");
     }
 
     #[test]

@@ -37,6 +37,22 @@ pub struct InstallArgs {
     /// Only write the unit: do not ask systemd to load and enable it.
     #[arg(long)]
     pub no_systemctl: bool,
+    /// The flotilla binary the unit starts (absolute; default: this one).
+    #[arg(long, value_name = "PATH")]
+    pub binary: Option<PathBuf>,
+    /// Build the unit for a system staged under DIR (a package being made): `--config` is
+    /// the path on that system, read under DIR; the unit is written under DIR; systemd is not
+    /// asked.
+    #[arg(long, value_name = "DIR", requires = "config")]
+    pub root: Option<PathBuf>,
+}
+
+/// `path` under the staging `root`, when there is one.
+fn staged(root: Option<&std::path::Path>, path: &std::path::Path) -> PathBuf {
+    match root {
+        Some(r) => r.join(path.strip_prefix("/").unwrap_or(path)),
+        None => path.to_path_buf(),
+    }
 }
 
 /// Options of `flotilla uninstall`, `start`, `stop` and `restart`.
@@ -94,6 +110,14 @@ pub fn install(args: &InstallArgs, err: &mut dyn Write) -> ExitCode {
         );
         return ExitCode::from(2);
     };
+    let root = args.root.as_deref();
+    if root.is_some() && !config.is_absolute() {
+        let _ = writeln!(
+            err,
+            "error: with --root, --config is the configuration's absolute path on the staged system"
+        );
+        return ExitCode::from(2);
+    }
     let config = match std::path::absolute(&config) {
         Ok(p) => p,
         Err(e) => {
@@ -101,18 +125,25 @@ pub fn install(args: &InstallArgs, err: &mut dyn Write) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let Some(loaded) = crate::cli::load_config(&config, err) else {
+    let Some(loaded) = crate::cli::load_config(&staged(root, &config), err) else {
         return ExitCode::from(2);
     };
     if !crate::cli::providers_available(&loaded, err) {
         return ExitCode::from(2);
     }
-    let binary = match std::env::current_exe().and_then(|p| p.canonicalize()) {
-        Ok(p) => p,
-        Err(e) => {
-            let _ = writeln!(err, "error: where this flotilla binary is: {e}");
-            return ExitCode::FAILURE;
+    let binary = match &args.binary {
+        Some(b) if b.is_absolute() => b.clone(),
+        Some(b) => {
+            let _ = writeln!(err, "error: --binary {} is not an absolute path", b.display());
+            return ExitCode::from(2);
         }
+        None => match std::env::current_exe().and_then(|p| p.canonicalize()) {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = writeln!(err, "error: where this flotilla binary is: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
     };
     let paths = [&binary, &config];
     if paths
@@ -133,7 +164,7 @@ pub fn install(args: &InstallArgs, err: &mut dyn Write) -> ExitCode {
         working_directory: args.working_directory.clone(),
         shutdown_timeout: loaded.shutdown_timeout,
     };
-    let dir = &args.unit_dir;
+    let dir = &staged(root, &args.unit_dir);
     let path = dir.join(format!("{}.service", args.service));
     if path.exists() {
         let _ = writeln!(
@@ -151,7 +182,7 @@ pub fn install(args: &InstallArgs, err: &mut dyn Write) -> ExitCode {
         return ExitCode::FAILURE;
     }
     let _ = writeln!(err, "Wrote {} (runs {})", path.display(), config.display());
-    if args.no_systemctl {
+    if args.no_systemctl || root.is_some() {
         return ExitCode::SUCCESS;
     }
     let unit_name = format!("{}.service", args.service);
