@@ -167,7 +167,7 @@ async fn kubectl(
 /// to the fake API server: every object is created; the configuration in the Secret is one
 /// `flotilla config check` accepts; the StatefulSet mounts that Secret and a volume where the
 /// state goes, runs as the ServiceAccount the Role is bound to, and leaves running jobs
-/// `shutdown_timeout` and a minute to finish; the Role grants what the kubernetes provider
+/// `shutdown_timeout` and two minutes more to stop; the Role grants what the kubernetes provider
 /// does (no real API server or authorizer checked them: see README).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn infra_kubectl_applies_the_manifests_and_they_hold_together() {
@@ -251,8 +251,8 @@ async fn infra_kubectl_applies_the_manifests_and_they_hold_together() {
     assert_eq!(pod["serviceAccountName"], "flotilla");
     assert_eq!(
         pod["terminationGracePeriodSeconds"].as_u64(),
-        Some(shutdown_timeout + 60),
-        "running jobs get shutdown_timeout, and a minute to report and shut the fleet down"
+        Some(shutdown_timeout + 120),
+        "running jobs get shutdown_timeout, and two minutes to report and shut the fleet down"
     );
     let container = &pod["containers"][0];
     assert_eq!(container["args"], serde_json::json!(["run"]));

@@ -83,9 +83,9 @@ fn install_writes_a_unit_systemd_accepts_and_the_verbs_ask_systemctl() {
         written.contains(&format!("run --config \"{c}\"")),
         "{written}"
     );
-    // shutdown_timeout = 30 in the configuration, and a minute to report and shut down.
+    // shutdown_timeout = 30 in the configuration, and two minutes to report and shut down.
     assert!(
-        written.contains("TimeoutStopSec=90s") && written.contains("KillMode=mixed"),
+        written.contains("TimeoutStopSec=150s") && written.contains("KillMode=mixed"),
         "{written}"
     );
     assert_systemd_accepts(&unit);

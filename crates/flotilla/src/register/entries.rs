@@ -276,11 +276,23 @@ concurrent = 4
         let text = d.text();
         let doc: toml::Table = toml::from_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
         let runners = doc["runners"].as_array().unwrap();
-        assert_eq!(runners[0]["autoscaler"]["plugin"].as_str(), Some("docker"), "{text}");
+        assert_eq!(
+            runners[0]["autoscaler"]["plugin"].as_str(),
+            Some("docker"),
+            "{text}"
+        );
         assert!(runners[0].get("docker").is_none(), "{text}");
         assert_eq!(runners[1]["name"].as_str(), Some("new"));
-        assert_eq!(runners[1]["autoscaler"]["plugin"].as_str(), Some("aws"), "{text}");
-        assert_eq!(runners[1]["docker"]["image"].as_str(), Some("alpine"), "{text}");
+        assert_eq!(
+            runners[1]["autoscaler"]["plugin"].as_str(),
+            Some("aws"),
+            "{text}"
+        );
+        assert_eq!(
+            runners[1]["docker"]["image"].as_str(),
+            Some("alpine"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -134,7 +134,11 @@ pub fn install(args: &InstallArgs, err: &mut dyn Write) -> ExitCode {
     let binary = match &args.binary {
         Some(b) if b.is_absolute() => b.clone(),
         Some(b) => {
-            let _ = writeln!(err, "error: --binary {} is not an absolute path", b.display());
+            let _ = writeln!(
+                err,
+                "error: --binary {} is not an absolute path",
+                b.display()
+            );
             return ExitCode::from(2);
         }
         None => match std::env::current_exe().and_then(|p| p.canonicalize()) {
@@ -145,14 +149,20 @@ pub fn install(args: &InstallArgs, err: &mut dyn Write) -> ExitCode {
             }
         },
     };
-    let paths = [&binary, &config];
-    if paths
-        .iter()
-        .any(|p| p.to_string_lossy().chars().any(char::is_control))
-    {
+    let words: Vec<String> = [
+        Some(&binary),
+        Some(&config),
+        args.working_directory.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|p| p.to_string_lossy().into_owned())
+    .chain(args.user.clone())
+    .collect();
+    if words.iter().any(|w| w.chars().any(char::is_control)) {
         let _ = writeln!(
             err,
-            "error: a path with a control character cannot go in a unit"
+            "error: a path or user with a control character cannot go in a unit"
         );
         return ExitCode::from(2);
     }
@@ -163,6 +173,11 @@ pub fn install(args: &InstallArgs, err: &mut dyn Write) -> ExitCode {
         user: args.user.clone(),
         working_directory: args.working_directory.clone(),
         shutdown_timeout: loaded.shutdown_timeout,
+        state_dir: loaded
+            .flotilla
+            .state_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(crate::config::state_location::SYSTEM_STATE_DIR)),
     };
     let dir = &staged(root, &args.unit_dir);
     let path = dir.join(format!("{}.service", args.service));

@@ -6,11 +6,12 @@
 //! longer than `TimeoutStopSec` does systemd kill what is left. Job processes the shell level
 //! started are in the unit's cgroup too, and are not signalled first.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// Time given on top of `shutdown_timeout` to report jobs and shut the fleet down.
-pub(crate) const STOP_MARGIN: Duration = Duration::from_secs(60);
+/// Time given on top of `shutdown_timeout` to report the jobs, then shut the fleet down
+/// (with `delete_instances_on_shutdown`, deletions through a cloud's API).
+pub(crate) const STOP_MARGIN: Duration = Duration::from_secs(120);
 
 /// What a unit is made of.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,11 +28,24 @@ pub(crate) struct UnitSpec {
     pub(crate) working_directory: Option<PathBuf>,
     /// The configuration's `shutdown_timeout`.
     pub(crate) shutdown_timeout: Duration,
+    /// The state directory the configuration resolves to for the installing user: the
+    /// service gets the same (`FLOTILLA_STATE_DIR`), whatever user it runs as, so `flotilla
+    /// status` run by that user reads the service's store.
+    pub(crate) state_dir: PathBuf,
 }
 
 /// Quotes `s` for a systemd command line (`"..."` with `\` and `"` escaped, `%` doubled so it
 /// is not a specifier, `$` doubled so it is not a variable).
 fn quote(s: &str) -> String {
+    quote_with(s, true)
+}
+
+/// Quotes `s` for `Environment=`, where `$` is not expanded.
+fn quote_setting(s: &str) -> String {
+    quote_with(s, false)
+}
+
+fn quote_with(s: &str, command_line: bool) -> String {
     let mut out = String::from("\"");
     for c in s.chars() {
         match c {
@@ -40,7 +54,7 @@ fn quote(s: &str) -> String {
                 out.push(c);
             }
             '%' => out.push_str("%%"),
-            '$' => out.push_str("$$"),
+            '$' if command_line => out.push_str("$$"),
             _ => out.push(c),
         }
     }
@@ -74,11 +88,24 @@ pub(crate) fn unit(spec: &UnitSpec) -> String {
             dir.to_string_lossy().replace('%', "%%")
         ));
     }
+    s.push_str(&format!(
+        "Environment={}\n",
+        quote_setting(&format!(
+            "FLOTILLA_STATE_DIR={}",
+            spec.state_dir.to_string_lossy()
+        ))
+    ));
+    // systemd makes /var/lib/flotilla and gives it to `User=` (root's default state dir).
+    if spec.state_dir == Path::new("/var/lib/flotilla") {
+        s.push_str("StateDirectory=flotilla\nStateDirectoryMode=0700\n");
+    }
     s.push_str("Restart=always\n");
     s.push_str("RestartSec=5s\n");
     s.push_str(
         "# SIGTERM to flotilla alone: it stops taking jobs and lets running ones finish\n\
-         # within shutdown_timeout; whatever is left after TimeoutStopSec is killed.\n",
+         # within shutdown_timeout; whatever is left after TimeoutStopSec is killed.\n\
+         # TimeoutStopSec is shutdown_timeout + 120 s as it was at `flotilla install`: run\n\
+         # `flotilla uninstall` and `install` again after changing shutdown_timeout.\n",
     );
     s.push_str("KillMode=mixed\n");
     s.push_str("KillSignal=SIGTERM\n");
@@ -102,6 +129,7 @@ mod tests {
             user: None,
             working_directory: None,
             shutdown_timeout: Duration::from_secs(30),
+            state_dir: "/var/lib/flotilla".into(),
         }
     }
 
@@ -113,11 +141,13 @@ mod tests {
         ));
         assert!(u.contains("KillMode=mixed\n"));
         assert!(
-            u.contains("TimeoutStopSec=90s\n"),
-            "shutdown_timeout + 60 s"
+            u.contains("TimeoutStopSec=150s\n"),
+            "shutdown_timeout + 120 s"
         );
         assert!(u.contains("Restart=always\n"));
         assert!(!u.contains("User="));
+        assert!(u.contains("Environment=\"FLOTILLA_STATE_DIR=/var/lib/flotilla\"\n"));
+        assert!(u.contains("StateDirectory=flotilla\n"));
     }
 
     #[test]
@@ -125,6 +155,7 @@ mod tests {
         let mut s = spec();
         s.config = "/etc/my \"odd\" 100%$HOME.toml".into();
         s.user = Some("gitlab-runner".into());
+        s.state_dir = "/srv/$ci".into();
         s.working_directory = Some("/home/gitlab-runner".into());
         let u = unit(&s);
         assert!(
@@ -132,6 +163,11 @@ mod tests {
             "{u}"
         );
         assert!(u.contains("User=gitlab-runner\n"));
+        assert!(
+            u.contains("Environment=\"FLOTILLA_STATE_DIR=/srv/$ci\"\n"),
+            "{u}"
+        );
+        assert!(!u.contains("StateDirectory="), "only for /var/lib/flotilla");
         assert!(u.contains("WorkingDirectory=/home/gitlab-runner\n"));
     }
 }
