@@ -233,12 +233,21 @@ fn a_sweep_of_a_limit_or_a_duration_shows_cost_against_waits() {
         "and waits far longer: {stdout}"
     );
     assert!(
-        stdout
-            .contains("the fleet cannot keep up with 60 jobs an hour at max_instances=1: 2 slots"),
+        stdout.contains(
+            "the fleet cannot keep up with 60 jobs an hour at max_instances=1: 2 at once \
+             (max_instances x capacity_per_instance)"
+        ),
         "{stdout}"
     );
     assert!(!stdout.contains("max_instances=10:"), "{stdout}");
     assert!(is_png(&plots.join("sweep-max_instances.png")));
+    // The runner's limit bounds the fleet too.
+    let stdout = run("limit=1,8", &["--workload", csv.to_str().unwrap()]);
+    assert!(
+        stdout.contains("at limit=1: 1 at once (limit) run at most"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("limit=8:"), "{stdout}");
 
     // A duration: in a day of bursts, instances kept idle longer cost more and jobs wait
     // less.

@@ -2,12 +2,29 @@
 //! (pure): the numbers `simulate` prints beside the wait percentiles, so that an overloaded
 //! fleet is said to be one, not shown as a long median wait beside "0 jobs timed out".
 
-use flotilla_sim::JobSpec;
+use flotilla_sim::{JobSpec, Spec};
 use std::time::Duration;
 
 /// GitLab drops a job still pending after a day as `stuck_or_timeout_failure`
 /// (`Ci::StuckBuilds::DropPendingService`, `BUILD_PENDING_OUTDATED_TIMEOUT = 1.day`).
 pub(super) const GITLAB_PENDING_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
+/// The most jobs `spec` runs at once, and the setting that says so: the fleet's slots
+/// (`max_instances x capacity_per_instance`), the runner's `limit` or the process's
+/// `concurrent`, whichever is least; `None` when nothing bounds it.
+pub(super) fn most_at_once(spec: &Spec) -> Option<(u32, &'static str)> {
+    let to_u32 = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    [
+        spec.scaler
+            .max_slots()
+            .map(|n| (to_u32(n), "max_instances x capacity_per_instance")),
+        (spec.runner.limit > 0).then(|| (to_u32(spec.runner.limit), "limit")),
+        (spec.runner.concurrent > 0).then(|| (to_u32(spec.runner.concurrent), "concurrent")),
+    ]
+    .into_iter()
+    .flatten()
+    .min_by_key(|(n, _)| *n)
+}
 
 /// The workload's demand against the most the limits allow.
 #[derive(Debug, Clone, PartialEq)]

@@ -206,11 +206,10 @@ fn simulate(args: &SimulateArgs, out: &mut dyn Write, err: &mut dyn Write) -> Re
     match sweep {
         None => {
             let t = Instant::now();
-            // Unlimited instances (max_instances = 0): no most to compare against.
-            let throughput = base.scaler.max_slots().map(|slots| {
-                let slots = u32::try_from(slots).unwrap_or(u32::MAX);
-                (capacity::Throughput::of(&jobs, slots), slots)
-            });
+            // Nothing bounds the fleet (max_instances = 0, no limit): no most to compare
+            // against.
+            let throughput = capacity::most_at_once(&base)
+                .map(|(slots, what)| (capacity::Throughput::of(&jobs, slots), slots, what));
             let outcome = flotilla_sim::run(&base, jobs)?;
             let wall = t.elapsed();
             print_outcome(out, &outcome, wall, start);
@@ -253,12 +252,11 @@ fn simulate(args: &SimulateArgs, out: &mut dyn Write, err: &mut dyn Write) -> Re
                     o.jobs - o.served,
                     wall.as_secs_f64()
                 );
-                if let Some(slots) = spec.scaler.max_slots() {
-                    let slots = u32::try_from(slots).unwrap_or(u32::MAX);
+                if let Some((slots, what)) = capacity::most_at_once(&spec) {
                     let t = capacity::Throughput::of(&jobs, slots);
                     if t.overloaded() {
                         overloaded.push(format!(
-                            "{}={}: {slots} slots run at most {:.0} jobs an hour",
+                            "{}={}: {slots} at once ({what}) run at most {:.0} jobs an hour",
                             key.name(),
                             point.text,
                             t.most_per_hour
@@ -303,16 +301,16 @@ fn simulate(args: &SimulateArgs, out: &mut dyn Write, err: &mut dyn Write) -> Re
 fn print_capacity(
     out: &mut dyn Write,
     o: &Outcome,
-    throughput: Option<&(capacity::Throughput, u32)>,
+    throughput: Option<&(capacity::Throughput, u32, &'static str)>,
 ) {
-    if let Some((t, slots)) = throughput
+    if let Some((t, slots, what)) = throughput
         && t.overloaded()
     {
         let _ = writeln!(
             out,
             "the fleet cannot keep up: jobs arrive at {:.0} an hour, and its {slots} slots \
-             (max_instances x capacity_per_instance) run at most {:.0} an hour at the mean job \
-             duration; the queue grows for as long as the workload lasts",
+             ({what}) run at most {:.0} an hour at the mean job duration; the queue grows for \
+             as long as the workload lasts",
             t.arriving_per_hour, t.most_per_hour
         );
     }

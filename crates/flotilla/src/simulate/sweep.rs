@@ -61,10 +61,13 @@ impl SweepKey {
         KEYS.iter().find(|(_, n)| *n == name).map(|(k, _)| *k)
     }
 
-    /// The least value that means something (a slot per instance, a request at a time).
+    /// The least value that means something (a slot per instance, a request at a time, a
+    /// job at a time: `concurrent = 0` runs no job, as `config check` says).
     fn least(self) -> u32 {
         match self {
-            SweepKey::CapacityPerInstance | SweepKey::RequestConcurrency => 1,
+            SweepKey::CapacityPerInstance | SweepKey::RequestConcurrency | SweepKey::Concurrent => {
+                1
+            }
             _ => 0,
         }
     }
@@ -192,6 +195,7 @@ mod tests {
         assert!(parse("idle_time=10").is_err(), "a Go duration has a unit");
         assert!(parse("scale_factor=-1").is_err());
         assert!(parse("capacity_per_instance=0").is_err());
+        assert!(parse("concurrent=0").is_err(), "run would take no job");
         assert!(parse("max_instances=-1").is_err());
         assert!(parse("idle_count").is_err());
         let unknown = parse("idle_tim=1").unwrap_err().to_string();
