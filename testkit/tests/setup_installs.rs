@@ -109,7 +109,7 @@ const BASE: &[&str] = &[
     "sh", "/bin/sh", "bash", "dash", "kill", "true", "false", "env", "tar", "gzip", "cat", "sleep",
     "mkdir", "rm", "cp", "mv", "ls", "id", "uname", "date", "grep", "sed", "script", "setsid",
     "nohup", "timeout", "stat", "chmod", "chown", "ln", "touch", "sort", "head", "tail", "wc",
-    "tr", "find", "xargs", "mount", "umount", "awk",
+    "tr", "find", "xargs", "mount", "umount", "awk", "setpriv",
 ];
 
 fn root() -> PathBuf {

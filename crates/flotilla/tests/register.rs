@@ -332,6 +332,60 @@ async fn register_refuses_before_anything_is_sent_or_written() {
     assert!(!config.exists());
 }
 
+/// A configuration that cannot be written after GitLab made the runner: the runner is deleted
+/// again, since its token (never printed) would be lost with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_whose_entry_cannot_be_written_is_deleted_again() {
+    let gl = gitlab().await;
+    let dir = tempfile::tempdir().unwrap();
+    // A file that reads but whose directory takes no new file (the rename's): as root, whom
+    // permissions do not stop, flotilla runs as nobody.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let ro = dir.path().join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    let config = ro.join("config.toml");
+    std::fs::write(&config, "concurrent = 1\n").unwrap();
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let args = [
+        "register",
+        "-c",
+        config.to_str().unwrap(),
+        "--url",
+        gl.url(),
+        "-r",
+        REGISTRATION,
+        "--executor",
+        "shell",
+    ];
+    let out = if nix::unistd::geteuid().is_root() {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_flotilla"))
+            .args(args)
+            .env_remove("RUST_LOG")
+            .env("FLOTILLA_STATE_DIR", "state-by-default")
+            .output()
+            .unwrap()
+    } else {
+        flotilla(&args)
+    };
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("deleted again"), "{stderr}");
+    let created = gl.requests_to("POST", "/api/v4/runners");
+    assert_eq!(created.len(), 1);
+    assert_eq!(
+        gl.requests_to("DELETE", "/api/v4/runners").len(),
+        1,
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&config).unwrap(),
+        "concurrent = 1\n"
+    );
+}
+
 /// A GitLab with registration tokens turned off says how to do it instead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registration_tokens_turned_off_are_explained() {

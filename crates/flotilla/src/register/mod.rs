@@ -393,7 +393,33 @@ async fn register_runner(args: &RegisterArgs, err: &mut dyn Write) -> Result<Exi
     }
     entries::indent(&mut entry);
     doc.append(entry);
-    write_text(&path, &doc.text())?;
+    if let Err(e) = write_text(&path, &doc.text()) {
+        // The token exists nowhere else: a runner GitLab just made for it would be left
+        // orphaned there. Delete it again (a verified runner made in GitLab stays as it was).
+        if legacy {
+            let made = Client::new(ClientConfig::new(
+                args.url.clone(),
+                Secret::new(token.clone()),
+                String::new(),
+                Info::flotilla(&executor, containers),
+            ))?;
+            match made.unregister().await {
+                Ok(()) => {
+                    let _ = writeln!(
+                        err,
+                        "the configuration could not be written, so the runner GitLab just made was deleted again"
+                    );
+                }
+                Err(d) => {
+                    let _ = writeln!(
+                        err,
+                        "the configuration could not be written, and deleting the runner GitLab just made failed too ({d}): delete runner {id} in GitLab"
+                    );
+                }
+            }
+        }
+        return Err(e);
+    }
     let _ = writeln!(
         err,
         "Runner {name:?} registered. Check the configuration with `flotilla config check -c {file}`, \
