@@ -11,7 +11,7 @@
 # the few programs the shell level runs: mkdir, rm, tar, ...), the CA certificates and users
 # root and flotilla. It has no git: it is a manager for autoscaled fleets, whose instances
 # fetch sources; a shell runner inside it takes only GIT_STRATEGY=none jobs. Needs docker and
-# busybox-static (scripts/setup.sh installs them).
+# busybox-static and tini (scripts/setup.sh installs them).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -34,6 +34,8 @@ for lib in $(for p in "$binary" /bin/bash; do ldd "$p"; done | awk '$2 == "=>" &
   cp -L "$lib" "$root$lib"
 done
 cp /bin/busybox "$root/bin/busybox"
+# PID 1: flotilla as PID 1 would never reap the orphans of the jobs it runs on this host.
+install -D -m 0755 /usr/bin/tini-static "$root/usr/bin/tini"
 for applet in $("$root/bin/busybox" --list); do
   [ -e "$root/bin/$applet" ] || ln -s busybox "$root/bin/$applet"
 done

@@ -33,6 +33,8 @@ PACKAGES=(
   chromium nodejs npm  # the status page in a real browser (playwright-core from npm)
   zsh fish groff-base  # judge the generated shell completions and man pages
   systemd              # systemd-analyze: judges the unit `flotilla install` writes
+  tini                 # tini-static: PID 1 of the manager's image (reaps orphans)
+  lintian              # judges the Debian package scripts/build-deb.sh makes
 )
 
 # The packages of PACKAGES not installed now.

@@ -294,7 +294,7 @@ fn init_logging(level: Option<&str>, format: LogOutput, default: &str) -> Result
         .with_writer(std::io::stderr);
     // A subscriber may already be installed (tests); that is not an error worth stopping for.
     // Under systemd (stderr is the journal), journald stamps each line itself.
-    let journald = std::env::var_os("JOURNAL_STREAM").is_some();
+    let journald = stderr_is_the_journal();
     let _ = match format {
         LogOutput::Text if journald => builder
             .with_ansi(false)
@@ -308,6 +308,22 @@ fn init_logging(level: Option<&str>, format: LogOutput, default: &str) -> Result
         LogOutput::Json => builder.json().try_init(),
     };
     Ok(())
+}
+
+/// Whether stderr is connected to the journal: `JOURNAL_STREAM` names its device and inode
+/// (`<dev>:<ino>`), as systemd documents (systemd.exec(5)); the variable alone is inherited by
+/// any program a service or a terminal under systemd starts.
+fn stderr_is_the_journal() -> bool {
+    let Some(stream) = std::env::var_os("JOURNAL_STREAM") else {
+        return false;
+    };
+    let Some((dev, ino)) = stream.to_str().and_then(|s| s.split_once(':')) else {
+        return false;
+    };
+    let (Ok(dev), Ok(ino)) = (dev.parse::<u64>(), ino.parse::<u64>()) else {
+        return false;
+    };
+    nix::sys::stat::fstat(std::io::stderr()).is_ok_and(|st| st.st_dev == dev && st.st_ino == ino)
 }
 
 /// The text log's fields, each value with its control characters escaped: a job name, a

@@ -64,7 +64,7 @@ async fn infra_docker_the_manager_image_takes_a_job_and_stops_on_sigterm() {
     assert!(ok, "{history}");
     assert_eq!(
         history.trim(),
-        r#"["/usr/local/bin/flotilla"] ["run"] SIGTERM"#
+        r#"["/usr/bin/tini","--","/usr/local/bin/flotilla"] ["run"] SIGTERM"#
     );
 
     let dir = tempfile::tempdir().unwrap();
@@ -109,9 +109,13 @@ shutdown_timeout = 30
 
     let job = gl.enqueue(
         token,
+        // The image has no apt-get and its own flotilla: the job ran in it, not on the host.
         JobBuilder::new("contained").script([
             "echo in a container as $(id -u)",
-            "test -f /.dockerenv || test -f /proc/1/cgroup",
+            "test ! -e /usr/bin/apt-get",
+            "test -x /usr/local/bin/flotilla",
+            // An orphan: its parent exits at once, it ends a moment later.
+            "(sleep 1 &)",
         ]),
     );
     assert!(
@@ -125,6 +129,17 @@ shutdown_timeout = 30
         String::from_utf8_lossy(&finished.trace).contains("in a container as 0"),
         "{}",
         String::from_utf8_lossy(&finished.trace)
+    );
+    // The orphan ended after the job and was reaped (PID 1 is tini, not flotilla).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (ok, states) = docker(&["exec", &name, "ps", "-o", "stat,comm"]);
+    assert!(ok, "{states}");
+    assert!(
+        !states
+            .lines()
+            .skip(1)
+            .any(|l| l.trim_start().starts_with('Z')),
+        "a zombie: {states}"
     );
     // The state went to the image's volume, not beside the read-only configuration.
     let (ok, listing) = docker(&["exec", &name, "ls", "/var/lib/flotilla"]);

@@ -260,6 +260,32 @@ async fn a_legacy_registration_creates_the_runner_and_unregister_deletes_it() {
     let out = flotilla(&["verify", "-c", c, "--delete"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(!read(&config).contains("doomed"));
+
+    // --all-runners, with a token in the environment for other commands, as gitlab-runner's.
+    for name in ["one", "two"] {
+        let out = flotilla(&[
+            "register",
+            "-c",
+            c,
+            "--url",
+            gl.url(),
+            "--registration-token",
+            REGISTRATION,
+            "--executor",
+            "shell",
+            "--name",
+            name,
+        ]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_flotilla"))
+        .args(["unregister", "-c", c, "--all-runners"])
+        .env("CI_SERVER_TOKEN", "glrt-set-for-something-else")
+        .env("FLOTILLA_STATE_DIR", "state-by-default")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!read(&config).contains("[[runners]]"));
 }
 
 /// Nothing is sent or written when the entry would not work or the token is refused.

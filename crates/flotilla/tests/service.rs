@@ -243,13 +243,20 @@ async fn register_install_and_the_service_takes_a_job() {
     assert_eq!(argv[1..], ["run", "--config", c]);
 
     let log = dir.path().join("journal.log");
+    let journal_file = std::fs::File::create(&log).unwrap();
+    // systemd's JOURNAL_STREAM names the journal stream's device and inode: here, the file's.
+    let stream = {
+        use std::os::unix::fs::MetadataExt;
+        let meta = journal_file.metadata().unwrap();
+        format!("{}:{}", meta.dev(), meta.ino())
+    };
     let mut service = tokio::process::Command::new(&argv[0])
         .args(&argv[1..])
         .env_remove("RUST_LOG")
         .env("FLOTILLA_STATE_DIR", "state-by-default")
-        .env("JOURNAL_STREAM", "8:12345")
+        .env("JOURNAL_STREAM", &stream)
         .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
+        .stderr(journal_file)
         .kill_on_drop(true)
         .spawn()
         .unwrap();

@@ -136,8 +136,10 @@ impl Default for Config {
 #[serde(default)]
 pub struct FlotillaConfig {
     /// flotilla extension: where the SQLite store (ledgers, minted credentials, job records)
-    /// lives. Loading fills in `<config dir>/.flotilla` when unset and makes a relative path
-    /// absolute against the configuration file's directory.
+    /// lives. Loading fills it in when unset (`config::state_location`: `FLOTILLA_STATE_DIR`,
+    /// an earlier store beside the configuration, `/var/lib/flotilla` as root, the XDG state
+    /// home otherwise) and makes a relative path absolute against the configuration file's
+    /// directory.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state_dir: Option<PathBuf>,
     /// flotilla extension: the token the status page asks for. Needed to see the page on a

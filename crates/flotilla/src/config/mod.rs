@@ -430,7 +430,8 @@ shutdown_timeout = 0
         let c = loaded.config;
         assert_eq!(c.check_interval, Duration::from_secs(3));
         assert_eq!(c.shutdown_timeout, Duration::from_secs(30));
-        // Not beside the configuration in /etc: where this process keeps state.
+        // The state directory this process's user gets (state_location's own tests pin each
+        // case), not one read from the file.
         assert_eq!(
             c.flotilla.state_dir,
             Some(state_location::for_process(Path::new("/etc/gitlab-runner")).0)

@@ -123,8 +123,9 @@ pub struct UnregisterArgs {
     /// The runner with this token.
     #[arg(short, long, env = "CI_SERVER_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
-    /// Every runner of the file (those GitLab refuses to delete stay).
-    #[arg(long, conflicts_with_all = ["name", "token"])]
+    /// Every runner of the file (those GitLab refuses to delete stay); `--name` and a token
+    /// (`CI_SERVER_TOKEN` may be set for other commands) are then not read.
+    #[arg(long, conflicts_with = "name")]
     pub all_runners: bool,
 }
 
