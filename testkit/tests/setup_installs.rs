@@ -58,6 +58,7 @@ const PROGRAMS: &[(&str, From)] = &[
     ("systemd-analyze", From::Apt("systemd")),
     // `flotilla install` and its siblings drive systemd on an operator's machine.
     ("systemctl", From::Apt("systemd")),
+    ("lintian", From::Apt("lintian")),
     ("node", From::Apt("nodejs")),
     ("npm", From::Apt("npm")),
     ("go", From::SetupD("plugin.sh", "golang-go")),

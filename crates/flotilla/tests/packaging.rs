@@ -334,3 +334,80 @@ async fn infra_kubectl_applies_the_manifests_and_they_hold_together() {
     }
     assert!(!grants("secrets", "get"), "no more than the provider needs");
 }
+
+/// The Debian package (`scripts/build-deb.sh`, with Debian's dpkg-deb) judged by lintian, then
+/// installed by dpkg on Debian 12 (the instance image, a debootstrap of bookworm): the binary
+/// runs, the example configuration (a conffile) loads, the unit is the one `flotilla install`
+/// writes for it, the man pages are there; removing keeps the configuration, purging removes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn infra_docker_the_debian_package_passes_lintian_and_installs_on_debian() {
+    if !infra::require(Infra::Docker) {
+        return;
+    }
+    let out_dir = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/build-deb.sh");
+    let built = Command::new(&script)
+        .arg(env!("CARGO_BIN_EXE_flotilla"))
+        .arg(out_dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let deb = String::from_utf8_lossy(&built.stdout).trim().to_string();
+    assert!(
+        deb.ends_with("_amd64.deb") || deb.ends_with(".deb"),
+        "{deb}"
+    );
+
+    let lintian = Command::new("lintian")
+        .args(["--tag-display-limit", "0", &deb])
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&lintian.stdout),
+        String::from_utf8_lossy(&lintian.stderr)
+    );
+    let complaints: Vec<&str> = said
+        .lines()
+        .filter(|l| l.starts_with("E:") || l.starts_with("W:"))
+        .collect();
+    assert!(complaints.is_empty(), "lintian: {said}");
+
+    let unique = run_support::now_nanos();
+    let label = format!("flotilla.test=deb-{unique}");
+    let _containers = LabelGuard::new(label.clone());
+    let mount = format!("{deb}:/tmp/flotilla.deb:ro");
+    let steps = [
+        "dpkg -i /tmp/flotilla.deb",
+        "flotilla --version",
+        "FLOTILLA_STATE_DIR=/tmp/state flotilla config check -c /etc/flotilla/config.toml >/dev/null",
+        "grep -qx 'ExecStart=\"/usr/bin/flotilla\" run --config \"/etc/flotilla/config.toml\"' /lib/systemd/system/flotilla.service",
+        "test -s /usr/share/man/man1/flotilla-register.1.gz",
+        "test -s /usr/share/bash-completion/completions/flotilla",
+        "dpkg -r flotilla",
+        "test -f /etc/flotilla/config.toml && ! test -e /usr/bin/flotilla",
+        "dpkg -P flotilla",
+        "! test -e /etc/flotilla/config.toml",
+        "echo installed-removed-purged",
+    ];
+    let image = flotilla_testkit::images::instance_image();
+    let (ok, out) = docker(&[
+        "run",
+        "--rm",
+        "--label",
+        &label,
+        "-v",
+        &mount,
+        "--entrypoint",
+        "sh",
+        &image,
+        "-ec",
+        &steps.join("\n"),
+    ]);
+    assert!(ok && out.contains("installed-removed-purged"), "{out}");
+    assert!(out.contains("flotilla 0.1.0"), "{out}");
+}
