@@ -145,6 +145,49 @@ fn install_writes_a_unit_systemd_accepts_and_the_verbs_ask_systemctl() {
     assert!(!units.join("bad.service").exists());
     let out = flotilla_with_path(&["install", "-c", c, "--service", "no/slash"], Some(&bin));
     assert!(!out.status.success());
+    // A user who cannot read the configuration (register writes it 0600) is warned of.
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = flotilla_with_path(
+        &[
+            "install",
+            "-c",
+            c,
+            "--unit-dir",
+            u,
+            "--service",
+            "as-nobody",
+            "--user",
+            "nobody",
+            "--no-systemctl",
+        ],
+        Some(&bin),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("the service runs as nobody, who cannot read"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = flotilla_with_path(
+        &[
+            "install",
+            "-c",
+            c,
+            "--unit-dir",
+            u,
+            "--service",
+            "as-root",
+            "--user",
+            "root",
+            "--no-systemctl",
+        ],
+        Some(&bin),
+    );
+    assert!(
+        !text(&out.stderr).contains("cannot read"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 /// Splits a unit's `ExecStart=` as systemd does for what `install` writes: double-quoted

@@ -166,6 +166,11 @@ pub fn install(args: &InstallArgs, err: &mut dyn Write) -> ExitCode {
         );
         return ExitCode::from(2);
     }
+    if let Some(user) = &args.user
+        && let Some(problem) = unreadable_by(user, &staged(root, &config))
+    {
+        let _ = writeln!(err, "warning: {problem}");
+    }
     let spec = unit::UnitSpec {
         name: args.service.clone(),
         binary,
@@ -210,6 +215,30 @@ pub fn install(args: &InstallArgs, err: &mut dyn Write) -> ExitCode {
          its log is `journalctl -u {unit_name}`"
     );
     ExitCode::SUCCESS
+}
+
+/// Why `user` could not read `file` (its configuration: `register` writes it readable by its
+/// owner only), or `None` when it can or this cannot tell (no such user yet: systemd would
+/// refuse to start the unit and say so).
+fn unreadable_by(user: &str, file: &std::path::Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let account = nix::unistd::User::from_name(user).ok().flatten()?;
+    let meta = std::fs::metadata(file).ok()?;
+    let (uid, gid, mode) = (account.uid.as_raw(), account.gid.as_raw(), meta.mode());
+    let readable = uid == 0
+        || (meta.uid() == uid && mode & 0o400 != 0)
+        || (meta.gid() == gid && mode & 0o040 != 0)
+        || mode & 0o004 != 0;
+    (!readable).then(|| {
+        format!(
+            "the service runs as {user}, who cannot read {} (mode {:o}, owner {}); give it \
+             the file (`chown {user} {}`) or it will not start",
+            file.display(),
+            mode & 0o777,
+            meta.uid(),
+            file.display()
+        )
+    })
 }
 
 /// `flotilla uninstall`: stops and disables the service, removes its unit.
