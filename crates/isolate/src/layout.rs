@@ -106,11 +106,7 @@ pub fn project_path(job: &JobPayload) -> String {
 /// (`FF_ENABLE_JOB_CLEANUP`, true in any spelling Go's `strconv.ParseBool` accepts). Otherwise the
 /// checkout is kept for the next job of the project on the slot.
 pub fn cleanup_requested(job: &JobPayload) -> bool {
-    job.variables
-        .iter()
-        .rev()
-        .find(|v| v.key == "FF_ENABLE_JOB_CLEANUP")
-        .is_some_and(|v| matches!(v.value.trim(), "1" | "t" | "T" | "true" | "TRUE" | "True"))
+    job.feature_flag("FF_ENABLE_JOB_CLEANUP")
 }
 
 #[cfg(test)]

@@ -215,11 +215,7 @@ impl SlotExecutor for ObservedExecutor {
 /// among them). The runner's `environment` is in the payload by now (the job source puts it
 /// first); `[runners.feature_flags]` is not read by flotilla (config check says so).
 fn exports_stage_durations(job: &JobPayload) -> bool {
-    job.variables
-        .iter()
-        .rev()
-        .find(|v| v.key == "FF_EXPORT_HIGH_CARDINALITY_METRICS")
-        .is_some_and(|v| flotilla_job::vars::truthy(&v.value))
+    job.feature_flag("FF_EXPORT_HIGH_CARDINALITY_METRICS")
 }
 
 /// A job's log on its way to GitLab, counted and scanned for GitLab's build stages.

@@ -160,6 +160,18 @@ impl JobPayload {
             .is_some_and(|v| crate::vars::truthy(&v.value))
     }
 
+    /// Whether the GitLab Runner feature flag `name` (`FF_...`) is on for this job: its last
+    /// definition among the variables (the runner's `environment` among them) is true as Go's
+    /// `strconv.ParseBool` reads it (`1`, `t`, `T`, `true`, `TRUE`, `True`; no blanks around),
+    /// as GitLab Runner's `featureflags.IsOn` does. The one rule for every flag flotilla reads.
+    pub fn feature_flag(&self, name: &str) -> bool {
+        self.variables
+            .iter()
+            .rev()
+            .find(|v| v.key == name)
+            .is_some_and(|v| matches!(v.value.as_str(), "1" | "t" | "T" | "true" | "TRUE" | "True"))
+    }
+
     /// The step with this name, if any.
     pub fn step(&self, name: &str) -> Option<&Step> {
         self.steps.iter().find(|s| s.name == name)

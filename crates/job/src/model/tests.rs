@@ -87,3 +87,32 @@ fn round_trips_through_json() {
     let back = JobPayload::from_value(serde_json::to_value(&p).unwrap()).unwrap();
     assert_eq!(back, p);
 }
+
+#[test]
+fn feature_flags_read_as_go_parses_booleans_the_last_definition_winning() {
+    let mut job = JobPayload::default();
+    assert!(!job.feature_flag("FF_X"));
+    for (value, on) in [
+        ("true", true),
+        ("True", true),
+        ("TRUE", true),
+        ("t", true),
+        ("T", true),
+        ("1", true),
+        (" true ", false),
+        ("tRuE", false),
+        ("yes", false),
+        ("false", false),
+        ("0", false),
+        ("", false),
+    ] {
+        job.variables = vec![Variable::new("FF_X", value)];
+        assert_eq!(job.feature_flag("FF_X"), on, "{value:?}");
+    }
+    // The runner's `environment` comes first in the payload; the job's own definition wins.
+    job.variables = vec![
+        Variable::new("FF_X", "true"),
+        Variable::new("FF_X", "false"),
+    ];
+    assert!(!job.feature_flag("FF_X"));
+}
