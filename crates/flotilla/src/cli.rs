@@ -81,7 +81,7 @@ pub enum Command {
     /// `gitlab-runner install`): writes the unit and enables it.
     Install(crate::service::InstallArgs),
     /// Stop and disable the service and remove its unit.
-    Uninstall(crate::service::ServiceArgs),
+    Uninstall(crate::service::UninstallArgs),
     /// Start the service (`systemctl start`).
     Start(crate::service::ServiceArgs),
     /// Stop the service: no new jobs, running ones finish within `shutdown_timeout`.

@@ -99,6 +99,9 @@ fn install_writes_a_unit_systemd_accepts_and_the_verbs_ask_systemctl() {
         text(&again.stderr)
     );
 
+    // The verbs take only the service's name: a unit directory would be ignored, so it is refused.
+    let odd = flotilla_with_path(&["start", "--unit-dir", u], Some(&bin));
+    assert_eq!(odd.status.code(), Some(2), "{}", text(&odd.stderr));
     for verb in ["start", "stop", "restart"] {
         let out = flotilla_with_path(&[verb], Some(&bin));
         assert!(out.status.success(), "{verb}: {}", text(&out.stderr));

@@ -305,7 +305,7 @@ pub struct Client {
     pub(crate) system_id: String,
     pub(crate) info: Info,
     request_timeout: Duration,
-    pub(crate) call_timeout: Duration,
+    call_timeout: Duration,
     retry: RetryPolicy,
     user_agent: String,
     last_update: Mutex<String>,
@@ -404,7 +404,7 @@ impl Client {
     /// Sends a request built by `build`, retrying retryable statuses (and, when
     /// `call.retry_transport`, transport failures) as [`RetryPolicy`] says. The last answer is
     /// returned whatever its status.
-    pub(crate) async fn send(
+    async fn send(
         &self,
         call: &Call,
         build: &(dyn Fn() -> Result<RequestBuilder, ClientError> + Send + Sync),
@@ -476,6 +476,31 @@ impl Client {
         }
     }
 
+    /// Sends `body` as JSON to `url` with `method` and the call timeout, the runner token also
+    /// in its header when `token_header` (as `verify` sends it), retrying as [`Client::send`]
+    /// does.
+    pub(crate) async fn send_json(
+        &self,
+        call: &Call,
+        method: Method,
+        url: Url,
+        body: &impl serde::Serialize,
+        token_header: bool,
+    ) -> Result<Response, ClientError> {
+        let body = serde_json::to_vec(body).map_err(|e| ClientError::Config(e.to_string()))?;
+        self.send(call, &|| {
+            let request = self
+                .json_request(method.clone(), url.clone(), self.call_timeout)
+                .body(body.clone());
+            Ok(if token_header {
+                request.header(RUNNER_TOKEN_HEADER, self.token.expose())
+            } else {
+                request
+            })
+        })
+        .await
+    }
+
     pub(crate) fn status_error(call: &Call, status: u16, detail: &str) -> ClientError {
         ClientError::Status {
             method: call.method,
@@ -499,14 +524,8 @@ impl Client {
             system_id: &self.system_id,
             info: &self.info,
         };
-        let body = serde_json::to_vec(&body).map_err(|e| ClientError::Config(e.to_string()))?;
         let resp = self
-            .send(&call, &|| {
-                Ok(self
-                    .json_request(Method::POST, url.clone(), self.call_timeout)
-                    .header(RUNNER_TOKEN_HEADER, self.token.expose())
-                    .body(body.clone()))
-            })
+            .send_json(&call, Method::POST, url, &body, true)
             .await?;
         let status = resp.status().as_u16();
         match status {
@@ -827,12 +846,7 @@ impl Client {
         }
     }
 
-    pub(crate) fn json_request(
-        &self,
-        method: Method,
-        url: Url,
-        timeout: Duration,
-    ) -> RequestBuilder {
+    fn json_request(&self, method: Method, url: Url, timeout: Duration) -> RequestBuilder {
         self.http
             .request(method, url)
             .timeout(timeout)

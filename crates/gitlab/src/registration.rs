@@ -102,13 +102,8 @@ impl Client {
             request,
             info: &self.info,
         };
-        let body = serde_json::to_vec(&body).map_err(|e| ClientError::Config(e.to_string()))?;
         let resp = self
-            .send(&call, &|| {
-                Ok(self
-                    .json_request(Method::POST, url.clone(), self.call_timeout)
-                    .body(body.clone()))
-            })
+            .send_json(&call, Method::POST, url, &body, false)
             .await?;
         let status = resp.status().as_u16();
         match status {
@@ -194,13 +189,8 @@ impl Client {
             token: self.token.expose(),
             system_id,
         };
-        let body = serde_json::to_vec(&body).map_err(|e| ClientError::Config(e.to_string()))?;
         let resp = self
-            .send(&call, &|| {
-                Ok(self
-                    .json_request(Method::DELETE, url.clone(), self.call_timeout)
-                    .body(body.clone()))
-            })
+            .send_json(&call, Method::DELETE, url, &body, false)
             .await?;
         match resp.status().as_u16() {
             200 | 204 => Ok(()),

@@ -346,11 +346,7 @@ async fn register_runner(args: &RegisterArgs, err: &mut dyn Write) -> Result<Exi
         .runners
         .last()
         .ok_or_else(|| anyhow!("the new entry was not read back"))?;
-    let state_dir = config.flotilla.state_dir.clone().unwrap_or_else(|| {
-        crate::config::state_location::for_process(path.parent().unwrap_or(Path::new("."))).0
-    });
-    let system_id = flotilla_gitlab::system_id(&state_dir)
-        .with_context(|| format!("the system id in {}", state_dir.display()))?;
+    let system_id = manager_system_id(&path, Some(&config))?;
     let containers = runner.isolation_levels().offers(IsolationLevel::Docker);
     let client = Client::new(ClientConfig::new(
         args.url.clone(),
@@ -449,20 +445,30 @@ fn open(explicit: Option<&Path>, err: &mut dyn Write) -> Option<(PathBuf, Config
     }
 }
 
-/// A client for `entry`, this manager's system id from the file's state directory.
-fn client_for(path: &Path, entry: &Entry) -> Result<Client> {
-    let state_dir = Config::load(path)
-        .ok()
-        .and_then(|l| l.config.flotilla.state_dir)
+/// This manager's system id as `flotilla run` with the configuration at `path` has it: from
+/// the state directory `config` (when it loads) or the defaults give.
+fn manager_system_id(path: &Path, config: Option<&Config>) -> Result<String> {
+    let state_dir = config
+        .and_then(|c| c.flotilla.state_dir.clone())
         .unwrap_or_else(|| {
             crate::config::state_location::for_process(path.parent().unwrap_or(Path::new("."))).0
         });
-    let system_id = flotilla_gitlab::system_id(&state_dir)
-        .with_context(|| format!("the system id in {}", state_dir.display()))?;
+    flotilla_gitlab::system_id(&state_dir)
+        .with_context(|| format!("the system id in {}", state_dir.display()))
+}
+
+/// The system id of the manager of the file at `path` (the file loaded once).
+fn file_system_id(path: &Path) -> Result<String> {
+    let loaded = Config::load(path).ok();
+    manager_system_id(path, loaded.as_ref().map(|l| &l.config))
+}
+
+/// A client for `entry`, as the manager `system_id`.
+fn client_for(entry: &Entry, system_id: &str) -> Result<Client> {
     Ok(Client::new(ClientConfig::new(
         entry.url.clone(),
         Secret::new(entry.token.clone()),
-        system_id,
+        system_id.to_string(),
         Info::flotilla(&entry.executor, false),
     ))?)
 }
@@ -473,6 +479,7 @@ pub fn verify(args: &VerifyArgs, err: &mut dyn Write) -> ExitCode {
         return ExitCode::from(2);
     };
     let result = block_on(async {
+        let system_id = file_system_id(&path)?;
         let chosen: Vec<Entry> = doc
             .entries()
             .into_iter()
@@ -500,7 +507,7 @@ pub fn verify(args: &VerifyArgs, err: &mut dyn Write) -> ExitCode {
                 );
                 continue;
             }
-            match client_for(&path, e)?.verify().await {
+            match client_for(e, &system_id)?.verify().await {
                 Ok(_) => {
                     let _ = writeln!(
                         err,
@@ -552,6 +559,7 @@ pub fn unregister(args: &UnregisterArgs, err: &mut dyn Write) -> ExitCode {
         return ExitCode::from(2);
     };
     let result = block_on(async {
+        let system_id = file_system_id(&path)?;
         let all = doc.entries();
         let chosen: Vec<&Entry> = all
             .iter()
@@ -575,7 +583,7 @@ pub fn unregister(args: &UnregisterArgs, err: &mut dyn Write) -> ExitCode {
         let mut failed = false;
         for e in chosen {
             let short = flotilla_monitor::short_token(&e.token);
-            let client = client_for(&path, e)?;
+            let client = client_for(e, &system_id)?;
             // A runner made in GitLab stays there: only this manager of it is removed
             // (GitLab Runner's `unregisterRunner`).
             let (what, result) = if is_created_runner_token(&e.token) {

@@ -55,16 +55,24 @@ fn staged(root: Option<&std::path::Path>, path: &std::path::Path) -> PathBuf {
     }
 }
 
-/// Options of `flotilla uninstall`, `start`, `stop` and `restart`.
+/// Options of `flotilla start`, `stop` and `restart`.
 #[derive(Debug, Clone, Args)]
 pub struct ServiceArgs {
     /// The service's name.
     #[arg(long, default_value = "flotilla")]
     pub service: String,
-    /// With `uninstall`: the directory the unit was written to.
+}
+
+/// Options of `flotilla uninstall`.
+#[derive(Debug, Clone, Args)]
+pub struct UninstallArgs {
+    /// The service's name.
+    #[arg(long, default_value = "flotilla")]
+    pub service: String,
+    /// The directory the unit was written to.
     #[arg(long, value_name = "DIR", default_value = SYSTEM_UNIT_DIR)]
     pub unit_dir: PathBuf,
-    /// With `uninstall`: only remove the unit, without asking systemd to stop and disable it.
+    /// Only remove the unit, without asking systemd to stop and disable it.
     #[arg(long)]
     pub no_systemctl: bool,
 }
@@ -242,7 +250,7 @@ fn unreadable_by(user: &str, file: &std::path::Path) -> Option<String> {
 }
 
 /// `flotilla uninstall`: stops and disables the service, removes its unit.
-pub fn uninstall(args: &ServiceArgs, err: &mut dyn Write) -> ExitCode {
+pub fn uninstall(args: &UninstallArgs, err: &mut dyn Write) -> ExitCode {
     if !valid_name(&args.service) {
         let _ = writeln!(err, "error: `{}` is not a service name", args.service);
         return ExitCode::from(2);
