@@ -40,6 +40,13 @@ async fn gitlab() -> FakeGitLab {
         .unwrap()
 }
 
+/// `flotilla register -c <config> --url <url> <rest...>`.
+fn register(config: &str, url: &str, rest: &[&str]) -> Output {
+    let mut args = vec!["register", "-c", config, "--url", url];
+    args.extend_from_slice(rest);
+    flotilla(&args)
+}
+
 fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap()
 }
@@ -104,34 +111,25 @@ async fn a_runner_made_in_gitlab_is_verified_and_written() {
     assert!(!listed.contains(CREATED), "{listed}");
 
     // A second runner is appended; the first and the globals stay as written.
-    let again = flotilla(&[
-        "register",
-        "-c",
+    let again = register(
         c,
-        "--url",
         gl.url(),
-        "--token",
-        CREATED,
-        "--executor",
-        "shell",
-        "--name",
-        "first",
-    ]);
+        &["--token", CREATED, "--executor", "shell", "--name", "first"],
+    );
     assert!(!again.status.success(), "a name taken twice");
     assert!(text(&again.stderr).contains("already has a runner named"));
-    let second = flotilla(&[
-        "register",
-        "-c",
+    let second = register(
         c,
-        "--url",
         gl.url(),
-        "--token",
-        CREATED,
-        "--executor",
-        "shell",
-        "--name",
-        "second",
-    ]);
+        &[
+            "--token",
+            CREATED,
+            "--executor",
+            "shell",
+            "--name",
+            "second",
+        ],
+    );
     assert!(second.status.success(), "{}", text(&second.stderr));
     let written2 = read(&config);
     assert!(written2.starts_with(&written), "{written2}");
@@ -170,27 +168,26 @@ async fn a_legacy_registration_creates_the_runner_and_unregister_deletes_it() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("config.toml");
     let c = config.to_str().unwrap();
-    let out = flotilla(&[
-        "register",
-        "-c",
+    let out = register(
         c,
-        "--url",
         gl.url(),
-        "--registration-token",
-        REGISTRATION,
-        "--executor",
-        "shell",
-        "--description",
-        "legacy",
-        "--tag-list",
-        "linux,fast",
-        "--run-untagged",
-        "true",
-        "--access-level",
-        "ref_protected",
-        "--maximum-timeout",
-        "3600",
-    ]);
+        &[
+            "--registration-token",
+            REGISTRATION,
+            "--executor",
+            "shell",
+            "--description",
+            "legacy",
+            "--tag-list",
+            "linux,fast",
+            "--run-untagged",
+            "true",
+            "--access-level",
+            "ref_protected",
+            "--maximum-timeout",
+            "3600",
+        ],
+    );
     let stderr = text(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(!stderr.contains(REGISTRATION), "{stderr}");
@@ -220,19 +217,18 @@ async fn a_legacy_registration_creates_the_runner_and_unregister_deletes_it() {
     assert!(!read(&config).contains("[[runners]]"));
 
     // A runner GitLab no longer knows: verify says so (status 1) and --delete drops it.
-    let out = flotilla(&[
-        "register",
-        "-c",
+    let out = register(
         c,
-        "--url",
         gl.url(),
-        "--registration-token",
-        REGISTRATION,
-        "--executor",
-        "shell",
-        "--name",
-        "doomed",
-    ]);
+        &[
+            "--registration-token",
+            REGISTRATION,
+            "--executor",
+            "shell",
+            "--name",
+            "doomed",
+        ],
+    );
     assert!(out.status.success(), "{}", text(&out.stderr));
     let doomed = read(&config)
         .lines()
@@ -263,19 +259,18 @@ async fn a_legacy_registration_creates_the_runner_and_unregister_deletes_it() {
 
     // --all-runners, with a token in the environment for other commands, as gitlab-runner's.
     for name in ["one", "two"] {
-        let out = flotilla(&[
-            "register",
-            "-c",
+        let out = register(
             c,
-            "--url",
             gl.url(),
-            "--registration-token",
-            REGISTRATION,
-            "--executor",
-            "shell",
-            "--name",
-            name,
-        ]);
+            &[
+                "--registration-token",
+                REGISTRATION,
+                "--executor",
+                "shell",
+                "--name",
+                name,
+            ],
+        );
         assert!(out.status.success(), "{}", text(&out.stderr));
     }
     let out = Command::new(env!("CARGO_BIN_EXE_flotilla"))
@@ -314,9 +309,7 @@ async fn register_refuses_before_anything_is_sent_or_written() {
         (&["--executor", "shell"], "--token"),
     ];
     for (extra, says) in cases {
-        let mut args = vec!["register", "-c", c, "--url", gl.url()];
-        args.extend_from_slice(extra);
-        let out = flotilla(&args);
+        let out = register(c, gl.url(), extra);
         let stderr = text(&out.stderr);
         assert!(!out.status.success(), "{extra:?}");
         assert!(stderr.contains(says), "{extra:?}: {stderr}");
@@ -324,17 +317,11 @@ async fn register_refuses_before_anything_is_sent_or_written() {
     }
     assert!(gl.requests().is_empty(), "nothing was sent");
     // A token GitLab refuses: nothing written.
-    let out = flotilla(&[
-        "register",
-        "-c",
+    let out = register(
         c,
-        "--url",
         gl.url(),
-        "--token",
-        "glrt-wrong",
-        "--executor",
-        "shell",
-    ]);
+        &["--token", "glrt-wrong", "--executor", "shell"],
+    );
     assert!(!out.status.success());
     assert!(
         text(&out.stderr).contains("GitLab refused the token"),
@@ -342,17 +329,7 @@ async fn register_refuses_before_anything_is_sent_or_written() {
         text(&out.stderr)
     );
     assert!(!config.exists());
-    let out = flotilla(&[
-        "register",
-        "-c",
-        c,
-        "--url",
-        gl.url(),
-        "-r",
-        "wrong",
-        "--executor",
-        "shell",
-    ]);
+    let out = register(c, gl.url(), &["-r", "wrong", "--executor", "shell"]);
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("403"), "{}", text(&out.stderr));
     assert!(!config.exists());
@@ -464,19 +441,18 @@ async fn a_registered_runner_takes_a_job() {
     )
     .unwrap();
     let c = config.to_str().unwrap();
-    let out = flotilla(&[
-        "register",
-        "-c",
+    let out = register(
         c,
-        "--url",
         gl.url(),
-        "--token",
-        CREATED,
-        "--template-config",
-        template.to_str().unwrap(),
-        "--name",
-        "from-zero",
-    ]);
+        &[
+            "--token",
+            CREATED,
+            "--template-config",
+            template.to_str().unwrap(),
+            "--name",
+            "from-zero",
+        ],
+    );
     assert!(out.status.success(), "{}", text(&out.stderr));
     let written = read(&config);
     assert!(
