@@ -35,6 +35,7 @@ PACKAGES=(
   systemd              # systemd-analyze: judges the unit `flotilla install` writes
   tini                 # tini-static: PID 1 of the manager's image (reaps orphans)
   lintian              # judges the Debian package scripts/build-deb.sh makes
+  binutils             # strip: the package's binary, as dh_strip does
 )
 
 # The packages of PACKAGES not installed now.

@@ -161,8 +161,8 @@ fn setup_installs_every_program_the_project_starts() {
     assert!(missing.is_empty(), "{}", missing.join("\n"));
 }
 
-/// Program names the Rust sources start directly.
-fn started_programs(dir: &Path, out: &mut BTreeSet<(String, String)>) {
+/// The project's files under `dir` ending in `.ext` (build output and dependencies left out).
+fn source_files(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -173,15 +173,24 @@ fn started_programs(dir: &Path, out: &mut BTreeSet<(String, String)>) {
             continue;
         }
         if path.is_dir() {
-            started_programs(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            let text = std::fs::read_to_string(&path).unwrap_or_default();
-            for marker in ["Command::new(\"", "runs(\""] {
-                for (at, _) in text.match_indices(marker) {
-                    let rest = &text[at + marker.len()..];
-                    if let Some(end) = rest.find('"') {
-                        out.insert((rest[..end].to_owned(), path.display().to_string()));
-                    }
+            source_files(&path, ext, out);
+        } else if path.extension().is_some_and(|e| e == ext) {
+            out.push(path);
+        }
+    }
+}
+
+/// Program names the Rust sources start directly.
+fn started_programs(dir: &Path, out: &mut BTreeSet<(String, String)>) {
+    let mut files = Vec::new();
+    source_files(dir, "rs", &mut files);
+    for path in files {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        for marker in ["Command::new(\"", "runs(\""] {
+            for (at, _) in text.match_indices(marker) {
+                let rest = &text[at + marker.len()..];
+                if let Some(end) = rest.find('"') {
+                    out.insert((rest[..end].to_owned(), path.display().to_string()));
                 }
             }
         }
@@ -204,32 +213,22 @@ fn setup_installs_every_python_module_the_tests_import() {
 /// The top-level modules each Python file of the project imports (`import a.b`, `from a.b
 /// import c`), with the file.
 fn python_imports(dir: &Path, out: &mut BTreeSet<(String, String)>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let name = entry.file_name();
-        if name == "target" || name == "node_modules" || name == ".git" {
-            continue;
-        }
-        if path.is_dir() {
-            python_imports(&path, out);
-        } else if path.extension().is_some_and(|e| e == "py") {
-            let text = std::fs::read_to_string(&path).unwrap_or_default();
-            for line in text.lines().map(str::trim_start) {
-                let Some(rest) = line
-                    .strip_prefix("import ")
-                    .or_else(|| line.strip_prefix("from "))
-                else {
-                    continue;
-                };
-                let module = rest
-                    .split(|c: char| c == '.' || c == ',' || c.is_whitespace())
-                    .next()
-                    .unwrap_or_default();
-                out.insert((module.to_owned(), path.display().to_string()));
-            }
+    let mut files = Vec::new();
+    source_files(dir, "py", &mut files);
+    for path in files {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        for line in text.lines().map(str::trim_start) {
+            let Some(rest) = line
+                .strip_prefix("import ")
+                .or_else(|| line.strip_prefix("from "))
+            else {
+                continue;
+            };
+            let module = rest
+                .split(|c: char| c == '.' || c == ',' || c.is_whitespace())
+                .next()
+                .unwrap_or_default();
+            out.insert((module.to_owned(), path.display().to_string()));
         }
     }
 }

@@ -5,7 +5,7 @@
 
 use crate::run_support;
 use flotilla_testkit::containers::LabelGuard;
-use flotilla_testkit::fake_gitlab::{FakeGitLab, FakeJobState, JobBuilder};
+use flotilla_testkit::fake_gitlab::{FakeJobState, JobBuilder};
 use flotilla_testkit::infra::{self, Infra};
 use std::path::Path;
 use std::process::Command;
@@ -33,12 +33,7 @@ async fn infra_docker_the_manager_image_takes_a_job_and_stops_on_sigterm() {
         return;
     }
     let token = "glrt-in-a-container-0123456789";
-    let gl = FakeGitLab::builder()
-        .runner_token(token)
-        .poll_duration(Duration::from_millis(500))
-        .start()
-        .await
-        .unwrap();
+    let gl = run_support::fake_gitlab(&[token], Duration::from_millis(500)).await;
     let unique = run_support::now_nanos();
     let tag = format!("local/flotilla-manager-test:{unique}");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/build-manager-image.sh");

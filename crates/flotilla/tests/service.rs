@@ -4,7 +4,7 @@
 //! the fake GitLab and stopping on SIGTERM as systemd stops it.
 
 use crate::run_support;
-use flotilla_testkit::fake_gitlab::{FakeGitLab, FakeJobState, JobBuilder};
+use flotilla_testkit::fake_gitlab::{FakeJobState, JobBuilder};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -237,12 +237,7 @@ fn exec_start(unit: &str) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn register_install_and_the_service_takes_a_job() {
     let token = "glrt-service-0123456789abcdef";
-    let gl = FakeGitLab::builder()
-        .runner_token(token)
-        .poll_duration(Duration::from_millis(500))
-        .start()
-        .await
-        .unwrap();
+    let gl = run_support::fake_gitlab(&[token], Duration::from_millis(500)).await;
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("etc/flotilla/config.toml");
     let template = dir.path().join("template.toml");

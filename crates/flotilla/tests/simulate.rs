@@ -46,6 +46,18 @@ fn workload(dir: &Path) -> PathBuf {
     path
 }
 
+/// Runs flotilla with `args`, which must succeed; its stdout.
+fn succeeds(args: &[&str]) -> String {
+    let out = flotilla(args);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 fn is_png(path: &Path) -> bool {
     std::fs::read(path).is_ok_and(|b| b.len() > 1000 && b.starts_with(b"\x89PNG\r\n\x1a\n"))
 }
@@ -151,14 +163,7 @@ fn synthetic(dir: &Path, shape: &[&str]) -> (String, PathBuf) {
         plots.to_str().unwrap(),
     ];
     args.extend_from_slice(shape);
-    let out = flotilla(&args);
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (stdout, plots)
+    (succeeds(&args), plots)
 }
 
 #[test]
@@ -210,14 +215,7 @@ fn a_sweep_of_a_limit_or_a_duration_shows_cost_against_waits() {
             plots.to_str().unwrap(),
         ];
         args.extend_from_slice(workload);
-        let out = flotilla(&args);
-        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-        assert!(
-            out.status.success(),
-            "{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        stdout
+        succeeds(&args)
     };
     // One job a minute of 2 to 5 minutes needs more than the 2 slots of one instance.
     let stdout = run("max_instances=1,10", &["--workload", csv.to_str().unwrap()]);
