@@ -121,10 +121,21 @@ pub(crate) fn group_list() -> Value {
     })
 }
 
+/// Where an object is kept: (resource, namespace, name).
+type Key = (String, String, String);
+
+fn key(kind: Kind, namespace: &str, name: &str) -> Key {
+    (
+        kind.resource.to_string(),
+        namespace.to_string(),
+        name.to_string(),
+    )
+}
+
 /// The objects, by (resource, namespace, name).
 #[derive(Debug)]
 pub(crate) struct Objects {
-    map: Mutex<BTreeMap<(String, String, String), Value>>,
+    map: Mutex<BTreeMap<Key, Value>>,
     next: AtomicU64,
 }
 
@@ -138,7 +149,7 @@ impl Default for Objects {
 }
 
 impl Objects {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, String, String), Value>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<Key, Value>> {
         self.map.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -166,11 +177,7 @@ impl Objects {
                 )],
             ));
         };
-        let key = (
-            kind.resource.to_string(),
-            namespace.to_string(),
-            name.clone(),
-        );
+        let key = key(kind, namespace, &name);
         let mut map = self.lock();
         if map.contains_key(&key) {
             return Err(StatusError::already_exists(kind.resource, &name));
@@ -192,8 +199,7 @@ impl Objects {
             && let Some(Value::Object(strings)) =
                 object.as_object_mut().and_then(|o| o.remove("stringData"))
         {
-            let data = object["data"].as_object().cloned().unwrap_or_default();
-            let mut data = data;
+            let mut data = object["data"].as_object().cloned().unwrap_or_default();
             for (k, v) in strings {
                 let text = v.as_str().unwrap_or_default();
                 data.insert(
@@ -215,11 +221,7 @@ impl Objects {
         name: &str,
     ) -> Result<Value, StatusError> {
         self.lock()
-            .get(&(
-                kind.resource.to_string(),
-                namespace.to_string(),
-                name.to_string(),
-            ))
+            .get(&key(kind, namespace, name))
             .cloned()
             .ok_or_else(|| StatusError::not_found(kind.resource, name))
     }
@@ -248,11 +250,7 @@ impl Objects {
         name: &str,
     ) -> Result<Value, StatusError> {
         self.lock()
-            .remove(&(
-                kind.resource.to_string(),
-                namespace.to_string(),
-                name.to_string(),
-            ))
+            .remove(&key(kind, namespace, name))
             .ok_or_else(|| StatusError::not_found(kind.resource, name))
     }
 }
