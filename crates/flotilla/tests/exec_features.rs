@@ -144,23 +144,25 @@ fn gitlab_ci_local_flags_and_a_discovered_fleet() {
         "--list --json is the same"
     );
 
-    // One slot: jobs run one after the other (each starts after the last ended).
-    let run = p.exec(&["--concurrency", "1", "lint", "assets"]);
+    // One slot: jobs run one after the other. Each job marks its start and end in a file
+    // outside the project; the marks, not the display's lines (a job's slot is free before
+    // its end is printed), show whether the two overlapped.
+    let marks = outside.join("marks");
+    let script = |name: &str| {
+        format!(
+            "{name}:\n  script:\n    - echo start {name} >> {m}\n    - sleep 0.3\n    - echo end {name} >> {m}\n",
+            m = marks.display()
+        )
+    };
+    let one_slot = Project::with_pipeline(&format!("{}{}", script("first"), script("second")));
+    let run = one_slot.exec(&["--concurrency", "1"]);
     run.expect_code(0);
-    let started = run
-        .stderr
-        .lines()
-        .filter(|l| l.contains("] started "))
-        .count();
-    assert_eq!(started, 2, "{run}");
-    let order: Vec<&str> = run
-        .stderr
-        .lines()
-        .filter(|l| l.contains("] started ") || l.contains(": passed in"))
-        .collect();
+    let written = std::fs::read_to_string(&marks).expect("the jobs' marks");
+    let lines: Vec<&str> = written.lines().collect();
+    assert_eq!(lines.len(), 4, "{written}");
     assert!(
-        order[1].contains(": passed in"),
-        "the second job starts after the first ends: {order:?}"
+        lines[0].starts_with("start") && lines[1].starts_with("end"),
+        "the second job starts after the first ends: {lines:?}"
     );
 
     // A fleet file in the project is used when no --config is given.
