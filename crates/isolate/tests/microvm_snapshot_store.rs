@@ -38,6 +38,7 @@ fn level(state: &Path, store: &Arc<dyn CacheStore>) -> MicrovmIsolation {
 fn scope(project: &str, protected: bool) -> Scope {
     Scope {
         project: project.into(),
+        project_id: 1,
         protected,
     }
 }

@@ -428,6 +428,7 @@ async fn a_cache_is_shared_between_jobs_with_a_fallback_key() {
     assert!(trace.contains("Created cache deps-main"), "{trace}");
     let key = |k: &str| CacheKey {
         project: "group/project".into(),
+        project_id: 1,
         key: k.into(),
     };
     assert!(h.cache.archive_path(&key("deps-main")).exists());
@@ -505,6 +506,7 @@ async fn cache_problems_are_warnings_not_failures() {
     // A corrupt archive, and a key that is not allowed.
     let bad = h.cache.archive_path(&CacheKey {
         project: "group/project".into(),
+        project_id: 1,
         key: "corrupt".into(),
     });
     std::fs::create_dir_all(bad.parent().unwrap()).unwrap();

@@ -31,6 +31,7 @@ use std::path::Path;
 pub(crate) fn store_keys(scope: &Scope, key: &str) -> (CacheKey, CacheKey) {
     let entry = |ext: &str| CacheKey {
         project: scope.project.clone(),
+        project_id: scope.project_id,
         key: format!("{key}-{}{ext}", scope.suffix()),
     };
     (entry(""), entry(".stamp"))
@@ -343,6 +344,7 @@ mod tests {
     fn scope(project: &str, protected: bool) -> Scope {
         Scope {
             project: project.into(),
+            project_id: 1,
             protected,
         }
     }

@@ -30,6 +30,8 @@ pub const KEY_VARIABLE: &str = "FLOTILLA_SNAPSHOT_KEY";
 pub struct Scope {
     /// The project's full path (`group/project`), else `project-<id>`.
     pub project: String,
+    /// The project's id.
+    pub project_id: i64,
     /// Whether the job's ref is protected.
     pub protected: bool,
 }
@@ -44,6 +46,7 @@ impl Scope {
             } else {
                 info.project_full_path.clone()
             },
+            project_id: info.project_id,
             protected: job.git_info.protected.unwrap_or(false),
         }
     }

@@ -128,6 +128,7 @@ impl Run<'_, '_> {
         let env = self.runner.env;
         let ck = CacheKey {
             project: self.cache_project(),
+            project_id: self.job.job_info.project_id,
             key: key.to_owned(),
         };
         let fetched =
@@ -369,6 +370,7 @@ impl Run<'_, '_> {
         }
         let ck = CacheKey {
             project: self.cache_project(),
+            project_id: self.job.job_info.project_id,
             key: key.to_owned(),
         };
         let stored =

@@ -10,8 +10,11 @@ use std::path::{Path, PathBuf};
 /// A cache's identity: caches are per project, then per (expanded) key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct CacheKey {
-    /// The project (its full path, or `project-<id>`).
+    /// The project (its full path, or `project-<id>`): where the local store keeps it.
     pub project: String,
+    /// The project's id: where GitLab's distributed cache keeps it
+    /// (`[<Path>/][runner/<short token>/]project/<id>/<key>`).
+    pub project_id: i64,
     /// The expanded key.
     pub key: String,
 }

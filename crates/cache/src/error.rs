@@ -1,0 +1,33 @@
+//! What is wrong with a `[runners.cache]` table.
+
+/// A `[runners.cache]` setting that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheConfigError {
+    /// `Type = "s3"` without an `[runners.cache.s3]` table.
+    #[error("Type = \"s3\" needs a [runners.cache.s3] table")]
+    MissingS3,
+    /// No bucket named.
+    #[error("[runners.cache.s3] BucketName is required")]
+    MissingBucket,
+    /// `ServerAddress` is not a host with an optional port.
+    #[error(
+        "[runners.cache.s3] ServerAddress {0:?} is not host[:port] (the scheme comes from Insecure)"
+    )]
+    BadServerAddress(String),
+    /// `Path` would leave the bucket's root.
+    #[error("[runners.cache] Path {0:?} climbs out of the bucket with `..`")]
+    BadPath(String),
+    /// Access-key authentication without both keys.
+    #[error("[runners.cache.s3] AuthenticationType = \"access-key\" needs AccessKey and SecretKey")]
+    MissingKeys,
+    /// IAM authentication in a build without the AWS credential chain.
+    #[error(
+        "[runners.cache.s3] takes its credentials from the AWS chain (AuthenticationType \
+         \"iam\", or no AccessKey/SecretKey/ServerAddress), which this build lacks: build \
+         flotilla with the `aws` feature (or `full`), or set AccessKey and SecretKey"
+    )]
+    NoCredentialChain,
+    /// The HTTP client could not be made.
+    #[error("the cache's HTTP client: {0}")]
+    Client(String),
+}

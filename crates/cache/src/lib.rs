@@ -1,0 +1,39 @@
+//! GitLab Runner's distributed cache: the `[runners.cache]` table, where GitLab puts each
+//! cache archive in a bucket, and the S3 store that keeps archives there.
+//!
+//! GitLab Runner reads the table in `cache/cacheconfig` (`Config`, `CacheS3Config`) and names
+//! objects in `cache/cache.go` (`generateObjectName`); its S3 adapter (`cache/s3v2`) presigns
+//! a `GET` and a `PUT` with AWS signature version 4 for each job. flotilla does the same here,
+//! and the manager moves the archive (see [`S3CacheStore`]). The settings, their validation
+//! and their errors live together in [`settings`] and [`s3::settings`]; the binary only
+//! parses the table and calls [`build`].
+
+mod error;
+mod object_name;
+pub mod s3;
+pub mod settings;
+
+pub use error::CacheConfigError;
+pub use object_name::object_name;
+pub use s3::S3CacheStore;
+pub use settings::{CacheConfig, CacheKind};
+
+use std::sync::Arc;
+
+/// The store a runner's `[runners.cache]` asks for, or `None` when it names no distributed
+/// backend flotilla has (the runner then keeps its cache on the manager, as without the
+/// table). `short_token` is the runner's short token (GitLab's `ShortDescription`), the
+/// namespace of a cache that is not `Shared`.
+pub async fn build(
+    config: &CacheConfig,
+    short_token: &str,
+) -> Result<Option<Arc<dyn flotilla_job::CacheStore>>, CacheConfigError> {
+    match config.kind() {
+        CacheKind::S3 => {
+            let s3 = config.s3.as_ref().ok_or(CacheConfigError::MissingS3)?;
+            let store = S3CacheStore::new(config, s3, short_token).await?;
+            Ok(Some(Arc::new(store)))
+        }
+        CacheKind::None | CacheKind::Unsupported(_) => Ok(None),
+    }
+}

@@ -1,0 +1,129 @@
+//! `[runners.cache]`: the keys every backend shares (`cacheconfig.Config` in GitLab Runner).
+//! Each backend's own table is parsed beside its store ([`crate::s3::settings`]); the GCS and
+//! Azure tables are not fields here, so the configuration loader warns about them as keys
+//! flotilla does not use.
+
+use crate::error::CacheConfigError;
+use crate::s3::settings::S3Settings;
+use serde::{Deserialize, Serialize};
+
+/// `[runners.cache]`, with GitLab's key names.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+pub struct CacheConfig {
+    /// `Type`: `s3`, `gcs` or `azure`; empty keeps the cache on the manager.
+    #[serde(rename = "Type", default, skip_serializing_if = "String::is_empty")]
+    pub kind: String,
+    /// `Path`: a prefix of every object name.
+    #[serde(rename = "Path", default, skip_serializing_if = "String::is_empty")]
+    pub path: String,
+    /// `Shared`: runners share the project's caches (no `runner/<token>/` part in the name).
+    #[serde(rename = "Shared", default)]
+    pub shared: bool,
+    /// `MaxUploadedArchiveSize`: the largest archive uploaded, in bytes (0: no limit).
+    #[serde(rename = "MaxUploadedArchiveSize", default)]
+    pub max_uploaded_archive_size: i64,
+    /// `[runners.cache.s3]`.
+    #[serde(rename = "s3", default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<S3Settings>,
+}
+
+/// The backend a `Type` names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CacheKind {
+    /// No `Type`: the cache stays on the manager.
+    None,
+    /// `s3`.
+    S3,
+    /// A type flotilla has no store for (GitLab's `gcs`, `gcsv2`, `azure`, or a name GitLab
+    /// does not know either, for which it skips the cache).
+    Unsupported(String),
+}
+
+impl CacheConfig {
+    /// The backend `Type` names. GitLab's factory names are lower case; `S3` is read as `s3`.
+    pub fn kind(&self) -> CacheKind {
+        match self.kind.trim().to_ascii_lowercase().as_str() {
+            "" => CacheKind::None,
+            "s3" | "s3v2" => CacheKind::S3,
+            other => CacheKind::Unsupported(other.to_string()),
+        }
+    }
+
+    /// The limit on uploaded archives, if any (GitLab ignores zero and negative values).
+    pub fn upload_limit(&self) -> Option<u64> {
+        u64::try_from(self.max_uploaded_archive_size)
+            .ok()
+            .filter(|n| *n > 0)
+    }
+
+    /// Checks the table: an error for what cannot work, and what to warn about (a type
+    /// flotilla has no store for, values it reads otherwise than written).
+    pub fn validate(&self) -> Result<Vec<String>, CacheConfigError> {
+        if self.path.split('/').any(|s| s == "..") {
+            return Err(CacheConfigError::BadPath(self.path.clone()));
+        }
+        let mut warnings = Vec::new();
+        match self.kind() {
+            CacheKind::None => {}
+            CacheKind::S3 => {
+                let s3 = self.s3.as_ref().ok_or(CacheConfigError::MissingS3)?;
+                warnings.extend(s3.validate()?);
+            }
+            CacheKind::Unsupported(kind) => warnings.push(format!(
+                "Type = {kind:?}: flotilla has no {kind} cache store yet; each runner keeps its \
+                 job cache on the manager, in <state_dir>/cache/<runner>"
+            )),
+        }
+        Ok(warnings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> CacheConfig {
+        toml::from_str(text).expect("a [runners.cache] table")
+    }
+
+    #[test]
+    fn type_names_a_backend() {
+        assert_eq!(parse("").kind(), CacheKind::None);
+        assert_eq!(parse("Type = \"s3\"").kind(), CacheKind::S3);
+        assert_eq!(parse("Type = \"S3\"").kind(), CacheKind::S3);
+        assert_eq!(
+            parse("Type = \"gcs\"").kind(),
+            CacheKind::Unsupported("gcs".into())
+        );
+    }
+
+    #[test]
+    fn validation_says_what_is_wrong() {
+        assert!(matches!(
+            parse("Type = \"s3\"").validate(),
+            Err(CacheConfigError::MissingS3)
+        ));
+        assert!(matches!(
+            parse("Type = \"s3\"\n[s3]\nServerAddress = \"minio:9000\"\nAccessKey = \"a\"\nSecretKey = \"b\"").validate(),
+            Err(CacheConfigError::MissingBucket)
+        ));
+        assert!(matches!(
+            parse("Path = \"a/../..\"").validate(),
+            Err(CacheConfigError::BadPath(_))
+        ));
+        let warned = parse("Type = \"azure\"")
+            .validate()
+            .expect("warned, not refused");
+        assert!(warned[0].contains("no azure cache store"), "{warned:?}");
+    }
+
+    #[test]
+    fn only_a_positive_size_limits_uploads() {
+        assert_eq!(parse("MaxUploadedArchiveSize = 0").upload_limit(), None);
+        assert_eq!(parse("MaxUploadedArchiveSize = -5").upload_limit(), None);
+        assert_eq!(
+            parse("MaxUploadedArchiveSize = 1024").upload_limit(),
+            Some(1024)
+        );
+    }
+}
