@@ -3,9 +3,6 @@
 /// A `[runners.cache]` setting that cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum CacheConfigError {
-    /// `Type = "s3"` without an `[runners.cache.s3]` table.
-    #[error("Type = \"s3\" needs a [runners.cache.s3] table")]
-    MissingS3,
     /// No bucket named.
     #[error("[runners.cache.s3] BucketName is required")]
     MissingBucket,

@@ -29,11 +29,13 @@ pub async fn build(
     short_token: &str,
 ) -> Result<Option<Arc<dyn flotilla_job::CacheStore>>, CacheConfigError> {
     match config.kind() {
-        CacheKind::S3 => {
-            let s3 = config.s3.as_ref().ok_or(CacheConfigError::MissingS3)?;
-            let store = S3CacheStore::new(config, s3, short_token).await?;
-            Ok(Some(Arc::new(store)))
-        }
+        CacheKind::S3 => match &config.s3 {
+            Some(s3) => {
+                let store = S3CacheStore::new(config, s3, short_token).await?;
+                Ok(Some(Arc::new(store)))
+            }
+            None => Ok(None),
+        },
         CacheKind::None | CacheKind::Unsupported(_) => Ok(None),
     }
 }

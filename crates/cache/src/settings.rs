@@ -1,14 +1,15 @@
 //! `[runners.cache]`: the keys every backend shares (`cacheconfig.Config` in GitLab Runner).
-//! Each backend's own table is parsed beside its store ([`crate::s3::settings`]); the GCS and
-//! Azure tables are not fields here, so the configuration loader warns about them as keys
-//! flotilla does not use.
+//! Each backend's own table is parsed beside its store ([`crate::s3::settings`]). The GCS and
+//! Azure tables are kept whole and unprinted: flotilla has no store for them yet, and says so
+//! when `Type` names one or when they hold settings (`gitlab-runner register` writes them
+//! empty, which is no setting).
 
 use crate::error::CacheConfigError;
 use crate::s3::settings::S3Settings;
 use serde::{Deserialize, Serialize};
 
 /// `[runners.cache]`, with GitLab's key names.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 pub struct CacheConfig {
     /// `Type`: `s3`, `gcs` or `azure`; empty keeps the cache on the manager.
     #[serde(rename = "Type", default, skip_serializing_if = "String::is_empty")]
@@ -25,6 +26,12 @@ pub struct CacheConfig {
     /// `[runners.cache.s3]`.
     #[serde(rename = "s3", default, skip_serializing_if = "Option::is_none")]
     pub s3: Option<S3Settings>,
+    /// `[runners.cache.gcs]`: no store yet; never printed (it holds a private key).
+    #[serde(rename = "gcs", default, skip_serializing)]
+    pub gcs: toml::Table,
+    /// `[runners.cache.azure]`: no store yet; never printed (it holds an account key).
+    #[serde(rename = "azure", default, skip_serializing)]
+    pub azure: toml::Table,
 }
 
 /// The backend a `Type` names.
@@ -65,14 +72,42 @@ impl CacheConfig {
         let mut warnings = Vec::new();
         match self.kind() {
             CacheKind::None => {}
-            CacheKind::S3 => {
-                let s3 = self.s3.as_ref().ok_or(CacheConfigError::MissingS3)?;
-                warnings.extend(s3.validate()?);
-            }
+            CacheKind::S3 => match &self.s3 {
+                Some(s3) => warnings.extend(s3.validate()?),
+                // GitLab Runner logs "missing S3 configuration" at each job and caches
+                // nothing remotely; the job runs.
+                None => warnings.push(
+                    "Type = \"s3\" without a [runners.cache.s3] table: no distributed cache \
+                     (GitLab Runner caches nothing remotely either); each runner keeps its job \
+                     cache on the manager"
+                        .to_string(),
+                ),
+            },
             CacheKind::Unsupported(kind) => warnings.push(format!(
                 "Type = {kind:?}: flotilla has no {kind} cache store yet; each runner keeps its \
                  job cache on the manager, in <state_dir>/cache/<runner>"
             )),
+        }
+        let kind = self.kind();
+        for (table, settings, used) in [
+            (
+                "gcs",
+                &self.gcs,
+                matches!(&kind, CacheKind::Unsupported(k) if k.starts_with("gcs")),
+            ),
+            (
+                "azure",
+                &self.azure,
+                kind == CacheKind::Unsupported("azure".into()),
+            ),
+        ] {
+            if !settings.is_empty() && !used {
+                warnings.push(format!(
+                    "[runners.cache.{table}] is not used: Type is {:?} (GitLab Runner reads \
+                     only the table Type names)",
+                    self.kind
+                ));
+            }
         }
         Ok(warnings)
     }
@@ -99,10 +134,13 @@ mod tests {
 
     #[test]
     fn validation_says_what_is_wrong() {
-        assert!(matches!(
-            parse("Type = \"s3\"").validate(),
-            Err(CacheConfigError::MissingS3)
-        ));
+        let warned = parse("Type = \"s3\"")
+            .validate()
+            .expect("warned, not refused");
+        assert!(
+            warned[0].contains("without a [runners.cache.s3]"),
+            "{warned:?}"
+        );
         assert!(matches!(
             parse("Type = \"s3\"\n[s3]\nServerAddress = \"minio:9000\"\nAccessKey = \"a\"\nSecretKey = \"b\"").validate(),
             Err(CacheConfigError::MissingBucket)
@@ -115,6 +153,19 @@ mod tests {
             .validate()
             .expect("warned, not refused");
         assert!(warned[0].contains("no azure cache store"), "{warned:?}");
+        // `register`'s empty tables are no setting; a filled one beside another Type is said.
+        assert!(parse("[gcs]\n[azure]").validate().unwrap().is_empty());
+        let warned = parse(
+            "Type = \"s3\"\n[s3]\nBucketName = \"b\"\nAccessKey = \"a\"\nSecretKey = \"s\"\n\
+             ServerAddress = \"m\"\n[gcs]\nBucketName = \"g\"",
+        )
+        .validate()
+        .unwrap();
+        assert_eq!(warned.len(), 1, "{warned:?}");
+        assert!(
+            warned[0].contains("[runners.cache.gcs] is not used"),
+            "{warned:?}"
+        );
     }
 
     #[test]

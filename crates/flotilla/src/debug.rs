@@ -133,6 +133,8 @@ async fn debug(
     };
     let scope = args.project.as_ref().map(|project| Scope {
         project: project.clone(),
+        // The snapshot store is a directory, which keys by the project's path alone.
+        project_id: 0,
         protected: args.protected,
     });
     // Per process: a runner's daemon or an exec run may use the same instance meanwhile.

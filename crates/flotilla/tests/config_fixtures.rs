@@ -252,8 +252,8 @@ fn unused_gitlab_keys_are_warned_about_once_each() {
     let loaded = load("gitlab-extras.toml");
     let file = fixture("gitlab-extras.toml").display().to_string();
     let got: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
-    // `disable_entrypoint_overwrite` (39), `oom_kill_disable` (40), `shm_size` (43) and
-    // `services` (46) are honoured (issue 32).
+    // `disable_entrypoint_overwrite` (39), `oom_kill_disable` (40), `shm_size` (43),
+    // `services` (46) and the S3 cache (25) are honoured (issue 32).
     let expected = [
         "3:14: concurrent = 4 but the fleets hold 8 job slots",
         "5:1: `connection_max_age` at the top level is not used by flotilla; ignored",
@@ -265,7 +265,6 @@ fn unused_gitlab_keys_are_warned_about_once_each() {
         "18:3: `token_obtained_at` in [runners] is not used by flotilla; ignored",
         "19:3: `token_expires_at` in [runners]",
         "23:12: `custom_build_dir` in [runners]",
-        "25:12: `cache` in [runners]",
         "33:12: `feature_flags` in [runners]",
         "36:5: `tls_verify` in [runners.docker]",
         "41:5: `disable_cache` in [runners.docker]",
@@ -503,15 +502,12 @@ fn public_configs_load_or_are_refused_with_the_reason() {
         [
             "session_server",
             "custom_build_dir",
-            "cache",
             "tls_verify",
             "disable_cache",
             "custom_build_dir",
-            "cache",
             "tls_verify",
             "disable_cache",
             "custom_build_dir",
-            "cache",
             "tls_verify",
             "disable_cache",
         ]
@@ -526,7 +522,7 @@ fn public_configs_load_or_are_refused_with_the_reason() {
 
     assert_eq!(
         warned_keys("mritd-composes.toml"),
-        ["cache_dir", "tls_verify", "disable_cache", "cache"]
+        ["cache_dir", "tls_verify", "disable_cache"]
     );
     let loaded = load("public/mritd-composes.toml");
     let r = &loaded.config.runners[0];

@@ -33,6 +33,7 @@ fn key_of(what: &str) -> &str {
         .trim_start_matches("autoscaling ")
         .trim_start_matches("MachineOptions ")
         .trim_start_matches("[runners.docker] ")
+        .trim_start_matches("[runners.cache] ")
         .trim_start_matches("[runners] ");
     let what = what.trim_start_matches('[').trim_end_matches(']');
     let end = what.find([' ', '=', '(']).unwrap_or(what.len());
@@ -116,13 +117,17 @@ fn the_google_example_becomes_gitlabs_policies_and_plugin() {
         "google-machine-type",
         "google-machine-image",
         "engine-registry-mirror",
-        "cache",
     ] {
         assert!(
             dropped.iter().any(|d| d.contains(what)),
             "{what} not dropped: {dropped:?}"
         );
     }
+    assert!(
+        report.items.iter().any(|i| i.what == "[runners.cache]"
+            && matches!(i.outcome, flotilla::migrate::Outcome::Carried(_))),
+        "the S3 cache is carried: {report}"
+    );
     assert!(report.todo.iter().any(|t| t.contains("plugin_config.name")));
     // The only finding on the new file: concurrent (50) is above what the fleet holds (10).
     assert_eq!(report.check.len(), 1, "{:?}", report.check);
@@ -142,14 +147,30 @@ fn the_google_example_becomes_gitlabs_policies_and_plugin() {
 fn secrets_of_the_old_file_are_neither_printed_nor_kept_where_unused() {
     let (_, out, report) = run_migrate("cattle-ops-runner-offpeak.toml", ProviderChoice::Matching);
     let text = report.to_string();
-    for secret in [
-        "example-runners-secret-key",
-        "AKIAEXAMPLERUNNERKEY",
-        "example-bucket-user-secret-key",
-        "AKIAEXAMPLEACCESSKEY",
-    ] {
+    for secret in ["example-runners-secret-key", "AKIAEXAMPLERUNNERKEY"] {
         assert!(!text.contains(secret), "{secret} in the report:\n{text}");
         assert!(!out.contains(secret), "{secret} in the output:\n{out}");
+    }
+    // The cache bucket's keys are used: moved where GitLab Runner 11.3 and later read them,
+    // and never printed in the report.
+    let new: toml::Table = toml::from_str(&out).expect("the new file parses");
+    let s3 = &new["runners"][0]["cache"]["s3"];
+    assert_eq!(
+        s3["SecretKey"].as_str(),
+        Some("example-bucket-user-secret-key"),
+        "{out}"
+    );
+    assert_eq!(
+        s3["AccessKey"].as_str(),
+        Some("AKIAEXAMPLEACCESSKEY"),
+        "{out}"
+    );
+    assert!(
+        new["runners"][0]["cache"].get("SecretKey").is_none(),
+        "{out}"
+    );
+    for secret in ["example-bucket-user-secret-key", "AKIAEXAMPLEACCESSKEY"] {
+        assert!(!text.contains(secret), "{secret} in the report:\n{text}");
     }
     assert!(text.contains("amazonec2-secret-key=(not shown)"), "{text}");
     // Empty OffPeak settings never applied: nothing to convert, and said so.

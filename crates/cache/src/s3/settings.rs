@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize, Serializer};
 const DEFAULT_AWS_ENDPOINT: &str = "https://s3.amazonaws.com";
 
 /// `[runners.cache.s3]`, with GitLab's key names.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 pub struct S3Settings {
     /// `ServerAddress`: `host[:port]` of an S3-compatible store; empty for AWS.
     #[serde(

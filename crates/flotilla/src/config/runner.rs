@@ -219,6 +219,10 @@ pub struct RunnerConfig {
     /// The slot's cgroup path; `${slot}` (or `$slot`) is replaced by the slot number.
     #[serde(default = "default_slot_cgroup_template")]
     pub slot_cgroup_template: String,
+    /// `[runners.cache]`: GitLab's distributed cache (the `flotilla-cache` crate reads and
+    /// checks it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache: Option<flotilla_cache::CacheConfig>,
     /// `[runners.docker]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub docker: Option<DockerConfig>,
@@ -273,6 +277,7 @@ impl RunnerConfig {
             environment: Vec::new(),
             use_slot_cgroups: false,
             slot_cgroup_template: default_slot_cgroup_template(),
+            cache: None,
             docker: None,
             instance: None,
             autoscaler: None,

@@ -81,6 +81,11 @@ pub(crate) fn table_at(path: &KeyPath) -> Option<TableSchema> {
         ["flotilla"] => (fields_of::<FlotillaConfig>(), true),
         ["runners"] => (fields_of::<RunnerConfig>(), false),
         ["runners", "docker"] => (fields_of::<DockerConfig>(), false),
+        ["runners", "cache"] => (fields_of::<flotilla_cache::CacheConfig>(), false),
+        ["runners", "cache", "s3"] => (
+            fields_of::<flotilla_cache::s3::settings::S3Settings>(),
+            false,
+        ),
         ["runners", "instance"] => (fields_of::<InstanceConfig>(), false),
         ["runners", "autoscaler"] => (fields_of::<AutoscalerConfig>(), true),
         ["runners", "autoscaler", "connector_config"]
@@ -132,9 +137,15 @@ pub(crate) fn unused_reason(table: &str, key: &str) -> Option<&'static str> {
     Some(match (table, key) {
         ("", "session_server") => "interactive web terminals are not supported",
         ("", "sentry_dsn") => "flotilla does not report errors to Sentry",
-        ("runners", "cache") => {
-            "flotilla keeps each runner's job cache on the manager; GitLab's distributed \
-             cache (S3, GCS, Azure) is not supported yet"
+        (
+            "runners.cache.s3",
+            "RoleARN"
+            | "UploadRoleARN"
+            | "AssumeRoleMaxConcurrency"
+            | "DisableAssumeRoleCredentialsCaching",
+        ) => {
+            "GitLab Runner gives the build host a role's credentials for its upload; \
+             flotilla's manager moves the archive with its own credentials"
         }
         ("runners", "feature_flags") => {
             "the table is not read: flotilla has one behaviour for each flag, except \
@@ -231,7 +242,7 @@ mod tests {
         let runner = fields_of::<RunnerConfig>();
         // Real GitLab keys that merely share a prefix with one of ours are not typos.
         assert_eq!(suggest("token_obtained_at", runner), None);
-        assert_eq!(suggest("cache", runner), None);
+        assert_eq!(suggest("cache_dir", runner), None);
         assert_eq!(
             suggest("imgae", fields_of::<DockerConfig>()).as_deref(),
             Some("image")

@@ -84,6 +84,16 @@ fn check_runner(f: &mut Findings, path: &KeyPath, runner: &RunnerConfig) {
     let label = runner_label(runner);
     let executor = runner.executor;
     check_shell_and_clone_url(f, path, runner);
+    if let Some(cache) = &runner.cache {
+        match cache.validate() {
+            Ok(warnings) => {
+                for w in warnings {
+                    f.warn(path.key("cache"), format!("{label}: [runners.cache] {w}"));
+                }
+            }
+            Err(e) => f.error(path.key("cache"), format!("{label}: {e}")),
+        }
+    }
     if executor.requires_gitlab() {
         match runner.url.as_deref() {
             None => f.error(

@@ -189,6 +189,11 @@ fn migrate_runner(
                     migrate_docker(d, &p, table, map, report);
                 }
             }
+            "cache" => {
+                if let Some(c) = value.as_table() {
+                    migrate_cache(c, &p, table, map, report);
+                }
+            }
             k if known(path, k) => {}
             k => {
                 table.remove(k);
@@ -319,6 +324,83 @@ fn migrate_docker(
             });
         }
     }
+}
+
+/// The S3 keys GitLab Runner before 11.3 read in `[runners.cache]` itself; it reads them only
+/// in `[runners.cache.s3]` since, so a file written for those versions has them in the wrong
+/// place (and no S3 cache on a GitLab Runner of today).
+const LEGACY_CACHE_KEYS: [&str; 6] = [
+    "ServerAddress",
+    "AccessKey",
+    "SecretKey",
+    "BucketName",
+    "BucketLocation",
+    "Insecure",
+];
+
+/// `[runners.cache]`: carried, with the legacy S3 keys moved into `[runners.cache.s3]`
+/// (where one is already set there, the old one is dropped).
+fn migrate_cache(
+    c: &toml::Table,
+    path: &KeyPath,
+    table: &mut toml_edit::Table,
+    map: &SourceMap<'_>,
+    report: &mut Report,
+) {
+    let Some(cache) = table
+        .get_mut("cache")
+        .and_then(toml_edit::Item::as_table_mut)
+    else {
+        return;
+    };
+    let position = cache.position();
+    for key in LEGACY_CACHE_KEYS {
+        let Some(value) = cache.remove(key) else {
+            continue;
+        };
+        let s3 = cache
+            .entry("s3")
+            .or_insert_with(|| {
+                // Right below [runners.cache], not after every other table of the file.
+                let mut t = toml_edit::Table::new();
+                t.set_position(position);
+                toml_edit::Item::Table(t)
+            })
+            .as_table_mut();
+        let line = map.locate(&path.key(key), At::Key).line;
+        let what = format!("[runners.cache] {key}");
+        let outcome = match s3 {
+            Some(s3) if !s3.contains_key(key) => {
+                s3.insert(key, value);
+                Outcome::Approximated {
+                    to: format!("[runners.cache.s3] {key}"),
+                    why: "GitLab Runner reads S3 settings only in [runners.cache.s3] since \
+                          11.3, and ignores them in [runners.cache]"
+                        .into(),
+                }
+            }
+            _ => Outcome::Dropped("[runners.cache.s3] sets it already".into()),
+        };
+        report.items.push(Item {
+            line,
+            what,
+            outcome,
+        });
+    }
+    indent(cache, 1);
+    let kind = c.get("Type").and_then(toml::Value::as_str).unwrap_or("");
+    report.items.push(Item {
+        line: map.locate(path, At::Key).line,
+        what: "[runners.cache]".into(),
+        outcome: match kind.to_ascii_lowercase().as_str() {
+            "s3" => Outcome::Carried("[runners.cache] (the S3 cache store)".into()),
+            "" => Outcome::Carried("[runners.cache] (no Type: caches stay on the manager)".into()),
+            other => Outcome::Approximated {
+                to: "[runners.cache]".into(),
+                why: format!("flotilla has no {other} cache store yet: caches stay on the manager"),
+            },
+        },
+    });
 }
 
 /// Indents a new table as `gitlab-runner register` writes `config.toml`: two spaces per

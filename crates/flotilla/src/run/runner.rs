@@ -230,11 +230,10 @@ async fn start_fleet(
     std::fs::create_dir_all(state_dir.join("scratch")).context("creating the scratch directory")?;
     let mut run_options = fleet::run_options(runner, state_dir.join("scratch"));
     run_options.runner.id = runner.id.unwrap_or(0);
+    let cache = cache_store(runner, state_dir).await?;
     let parts = FleetParts {
         artifacts: Arc::new(GitLabArtifactStore::new(client.clone())),
-        cache: Arc::new(LocalCacheStore::new(
-            state_dir.join("cache").join(fleet::file_name(&runner.name)),
-        )),
+        cache,
         snapshots: Some(Arc::new(LocalCacheStore::new(fleet::snapshot_store_dir(
             state_dir,
             &runner.name,
@@ -332,6 +331,30 @@ async fn start_fleet(
 }
 
 /// Keeps the lease until `done`; a renewal that fails fires `lost`.
+/// Where the runner's job caches go: the distributed cache its `[runners.cache]` names, else
+/// a directory on the manager.
+async fn cache_store(
+    runner: &RunnerConfig,
+    state_dir: &std::path::Path,
+) -> Result<Arc<dyn flotilla_job::CacheStore>> {
+    let short = runner
+        .token
+        .as_ref()
+        .map(|t| flotilla_monitor::short_token(t.expose()))
+        .unwrap_or_default();
+    if let Some(config) = &runner.cache
+        && let Some(store) = flotilla_cache::build(config, &short)
+            .await
+            .with_context(|| format!("runner {}: [runners.cache]", runner.name))?
+    {
+        tracing::info!(runner = %runner.name, cache = %config.kind, "job caches go to the distributed cache");
+        return Ok(store);
+    }
+    Ok(Arc::new(LocalCacheStore::new(
+        state_dir.join("cache").join(fleet::file_name(&runner.name)),
+    )))
+}
+
 async fn renew_lease(
     store: Store,
     scope: ScopeId,
