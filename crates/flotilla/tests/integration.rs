@@ -25,6 +25,7 @@ mod provider_plugin;
 mod provider_qemu;
 mod provider_static;
 mod register;
+mod run_cache;
 mod run_conformance;
 mod run_crash;
 mod run_docker;
