@@ -12,9 +12,9 @@ log() { printf '[setup aws] %s\n' "$*" >&2; }
 VENV="${FLOTILLA_MOTO_VENV:-/opt/flotilla/moto-venv}"
 # moto 5 is the major version the tests were written against (its server, its ASG and
 # Instance Connect back ends); a later major may change what it serves.
-SPEC='moto[server,ec2,autoscaling]>=5.1,<6'
+SPEC='moto[server,ec2,autoscaling,s3]>=5.1,<6'
 
-if [ -x "$VENV/bin/moto_server" ] && "$VENV/bin/python" -c 'import moto, flask' 2>/dev/null; then
+if [ -x "$VENV/bin/moto_server" ] && "$VENV/bin/python" -c 'import moto, flask, boto3, yaml, py_partiql_parser' 2>/dev/null; then
   log "moto present: $("$VENV/bin/python" -c 'import moto; print(moto.__version__)')"
   exit 0
 fi

@@ -83,11 +83,16 @@ const PYTHON_ELSEWHERE: &[(&str, &str)] = &[
     // scripts/re2-expectations.py is run by hand in a venv (its docstring says how) to record
     // crates/ci/tests/re2/expected.json; no test runs it.
     ("re2", "a venv, by hand"),
+    // crates/cache/tests/s3_judge.py runs in moto's venv, which scripts/setup.d/aws.sh makes
+    // (moto depends on boto3 and botocore, the official AWS SDK for Python).
+    ("boto3", "aws.sh"),
+    ("botocore", "aws.sh"),
 ];
 
 /// The standard-library modules the project's Python imports.
 const PYTHON_STDLIB: &[&str] = &[
     "concurrent",
+    "datetime",
     "decimal",
     "importlib",
     "json",

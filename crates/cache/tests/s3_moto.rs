@@ -6,7 +6,7 @@
 use flotilla_cache::CacheConfig;
 use flotilla_cache::s3::presign::presign;
 use flotilla_cache::s3::settings::S3Settings;
-use flotilla_job::{CacheKey, CacheStore};
+use flotilla_job::CacheKey;
 use flotilla_testkit::infra::{Infra, require};
 use flotilla_testkit::moto::Moto;
 use std::path::PathBuf;
