@@ -265,7 +265,7 @@ fn unused_gitlab_keys_are_warned_about_once_each() {
         "18:3: `token_obtained_at` in [runners] is not used by flotilla; ignored",
         "19:3: `token_expires_at` in [runners]",
         "23:12: `custom_build_dir` in [runners]",
-        "33:12: `feature_flags` in [runners]",
+        "34:22: runner `registered-runner`: feature flag FF_USE_FASTZIP has no effect",
         "36:5: `tls_verify` in [runners.docker]",
         "41:5: `disable_cache` in [runners.docker]",
         "44:5: `network_mtu` in [runners.docker]",
@@ -350,12 +350,13 @@ fn every_fixture_prints_redacted_and_reloads_identically() {
         }
         let again = Config::from_str(&printed, fixture(name))
             .unwrap_or_else(|e| panic!("{name}: printed config does not load:\n{e}\n{printed}"));
-        // gitlab-extras: the sizing and the listen_address warnings stay; vm-isolation-macos:
-        // the unused nesting_host and connector_config; aws-full: reservation_throttling (its
-        // unused cache_dir is not printed); aws: shell = "sh".
+        // gitlab-extras: the sizing, the listen_address and the feature flag warnings stay;
+        // vm-isolation-macos: the unused nesting_host and connector_config; aws-full:
+        // reservation_throttling (its unused cache_dir is not printed); aws: shell = "sh".
         assert_eq!(
             again.warnings.len(),
-            2 * usize::from(name == "gitlab-extras.toml" || name == "vm-isolation-macos.toml")
+            3 * usize::from(name == "gitlab-extras.toml")
+                + 2 * usize::from(name == "vm-isolation-macos.toml")
                 + usize::from(
                     name == "docker-autoscaler-aws-full.toml"
                         || name == "docker-autoscaler-aws.toml"

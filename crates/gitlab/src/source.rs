@@ -103,6 +103,9 @@ pub struct SourceConfig {
     /// The runner's `clone_url`: where jobs fetch their sources instead of the payload's
     /// `repo_url` ([`flotilla_job::script::clone_url_remote`]).
     pub clone_url: Option<String>,
+    /// The runner's `[runners.feature_flags]`: a flag it names is on or off for every job,
+    /// whatever the job's variables say (`JobPayload::feature_flag`).
+    pub feature_flags: std::collections::BTreeMap<String, bool>,
 }
 
 impl Default for SourceConfig {
@@ -120,6 +123,7 @@ impl Default for SourceConfig {
             trace: TraceOptions::default(),
             environment: Vec::new(),
             clone_url: None,
+            feature_flags: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -740,6 +744,9 @@ async fn handle_job(
     payload
         .variables
         .splice(0..0, inner.config.environment.iter().cloned());
+    payload
+        .runner_feature_flags
+        .clone_from(&inner.config.feature_flags);
     if let Some(remote) = inner.config.clone_url.as_deref().and_then(|c| {
         let project = payload
             .variables

@@ -181,6 +181,46 @@ async fn the_runners_environment_reaches_the_job_and_the_job_wins() {
     run.await.unwrap();
 }
 
+/// `[runners.feature_flags]` decides a flag it names for every job, over the job's own
+/// variable (GitLab Runner's `Build.IsFeatureFlagOn`): here the flags that change the stage
+/// script, which flotilla does not support and says so in the job's log when one is on.
+#[tokio::test]
+async fn the_runners_feature_flags_decide_over_the_jobs_variables() {
+    let fake = fake().start().await.unwrap();
+    let c = client(&fake);
+    let exec = LocalExecutor::new(local_scaler(1, true).await, None);
+    let config = flotilla_gitlab::SourceConfig {
+        feature_flags: [
+            ("FF_USE_LEGACY_BASH_EVAL".to_string(), true),
+            ("FF_ENABLE_BASH_EXIT_CODE_CHECK".to_string(), false),
+        ]
+        .into(),
+        ..source_config()
+    };
+    let source = Arc::new(flotilla_gitlab::JobSource::new(c, exec.clone(), config));
+    let s = source.clone();
+    let run = tokio::spawn(async move { s.run().await });
+    let id = fake.enqueue(
+        RUNNER_TOKEN,
+        JobBuilder::new("flags")
+            .variable("FF_USE_LEGACY_BASH_EVAL", "false")
+            .variable("FF_ENABLE_BASH_EXIT_CODE_CHECK", "true")
+            .script(["echo ran"]),
+    );
+    assert!(fake.wait_finished(&[id], Duration::from_secs(60)).await);
+    let text = fake.job(id).unwrap().trace_text();
+    assert!(
+        text.contains("FF_USE_LEGACY_BASH_EVAL is not supported by this runner"),
+        "the runner's true wins over the job's false: {text}"
+    );
+    assert!(
+        !text.contains("FF_ENABLE_BASH_EXIT_CODE_CHECK is not supported"),
+        "the runner's false wins over the job's true: {text}"
+    );
+    source.stop_handle().graceful();
+    run.await.unwrap();
+}
+
 fn j_token(fake: &flotilla_testkit::fake_gitlab::FakeGitLab, id: i64) -> String {
     fake.job(id).unwrap().token
 }

@@ -6,7 +6,7 @@ use super::redact;
 use flotilla_fleet::Secret;
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 /// How a runner's jobs are executed.
@@ -219,6 +219,10 @@ pub struct RunnerConfig {
     /// The slot's cgroup path; `${slot}` (or `$slot`) is replaced by the slot number.
     #[serde(default = "default_slot_cgroup_template")]
     pub slot_cgroup_template: String,
+    /// `[runners.feature_flags]`: GitLab Runner feature flags set for every job, deciding
+    /// over the job's variables.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub feature_flags: BTreeMap<String, bool>,
     /// `[runners.cache]`: GitLab's distributed cache (the `flotilla-cache` crate reads and
     /// checks it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -277,6 +281,7 @@ impl RunnerConfig {
             environment: Vec::new(),
             use_slot_cgroups: false,
             slot_cgroup_template: default_slot_cgroup_template(),
+            feature_flags: BTreeMap::new(),
             cache: None,
             docker: None,
             instance: None,

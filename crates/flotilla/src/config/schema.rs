@@ -147,11 +147,6 @@ pub(crate) fn unused_reason(table: &str, key: &str) -> Option<&'static str> {
             "GitLab Runner gives the build host a role's credentials for its upload; \
              flotilla's manager moves the archive with its own credentials"
         }
-        ("runners", "feature_flags") => {
-            "the table is not read: flotilla has one behaviour for each flag, except \
-             FF_ENABLE_JOB_CLEANUP and FF_EXPORT_HIGH_CARDINALITY_METRICS, which it reads from \
-             `environment` and the job's variables"
-        }
         ("runners", "token_obtained_at" | "token_expires_at") => {
             "flotilla does not rotate runner authentication tokens: the token is used until \
              GitLab refuses it (`flotilla verify` says when)"

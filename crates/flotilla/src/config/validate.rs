@@ -84,6 +84,7 @@ fn check_runner(f: &mut Findings, path: &KeyPath, runner: &RunnerConfig) {
     let label = runner_label(runner);
     let executor = runner.executor;
     check_shell_and_clone_url(f, path, runner);
+    check_feature_flags(f, path, runner);
     if let Some(cache) = &runner.cache {
         match cache.validate() {
             Ok(warnings) => {
@@ -346,6 +347,40 @@ fn check_runner(f: &mut Findings, path: &KeyPath, runner: &RunnerConfig) {
 /// way); `sh` runs the same scripts (they are POSIX) with bash where present; PowerShell and
 /// `cmd` scripts are not written at all, so a runner set up for them is refused rather than
 /// run in the wrong language.
+/// `[runners.feature_flags]`: the flags flotilla reads are honoured; the others are warned
+/// (flotilla has one behaviour where GitLab Runner has the flag), those that change the
+/// stage script and are on, more plainly.
+fn check_feature_flags(f: &mut Findings, path: &KeyPath, runner: &RunnerConfig) {
+    use flotilla_job::model::feature_flags::{READ, UNSUPPORTED};
+    let label = runner_label(runner);
+    for (name, on) in &runner.feature_flags {
+        let at = path.key("feature_flags").key(name);
+        if READ.iter().any(|(n, _)| *n == name.as_str()) {
+            continue;
+        }
+        if UNSUPPORTED.contains(&name.as_str()) {
+            if *on {
+                f.warn(
+                    at,
+                    format!(
+                        "{label}: {name} = true is not supported: flotilla writes the stage \
+                         script one way, as GitLab Runner does with it off (each job's log says so)"
+                    ),
+                );
+            }
+            continue;
+        }
+        f.warn(
+            at,
+            format!(
+                "{label}: feature flag {name} has no effect in flotilla, which has one \
+                 behaviour where GitLab Runner has this flag (flags read: {})",
+                READ.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+            ),
+        );
+    }
+}
+
 fn check_shell_and_clone_url(f: &mut Findings, path: &KeyPath, runner: &RunnerConfig) {
     match runner.shell.as_deref().map(str::trim) {
         None | Some("" | "bash") => {}
@@ -794,6 +829,33 @@ mod tests {
 
     /// Issue 32: `shell` was accepted and ignored. `bash` is what flotilla does; `sh` is warned
     /// (bash runs the POSIX scripts where present); PowerShell and `cmd` are refused.
+    #[test]
+    fn feature_flags_read_are_quiet_and_the_others_said() {
+        let mut r = runner(Executor::Instance);
+        r.feature_flags = [
+            ("FF_ENABLE_JOB_CLEANUP".to_string(), true),
+            ("FF_USE_FASTZIP".to_string(), true),
+            ("FF_USE_LEGACY_BASH_EVAL".to_string(), true),
+            ("FF_ENABLE_BASH_EXIT_CODE_CHECK".to_string(), false),
+        ]
+        .into();
+        let config = Config {
+            concurrent: 10,
+            runners: vec![r],
+            ..Default::default()
+        };
+        let warned = messages(&config, Severity::Warning);
+        assert_eq!(warned.len(), 2, "{warned:?}");
+        assert!(
+            warned[0].contains("FF_USE_FASTZIP has no effect"),
+            "{warned:?}"
+        );
+        assert!(
+            warned[1].contains("FF_USE_LEGACY_BASH_EVAL = true is not supported"),
+            "{warned:?}"
+        );
+    }
+
     #[test]
     fn shell_says_what_it_does() {
         let with = |shell: Option<&str>| {

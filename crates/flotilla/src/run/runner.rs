@@ -289,6 +289,7 @@ async fn start_fleet(
             ..flotilla_gitlab::TraceOptions::default()
         },
         clone_url: runner.clone_url.clone(),
+        feature_flags: runner.feature_flags.clone(),
         ..SourceConfig::default()
     };
     let mut executor: Arc<dyn SlotExecutor> = fleet.dispatcher.clone();

@@ -82,6 +82,7 @@ pub(crate) fn source_config() -> SourceConfig {
         trace: trace_options(),
         environment: Vec::new(),
         clone_url: None,
+        feature_flags: Default::default(),
     }
 }
 

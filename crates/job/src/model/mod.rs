@@ -7,6 +7,7 @@
 //! `steps[0].timeout`; its message never repeats the offending value.
 
 mod artifact;
+pub mod feature_flags;
 mod image;
 mod info;
 mod lenient;
@@ -100,6 +101,11 @@ pub struct JobPayload {
     /// run instead of from a git remote.
     #[serde(skip)]
     pub local_sources: Option<LocalSources>,
+    /// flotilla's own, never sent by GitLab: the runner's `[runners.feature_flags]` table,
+    /// which decides a flag it names whatever the job's variables say
+    /// ([`JobPayload::feature_flag`]).
+    #[serde(skip)]
+    pub runner_feature_flags: BTreeMap<String, bool>,
 }
 
 /// The sources of a local run (`flotilla exec`): the pipeline has already decided what
@@ -160,16 +166,21 @@ impl JobPayload {
             .is_some_and(|v| crate::vars::truthy(&v.value))
     }
 
-    /// Whether the GitLab Runner feature flag `name` (`FF_...`) is on for this job: its last
-    /// definition among the variables (the runner's `environment` among them) is true as Go's
-    /// `strconv.ParseBool` reads it (`1`, `t`, `T`, `true`, `TRUE`, `True`; no blanks around),
-    /// as GitLab Runner's `featureflags.IsOn` does. The one rule for every flag flotilla reads.
+    /// Whether the GitLab Runner feature flag `name` (`FF_...`) is on for this job, as GitLab
+    /// Runner's `Build.IsFeatureFlagOn` decides: the runner's `[runners.feature_flags]` value
+    /// when the table names the flag; else its last definition among the variables (the
+    /// runner's `environment` among them), true as Go's `strconv.ParseBool` reads it (`1`,
+    /// `t`, `T`, `true`, `TRUE`, `True`; no blanks around). The one rule for every flag
+    /// flotilla reads.
     pub fn feature_flag(&self, name: &str) -> bool {
+        if let Some(on) = self.runner_feature_flags.get(name) {
+            return *on;
+        }
         self.variables
             .iter()
             .rev()
             .find(|v| v.key == name)
-            .is_some_and(|v| matches!(v.value.as_str(), "1" | "t" | "T" | "true" | "TRUE" | "True"))
+            .is_some_and(|v| feature_flags::parse_bool(&v.value))
     }
 
     /// The step with this name, if any.

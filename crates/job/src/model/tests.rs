@@ -115,4 +115,12 @@ fn feature_flags_read_as_go_parses_booleans_the_last_definition_winning() {
         Variable::new("FF_X", "false"),
     ];
     assert!(!job.feature_flag("FF_X"));
+    // The runner's [runners.feature_flags] decides a flag it names, either way.
+    job.runner_feature_flags.insert("FF_X".into(), true);
+    assert!(job.feature_flag("FF_X"));
+    job.variables = vec![Variable::new("FF_X", "true")];
+    job.runner_feature_flags.insert("FF_X".into(), false);
+    assert!(!job.feature_flag("FF_X"));
+    job.runner_feature_flags.clear();
+    assert!(job.feature_flag("FF_X"));
 }

@@ -408,8 +408,8 @@ impl Run<'_, '_> {
         }
         // Feature flags that change how GitLab Runner writes the stage script
         // (helpers/featureflags/flags.go); flotilla writes it one way only.
-        for flag in ["FF_USE_LEGACY_BASH_EVAL", "FF_ENABLE_BASH_EXIT_CODE_CHECK"] {
-            if self.vars.bool(flag) {
+        for flag in crate::model::feature_flags::UNSUPPORTED {
+            if self.job.feature_flag(flag) {
                 self.warn(&format!(
                     "{flag} is not supported by this runner: the stage script is written as \
                      GitLab Runner 19.1 writes it by default"
