@@ -413,6 +413,72 @@ async fn infra_docker_volumes_reach_the_build_and_service_containers() {
     );
 }
 
+/// `[runners.docker] disable_cache = true`: a cache volume is the job's own, shared by its
+/// build and service containers, and gone after the job (GitLab Runner's `addCacheVolume`
+/// makes it non-reusable and removes it), so the next job starts with an empty one.
+#[tokio::test]
+async fn infra_docker_disable_cache_gives_each_job_a_cache_volume_of_its_own() {
+    if !require(Infra::Docker) {
+        return;
+    }
+    let config = flotilla_isolate::DockerIsolationConfig {
+        volumes: vec![flotilla_isolate::docker::volumes::Volume::parse("/shared").unwrap()],
+        disable_cache: true,
+        ..Default::default()
+    };
+    let f = docker_fleet("nocache", config).await;
+    let mut first = job_at(
+        Level::Docker,
+        &[
+            "for i in $(seq 1 100); do [ -s /shared/from-service ] && break; sleep 0.1; done",
+            "echo \"service wrote: $(cat /shared/from-service)\"",
+            "echo left-by-the-first-job > /shared/from-job",
+        ],
+    );
+    first.services = vec![Image {
+        name: busybox_image(),
+        alias: "writer".into(),
+        command: vec![
+            "sh".into(),
+            "-c".into(),
+            "echo hello-from-the-service > /shared/from-service && exec sleep 300".into(),
+        ],
+        ..Default::default()
+    }];
+    let (r, t) = dispatch(&f.dispatcher, &first).await;
+    assert_eq!(r.outcome, Outcome::Success, "{t}");
+    assert!(t.contains("service wrote: hello-from-the-service"), "{t}");
+
+    let second = job_at(
+        Level::Docker,
+        &[
+            "ls -A /shared",
+            "test ! -e /shared/from-job && echo a-fresh-volume",
+        ],
+    );
+    let (r, t) = dispatch(&f.dispatcher, &second).await;
+    assert_eq!(r.outcome, Outcome::Success, "{t}");
+    assert!(t.contains("a-fresh-volume"), "the volume was not kept: {t}");
+
+    // Nothing of either job's volumes is left on the instance.
+    for instance in f.instances() {
+        let listed = f
+            .inner_docker(&instance)
+            .await
+            .list_volumes(None::<bollard::query_parameters::ListVolumesOptions>)
+            .await
+            .unwrap();
+        let left: Vec<String> = listed
+            .volumes
+            .unwrap_or_default()
+            .into_iter()
+            .map(|v| v.name)
+            .filter(|n| n.contains("-job-"))
+            .collect();
+        assert!(left.is_empty(), "job volumes left: {left:?}");
+    }
+}
+
 /// `[runners.docker] cap_drop` and `security_opt` reach the build container as the kernel
 /// sees them from inside it (GitLab Runner's `createHostConfig`); a job whose image is not in
 /// `allowed_privileged_images` runs unprivileged though `privileged = true`. Before, all of

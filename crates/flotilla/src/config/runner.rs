@@ -418,6 +418,9 @@ pub struct DockerConfig {
     /// Extra volumes for job containers (`/cache`, `/host:/container:ro`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<String>,
+    /// `disable_cache`: each job gets cache volumes of its own, removed after it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub disable_cache: bool,
     /// CPU limit of job containers (`"1.5"`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpus: Option<String>,

@@ -162,12 +162,6 @@ pub(crate) fn unused_reason(table: &str, key: &str) -> Option<&'static str> {
             "runners.docker",
             "helper_image" | "helper_image_flavor" | "helper_image_autoset_arch_and_os",
         ) => "the helper container runs the instance's own programs; no helper image is pulled",
-        // GitLab's `addCacheVolume` (executors/docker/internal/volumes/manager.go).
-        ("runners.docker", "disable_cache") => {
-            "not honoured: a `volumes` entry with a destination only is a Docker volume kept \
-             for the project and slot, as when disable_cache is false (GitLab's default); with \
-             true GitLab gives each job a fresh one"
-        }
         ("runners.docker", "cache_dir") => {
             "a `volumes` entry with a destination only is a Docker volume on the instance, \
              not a directory under cache_dir"

@@ -1,9 +1,10 @@
-//! Removing a job's containers and networks, found by label.
+//! Removing a job's containers, networks and own volumes, found by label.
 
 use super::client::is_not_found;
 use bollard::Docker;
 use bollard::query_parameters::{
-    ListContainersOptions, ListNetworksOptions, RemoveContainerOptions,
+    ListContainersOptions, ListNetworksOptions, ListVolumesOptions, RemoveContainerOptions,
+    RemoveVolumeOptions,
 };
 use futures::future::join_all;
 use std::collections::HashMap;
@@ -68,7 +69,7 @@ pub(crate) async fn remove_matching(
     }
     let networks = docker
         .list_networks(Some(ListNetworksOptions {
-            filters: Some(filters),
+            filters: Some(filters.clone()),
         }))
         .await;
     match networks {
@@ -86,6 +87,33 @@ pub(crate) async fn remove_matching(
             }
         }
         Err(e) => removed.errors.push(format!("listing networks: {e}")),
+    }
+    // Volumes a job made for itself (`disable_cache`); the kept cache volumes carry no label
+    // and are never listed here.
+    let volumes = docker
+        .list_volumes(Some(ListVolumesOptions {
+            filters: Some(filters),
+        }))
+        .await;
+    match volumes {
+        Ok(list) => {
+            for v in list.volumes.unwrap_or_default() {
+                if keep(&v.labels) {
+                    continue;
+                }
+                match docker
+                    .remove_volume(&v.name, None::<RemoveVolumeOptions>)
+                    .await
+                {
+                    Ok(()) => removed.count += 1,
+                    Err(e) if is_not_found(&e) => {}
+                    Err(e) => removed
+                        .errors
+                        .push(format!("removing volume {}: {e}", v.name)),
+                }
+            }
+        }
+        Err(e) => removed.errors.push(format!("listing volumes: {e}")),
     }
     removed
 }

@@ -78,6 +78,8 @@ pub struct DockerEnvironment {
     service_env: Vec<Vec<String>>,
     /// The binds of `[runners.docker] volumes` for this job.
     volume_binds: Vec<String>,
+    /// The job's own cache volumes (`disable_cache`), made in `prepare` with its labels.
+    own_volumes: Vec<String>,
     /// The job's slot directory, its project's own ([`super::spec::slot_bind`]).
     slot_bind: String,
     /// Whether `disable_entrypoint_overwrite` set aside an entrypoint the job asked for.
@@ -164,9 +166,23 @@ impl DockerEnvironment {
             .iter()
             .map(|s| service_env(p.job, s, &p.layout.paths, p.slot, "docker"))
             .collect();
-        let unique =
+        let mut unique =
             super::volumes::unique_name(&p.config.owner, p.job.job_info.project_id, p.slot);
+        if p.config.disable_cache {
+            unique = super::volumes::per_job_unique_name(&unique, p.job.id);
+        }
         let volume_binds = p.config.volumes.iter().map(|v| v.bind(&unique)).collect();
+        // Made before the containers, with the job's labels, so that the job's cleanup and a
+        // later sweep find and remove them; the kept ones are made by Docker on first use.
+        let own_volumes = if p.config.disable_cache {
+            p.config
+                .volumes
+                .iter()
+                .filter_map(|v| v.cache_volume(&unique))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let slot_bind = super::spec::slot_bind(&p.layout.slot_dir, p.job.job_info.project_id);
         DockerEnvironment {
             docker: p.docker,
@@ -181,6 +197,7 @@ impl DockerEnvironment {
             services,
             service_env,
             volume_binds,
+            own_volumes,
             slot_bind,
             entrypoint_kept,
             runner_services,
@@ -356,6 +373,21 @@ impl DockerEnvironment {
             );
         }
 
+        for name in &self.own_volumes {
+            let request = bollard::models::VolumeCreateRequest {
+                name: Some(name.clone()),
+                labels: Some(self.labels.labels(None)),
+                ..Default::default()
+            };
+            let docker = self.docker.clone();
+            self.tracked("the job's cache volume", async move {
+                docker
+                    .create_volume(request)
+                    .await
+                    .map_err(|e| EnvError::System(format!("creating the job's cache volume: {e}")))
+            })
+            .await?;
+        }
         let (placement, placement_warning) =
             super::network::plan(&self.config.network_mode, !self.services.is_empty());
         if let Some(w) = placement_warning {

@@ -93,6 +93,10 @@ pub struct DockerIsolationConfig {
     /// `[runners.docker] volumes`: bound into the build container and every service
     /// container ([`volumes`]).
     pub volumes: Vec<volumes::Volume>,
+    /// `[runners.docker] disable_cache`: each job gets cache volumes of its own, labelled as
+    /// the job's and removed with its containers, instead of the project's kept ones
+    /// (GitLab Runner's `addCacheVolume` with `reusable` false).
+    pub disable_cache: bool,
     /// `[runners.docker] cpus` and `memory`: the build container's limits ([`limits`]).
     pub build_limits: limits::BuildLimits,
     /// `[runners.docker] services_limit`: most services a job may start (`None` or negative:
@@ -152,6 +156,7 @@ impl Default for DockerIsolationConfig {
             security: security::Security::default(),
             slot_cgroups: None,
             volumes: Vec::new(),
+            disable_cache: false,
             build_limits: limits::BuildLimits::default(),
             services_limit: None,
             allowed_images: allowed::AllowedImages::default(),

@@ -5,7 +5,10 @@
 //!   Docker volume) at `/destination`, as written;
 //! - `/destination` alone is a *cache volume*: a Docker volume named for the runner, the
 //!   project and the slot (`<owner>-project-<id>-concurrent-<slot>-cache-<hash of the path>`),
-//!   kept across jobs, as GitLab's are while `disable_cache` is off (its default).
+//!   kept across jobs, as GitLab's are while `disable_cache` is off (its default). With
+//!   `disable_cache` on, each job's are its own (`...-job-<id>-cache-<hash>`), made with the
+//!   job's labels and removed with its containers, as GitLab Runner makes them non-reusable
+//!   and removes them after the job.
 //!
 //! Options are GitLab's: `ro`, `rw` or `O`, the SELinux label `z`, and a bind propagation
 //! (`shared`, `slave`, `private`, `rshared`, `rslave`, `rprivate`), joined by `:` or `,`. The
@@ -134,6 +137,22 @@ impl Volume {
 /// runner's short token: the manager's owner label, the project and the slot.
 pub fn unique_name(owner: &str, project_id: i64, slot: usize) -> String {
     format!("{owner}-project-{project_id}-concurrent-{slot}")
+}
+
+/// What names the cache volumes of job `job_id` when `disable_cache` is on: the job's own.
+pub fn per_job_unique_name(unique: &str, job_id: i64) -> String {
+    format!("{unique}-job-{job_id}")
+}
+
+impl Volume {
+    /// The Docker volume a cache volume is, for a job whose cache volumes are named from
+    /// `unique`; `None` for a bind.
+    pub fn cache_volume(&self, unique: &str) -> Option<String> {
+        match self {
+            Volume::Cache { destination, .. } => Some(cache_volume_name(unique, destination)),
+            Volume::Bind { .. } => None,
+        }
+    }
 }
 
 /// The cache volume for `destination`: `<unique>-cache-<32 hex digits of its hash>`.
