@@ -76,9 +76,9 @@ fn config_check_prints_warnings_to_stderr_and_still_succeeds() {
     assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
     let file = path.display().to_string();
     let lines: Vec<&str> = stderr.lines().collect();
-    // `shm_size`, `oom_kill_disable`, `disable_entrypoint_overwrite`, `services` and the S3
-    // cache are honoured now (issue 32): no longer warned.
-    assert_eq!(lines.len(), 12, "{stderr}");
+    // `shm_size`, `oom_kill_disable`, `disable_entrypoint_overwrite`, `services`,
+    // `disable_cache` and the S3 cache are honoured now (issue 32): no longer warned.
+    assert_eq!(lines.len(), 11, "{stderr}");
     assert!(
         lines
             .iter()

@@ -253,7 +253,7 @@ fn unused_gitlab_keys_are_warned_about_once_each() {
     let file = fixture("gitlab-extras.toml").display().to_string();
     let got: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
     // `disable_entrypoint_overwrite` (39), `oom_kill_disable` (40), `shm_size` (43),
-    // `services` (46) and the S3 cache (25) are honoured (issue 32).
+    // `services` (46), `disable_cache` (41) and the S3 cache (25) are honoured (issue 32).
     let expected = [
         "3:14: concurrent = 4 but the fleets hold 8 job slots",
         "5:1: `connection_max_age` at the top level is not used by flotilla; ignored",
@@ -267,7 +267,6 @@ fn unused_gitlab_keys_are_warned_about_once_each() {
         "23:12: `custom_build_dir` in [runners]",
         "34:22: runner `registered-runner`: feature flag FF_USE_FASTZIP has no effect",
         "36:5: `tls_verify` in [runners.docker]",
-        "41:5: `disable_cache` in [runners.docker]",
         "44:5: `network_mtu` in [runners.docker]",
     ];
     assert_eq!(got.len(), expected.len(), "{got:#?}");
@@ -504,13 +503,10 @@ fn public_configs_load_or_are_refused_with_the_reason() {
             "session_server",
             "custom_build_dir",
             "tls_verify",
-            "disable_cache",
             "custom_build_dir",
             "tls_verify",
-            "disable_cache",
             "custom_build_dir",
             "tls_verify",
-            "disable_cache",
         ]
     );
     let loaded = load("public/webees-devops.toml");
@@ -523,7 +519,7 @@ fn public_configs_load_or_are_refused_with_the_reason() {
 
     assert_eq!(
         warned_keys("mritd-composes.toml"),
-        ["cache_dir", "tls_verify", "disable_cache"]
+        ["cache_dir", "tls_verify"]
     );
     let loaded = load("public/mritd-composes.toml");
     let r = &loaded.config.runners[0];

@@ -228,20 +228,18 @@ fn the_cattle_ops_rendering_keeps_its_schedule_and_spot_settings_go_to_the_group
     );
     assert!(!out.contains("sentry_dsn"), "sentry_dsn kept:\n{out}");
     // Issue 34: each "not carried" reason says what flotilla does today. disable_cache is
-    // about destination-only volumes, which flotilla keeps per project and slot (the job cache
-    // on the manager has nothing to do with it).
-    let disable_cache = report
-        .items
-        .iter()
-        .find(|i| i.what.contains("disable_cache"))
-        .unwrap();
+    // honoured now (issue 32): carried as it is, never reported dropped.
     assert!(
-        matches!(&disable_cache.outcome, Outcome::Dropped(w)
-            if w.contains("not honoured") && w.contains("project and slot")),
+        !report.dropped().any(|i| i.what.contains("disable_cache")),
         "{report}"
     );
     // Keys flotilla now honours are carried as they are.
-    for kept in ["pre_build_script", "output_limit", "clone_url"] {
+    for kept in [
+        "pre_build_script",
+        "output_limit",
+        "clone_url",
+        "disable_cache",
+    ] {
         assert!(out.contains(kept), "{kept} dropped:\n{out}");
         assert!(!report.dropped().any(|i| i.what.contains(kept)), "{report}");
     }
