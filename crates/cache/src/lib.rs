@@ -12,6 +12,7 @@ mod error;
 mod object_name;
 pub mod s3;
 pub mod settings;
+mod transfer;
 
 pub use error::CacheConfigError;
 pub use object_name::object_name;
