@@ -37,6 +37,9 @@ pub enum Infra {
     /// moto's standalone AWS server (`moto_server`, installed by `scripts/setup.d/aws.sh`;
     /// see [`moto_server_path`]): the judge of the aws provider.
     Moto,
+    /// Google's `gcp-storage-emulator` with `google-cloud-storage` beside it (installed by
+    /// `scripts/setup.d/storage.sh`; see [`gcs_emulator_path`]): the judges of the GCS cache.
+    GcsEmulator,
     /// Go with Debian's hashicorp go-plugin and grpc sources in `/usr/share/gocode`
     /// (`golang-go`, `golang-github-hashicorp-go-plugin-dev`, `golang-google-grpc-dev`): a
     /// go-plugin plugin built offline judges the plugin provider's process protocol.
@@ -73,6 +76,10 @@ impl Infra {
                  (testkit/browser, installed by scripts/setup.sh)"
             }
             Infra::Moto => "moto's server (moto_server, installed by scripts/setup.d/aws.sh)",
+            Infra::GcsEmulator => {
+                "gcp-storage-emulator and google-cloud-storage (installed by \
+                 scripts/setup.d/storage.sh)"
+            }
             Infra::GoPlugin => {
                 "Go and go-plugin's sources (Debian packages golang-go, \
                  golang-github-hashicorp-go-plugin-dev, golang-google-grpc-dev)"
@@ -99,6 +106,7 @@ pub fn available(infra: Infra) -> bool {
     static PY_GRPC: OnceLock<bool> = OnceLock::new();
     match infra {
         Infra::Moto => moto_server_path().is_some(),
+        Infra::GcsEmulator => gcs_emulator_path().is_some(),
         Infra::GoPlugin => *GO_PLUGIN.get_or_init(|| {
             runs("go", &["version"])
                 && std::path::Path::new(GOCODE)
@@ -174,6 +182,21 @@ pub fn moto_server_path() -> Option<std::path::PathBuf> {
             .map(|d| d.join("moto_server"))
             .find(|p| p.is_file())
     })
+}
+
+/// Where `scripts/setup.d/storage.sh` installs the Cloud Storage judges' venv.
+pub const STORAGE_VENV: &str = "/opt/flotilla/storage-venv";
+
+/// Google's storage emulator: `$FLOTILLA_GCS_EMULATOR`, else
+/// `/opt/flotilla/storage-venv/bin/gcp-storage-emulator`; `None` when neither is there. The
+/// `python` beside it has `google-cloud-storage`.
+pub fn gcs_emulator_path() -> Option<std::path::PathBuf> {
+    if let Some(p) = std::env::var_os("FLOTILLA_GCS_EMULATOR") {
+        let p = std::path::PathBuf::from(p);
+        return p.is_file().then_some(p);
+    }
+    let venv = std::path::Path::new(STORAGE_VENV).join("bin/gcp-storage-emulator");
+    venv.is_file().then_some(venv)
 }
 
 /// Where Debian's `golang-*-dev` packages put their Go sources (a GOPATH entry).

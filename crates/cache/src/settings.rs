@@ -1,10 +1,11 @@
 //! `[runners.cache]`: the keys every backend shares (`cacheconfig.Config` in GitLab Runner).
-//! Each backend's own table is parsed beside its store ([`crate::s3::settings`]). The GCS and
-//! Azure tables are kept whole and unprinted: flotilla has no store for them yet, and says so
-//! when `Type` names one or when they hold settings (`gitlab-runner register` writes them
-//! empty, which is no setting).
+//! Each backend's own table is parsed beside its store ([`crate::s3::settings`],
+//! [`crate::gcs::settings`]). The Azure table is kept whole and unprinted: flotilla has no
+//! store for it yet, and says so when `Type` names it or when it holds settings
+//! (`gitlab-runner register` writes the backends' tables empty, which is no setting).
 
 use crate::error::CacheConfigError;
+use crate::gcs::settings::GcsSettings;
 use crate::s3::settings::S3Settings;
 use serde::{Deserialize, Serialize};
 
@@ -26,9 +27,9 @@ pub struct CacheConfig {
     /// `[runners.cache.s3]`.
     #[serde(rename = "s3", default, skip_serializing_if = "Option::is_none")]
     pub s3: Option<S3Settings>,
-    /// `[runners.cache.gcs]`: no store yet; never printed (it holds a private key).
-    #[serde(rename = "gcs", default, skip_serializing)]
-    pub gcs: toml::Table,
+    /// `[runners.cache.gcs]`.
+    #[serde(rename = "gcs", default, skip_serializing_if = "Option::is_none")]
+    pub gcs: Option<GcsSettings>,
     /// `[runners.cache.azure]`: no store yet; never printed (it holds an account key).
     #[serde(rename = "azure", default, skip_serializing)]
     pub azure: toml::Table,
@@ -41,6 +42,8 @@ pub enum CacheKind {
     None,
     /// `s3`.
     S3,
+    /// `gcs`.
+    Gcs,
     /// A type flotilla has no store for (GitLab's `gcs`, `gcsv2`, `azure`, or a name GitLab
     /// does not know either, for which it skips the cache).
     Unsupported(String),
@@ -52,6 +55,7 @@ impl CacheConfig {
         match self.kind.trim().to_ascii_lowercase().as_str() {
             "" => CacheKind::None,
             "s3" | "s3v2" => CacheKind::S3,
+            "gcs" | "gcsv2" => CacheKind::Gcs,
             other => CacheKind::Unsupported(other.to_string()),
         }
     }
@@ -83,25 +87,34 @@ impl CacheConfig {
                         .to_string(),
                 ),
             },
+            CacheKind::Gcs => match &self.gcs {
+                Some(gcs) => gcs.validate()?,
+                None => warnings.push(
+                    "Type = \"gcs\" without a [runners.cache.gcs] table: no distributed cache \
+                     (GitLab Runner caches nothing remotely either); each runner keeps its job \
+                     cache on the manager"
+                        .to_string(),
+                ),
+            },
             CacheKind::Unsupported(kind) => warnings.push(format!(
                 "Type = {kind:?}: flotilla has no {kind} cache store yet; each runner keeps its \
                  job cache on the manager, in <state_dir>/cache/<runner>"
             )),
         }
         let kind = self.kind();
-        for (table, settings, used) in [
-            (
-                "gcs",
-                &self.gcs,
-                matches!(&kind, CacheKind::Unsupported(k) if k.starts_with("gcs")),
-            ),
+        let gcs_set = self
+            .gcs
+            .as_ref()
+            .is_some_and(|g| *g != GcsSettings::default());
+        for (table, set, used) in [
+            ("gcs", gcs_set, kind == CacheKind::Gcs),
             (
                 "azure",
-                &self.azure,
+                !self.azure.is_empty(),
                 kind == CacheKind::Unsupported("azure".into()),
             ),
         ] {
-            if !settings.is_empty() && !used {
+            if set && !used {
                 warnings.push(format!(
                     "[runners.cache.{table}] is not used: Type is {:?} (GitLab Runner reads \
                      only the table Type names)",
@@ -126,9 +139,10 @@ mod tests {
         assert_eq!(parse("").kind(), CacheKind::None);
         assert_eq!(parse("Type = \"s3\"").kind(), CacheKind::S3);
         assert_eq!(parse("Type = \"S3\"").kind(), CacheKind::S3);
+        assert_eq!(parse("Type = \"gcs\"").kind(), CacheKind::Gcs);
         assert_eq!(
-            parse("Type = \"gcs\"").kind(),
-            CacheKind::Unsupported("gcs".into())
+            parse("Type = \"azure\"").kind(),
+            CacheKind::Unsupported("azure".into())
         );
     }
 
