@@ -86,6 +86,10 @@ pub(crate) fn table_at(path: &KeyPath) -> Option<TableSchema> {
             fields_of::<flotilla_cache::s3::settings::S3Settings>(),
             false,
         ),
+        ["runners", "cache", "gcs"] => (
+            fields_of::<flotilla_cache::gcs::settings::GcsSettings>(),
+            false,
+        ),
         ["runners", "instance"] => (fields_of::<InstanceConfig>(), false),
         ["runners", "autoscaler"] => (fields_of::<AutoscalerConfig>(), true),
         ["runners", "autoscaler", "connector_config"]
