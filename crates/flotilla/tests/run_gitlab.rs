@@ -540,3 +540,79 @@ async fn a_one_mebibyte_masked_value_keeps_the_manager_small() {
     m.signal(libc::SIGTERM);
     assert!(m.wait(Duration::from_secs(30)).await.is_some());
 }
+
+/// `tls-ca-file`: a GitLab whose certificate a private authority signed is reached when the
+/// runner trusts that authority, and its jobs get the authority as `CI_SERVER_TLS_CA_FILE`, as
+/// GitLab Runner gives it; without the file the certificate is refused, said in the log, and
+/// no job is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gitlab_behind_a_private_authority_is_trusted_through_tls_ca_file() {
+    let gl = flotilla_testkit::fake_gitlab::FakeGitLab::builder()
+        .runner_token(TOKEN)
+        .poll_duration(Duration::from_millis(500))
+        .trace_update_interval(1)
+        .https(true)
+        .start()
+        .await
+        .expect("the fake GitLab over HTTPS");
+    assert!(gl.url().starts_with("https://"));
+    let dir = tempfile::tempdir().unwrap();
+
+    // Not trusted: refused, said, and nothing taken.
+    let untrusted = dir.path().join("untrusted");
+    std::fs::create_dir_all(&untrusted).unwrap();
+    let config = write_local_config(&untrusted, gl.url(), TOKEN, 2);
+    let mut m = Manager::start(&config, &[]);
+    let waiting = gl.enqueue(TOKEN, JobBuilder::new("waits").script(["true"]));
+    let mut said = false;
+    for _ in 0..100 {
+        let log = m.log().to_ascii_lowercase();
+        if log.contains("certificate") || log.contains("unknownissuer") {
+            said = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(said, "the refused certificate is said:\n{}", m.log());
+    assert_eq!(
+        gl.job(waiting).unwrap().state,
+        flotilla_testkit::fake_gitlab::FakeJobState::Pending,
+        "no job taken over a connection the runner does not trust"
+    );
+    m.signal(libc::SIGTERM);
+    let _ = m.wait(Duration::from_secs(30)).await;
+
+    // Trusted through tls-ca-file.
+    let ca = dir.path().join("gitlab-ca.pem");
+    std::fs::write(&ca, gl.ca_pem().unwrap()).unwrap();
+    let config = write_local_config(dir.path(), gl.url(), TOKEN, 2);
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!("  tls-ca-file = \"{}\"\n", ca.display()));
+    std::fs::write(&config, text).unwrap();
+    let mut m = Manager::start(&config, &[]);
+    let job = gl.enqueue(
+        TOKEN,
+        JobBuilder::new("tls")
+            .script([
+                "head -n 1 \"$CI_SERVER_TLS_CA_FILE\"",
+                "cmp \"$CI_SERVER_TLS_CA_FILE\" \"$EXPECTED_CA\" && echo the-runners-authority",
+            ])
+            .variable("EXPECTED_CA", ca.display().to_string()),
+    );
+    assert!(
+        gl.wait_finished(&[waiting, job], Duration::from_secs(60))
+            .await,
+        "jobs did not finish; manager log:\n{}",
+        m.log()
+    );
+    let trace = gl.job(job).unwrap().trace_text();
+    assert_eq!(
+        gl.job(job).unwrap().final_update.unwrap().state,
+        "success",
+        "{trace}"
+    );
+    assert!(trace.contains("-----BEGIN CERTIFICATE-----"), "{trace}");
+    assert!(trace.contains("the-runners-authority"), "{trace}");
+    m.signal(libc::SIGTERM);
+    let _ = m.wait(Duration::from_secs(30)).await;
+}

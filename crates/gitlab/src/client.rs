@@ -61,6 +61,74 @@ pub struct ClientConfig {
     pub connect_timeout: Duration,
     /// Retries of failed calls.
     pub retry: RetryPolicy,
+    /// How GitLab's certificate is checked and how the runner proves who it is.
+    pub tls: TlsFiles,
+}
+
+/// The runner's `tls-ca-file`, `tls-cert-file` and `tls-key-file`, as GitLab Runner's
+/// `network/client.go` reads them: the PEM certificates in the CA file are trusted beside the
+/// system's, and the certificate and key, when both are given, are presented to GitLab.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// `tls-ca-file`.
+    pub ca_file: Option<std::path::PathBuf>,
+    /// `tls-cert-file`.
+    pub cert_file: Option<std::path::PathBuf>,
+    /// `tls-key-file`.
+    pub key_file: Option<std::path::PathBuf>,
+}
+
+impl TlsFiles {
+    /// Whether any is set.
+    pub fn is_empty(&self) -> bool {
+        self.ca_file.is_none() && self.cert_file.is_none() && self.key_file.is_none()
+    }
+
+    fn read(path: &std::path::Path, what: &str) -> Result<Vec<u8>, ClientError> {
+        std::fs::read(path)
+            .map_err(|e| ClientError::Config(format!("{what} {}: {e}", path.display())))
+    }
+
+    /// `builder` with these files applied.
+    fn apply(
+        &self,
+        mut builder: reqwest::ClientBuilder,
+    ) -> Result<reqwest::ClientBuilder, ClientError> {
+        if let Some(path) = &self.ca_file {
+            let pem = Self::read(path, "tls-ca-file")?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem)
+                .map_err(|e| ClientError::Config(format!("tls-ca-file {}: {e}", path.display())))?;
+            if certs.is_empty() {
+                return Err(ClientError::Config(format!(
+                    "tls-ca-file {}: no PEM certificate in it",
+                    path.display()
+                )));
+            }
+            builder = builder.tls_certs_merge(certs);
+        }
+        match (&self.cert_file, &self.key_file) {
+            (Some(cert), Some(key)) => {
+                let mut pem = Self::read(cert, "tls-cert-file")?;
+                pem.push(b'\n');
+                pem.extend(Self::read(key, "tls-key-file")?);
+                let identity = reqwest::Identity::from_pem(&pem).map_err(|e| {
+                    ClientError::Config(format!(
+                        "tls-cert-file {} with tls-key-file {}: {e}",
+                        cert.display(),
+                        key.display()
+                    ))
+                })?;
+                builder = builder.identity(identity);
+            }
+            (None, None) => {}
+            _ => {
+                return Err(ClientError::Config(
+                    "tls-cert-file and tls-key-file go together: give both or neither".into(),
+                ));
+            }
+        }
+        Ok(builder)
+    }
 }
 
 impl ClientConfig {
@@ -80,6 +148,7 @@ impl ClientConfig {
             call_timeout: Duration::from_secs(5 * 60),
             connect_timeout: Duration::from_secs(30),
             retry: RetryPolicy::default(),
+            tls: TlsFiles::default(),
         }
     }
 }
@@ -337,11 +406,13 @@ impl Client {
                 redact_url(&url)
             )));
         }
-        let http = reqwest::Client::builder()
+        let builder = reqwest::Client::builder()
             .connect_timeout(config.connect_timeout)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| ClientError::Config(format!("HTTP client: {}", transport_message(e))))?;
+            .redirect(reqwest::redirect::Policy::none());
+        let http =
+            config.tls.apply(builder)?.build().map_err(|e| {
+                ClientError::Config(format!("HTTP client: {}", transport_message(e)))
+            })?;
         let user_agent = format!(
             "{} {} ({}; {})",
             config.info.name, config.info.version, config.info.platform, config.info.architecture

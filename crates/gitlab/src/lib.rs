@@ -49,7 +49,7 @@ mod wire;
 pub use artifacts::GitLabArtifactStore;
 pub use client::{
     Client, ClientConfig, JobRequestOutcome, MAX_JOB_PAYLOAD, MAX_SMALL_ANSWER, PatchResponse,
-    ReceivedJob, UpdateResponse, VerifiedRunner,
+    ReceivedJob, TlsFiles, UpdateResponse, VerifiedRunner,
 };
 pub use error::ClientError;
 pub use executor::{Route, SlotExecutor};

@@ -44,6 +44,7 @@ mod registration;
 mod runners;
 mod server;
 mod state;
+mod tls;
 
 pub use builder::{GITLAB_FAILURE_REASONS, JobBuilder, report_format};
 pub use faults::{FaultConfig, FaultKind, Scripted};
@@ -66,9 +67,17 @@ pub struct FakeGitLabBuilder {
     registration_tokens: Vec<String>,
     behaviour: Behaviour,
     faults: Option<FaultConfig>,
+    https: bool,
 }
 
 impl FakeGitLabBuilder {
+    /// Serves HTTPS with a certificate signed by an authority of this server's own
+    /// ([`FakeGitLab::ca_pem`]).
+    pub fn https(mut self, on: bool) -> Self {
+        self.https = on;
+        self
+    }
+
     /// Accepts this runner token (more than one may be added).
     pub fn runner_token(mut self, token: impl Into<String>) -> Self {
         self.runner_tokens.push(token.into());
@@ -149,11 +158,17 @@ impl FakeGitLabBuilder {
     pub async fn start(self) -> std::io::Result<FakeGitLab> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let url = format!("http://{addr}");
+        let tls = if self.https {
+            Some(tls::Tls::generate()?)
+        } else {
+            None
+        };
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://{addr}");
         let mut data = Data {
             behaviour: self.behaviour,
             url: url.clone(),
-            other_origin: format!("http://localhost:{}", addr.port()),
+            other_origin: format!("{scheme}://localhost:{}", addr.port()),
             ..Data::default()
         };
         for t in &self.runner_tokens {
@@ -167,8 +182,19 @@ impl FakeGitLabBuilder {
             scripted: Mutex::new(Vec::new()),
         });
         let stop = CancellationToken::new();
-        tokio::spawn(server::serve(listener, server.clone(), stop.clone()));
-        Ok(FakeGitLab { url, server, stop })
+        let ca_pem = tls.as_ref().map(|t| t.ca_pem.clone());
+        tokio::spawn(server::serve(
+            listener,
+            server.clone(),
+            stop.clone(),
+            tls.map(|t| t.acceptor),
+        ));
+        Ok(FakeGitLab {
+            url,
+            server,
+            stop,
+            ca_pem,
+        })
     }
 }
 
@@ -177,6 +203,7 @@ pub struct FakeGitLab {
     url: String,
     server: Arc<Server>,
     stop: CancellationToken,
+    ca_pem: Option<String>,
 }
 
 impl std::fmt::Debug for FakeGitLab {
@@ -197,6 +224,11 @@ impl FakeGitLab {
     /// A builder.
     pub fn builder() -> FakeGitLabBuilder {
         FakeGitLabBuilder::default()
+    }
+
+    /// The certificate of the authority that signed this server's, PEM, when it serves HTTPS.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.ca_pem.as_deref()
     }
 
     /// The base URL (`http://127.0.0.1:<port>`).

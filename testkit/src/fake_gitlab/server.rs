@@ -73,7 +73,12 @@ impl std::fmt::Display for DropConnection {
 impl std::error::Error for DropConnection {}
 
 /// Accepts connections until `stop` fires.
-pub(crate) async fn serve(listener: TcpListener, server: Arc<Server>, stop: CancellationToken) {
+pub(crate) async fn serve(
+    listener: TcpListener,
+    server: Arc<Server>,
+    stop: CancellationToken,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) {
     loop {
         let (stream, _) = tokio::select! {
             () = stop.cancelled() => return,
@@ -84,13 +89,29 @@ pub(crate) async fn serve(listener: TcpListener, server: Arc<Server>, stop: Canc
         };
         let server = server.clone();
         let stop = stop.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| handle(server.clone(), req));
-            let conn = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service);
-            tokio::select! {
-                _ = conn => {}
-                () = stop.cancelled() => {}
+            let builder = hyper::server::conn::http1::Builder::new();
+            match tls {
+                None => {
+                    let conn = builder.serve_connection(TokioIo::new(stream), service);
+                    tokio::select! {
+                        _ = conn => {}
+                        () = stop.cancelled() => {}
+                    }
+                }
+                Some(acceptor) => {
+                    // A client that does not trust the authority ends the handshake here.
+                    let Ok(stream) = acceptor.accept(stream).await else {
+                        return;
+                    };
+                    let conn = builder.serve_connection(TokioIo::new(stream), service);
+                    tokio::select! {
+                        _ = conn => {}
+                        () = stop.cancelled() => {}
+                    }
+                }
             }
         });
     }

@@ -8,6 +8,7 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::path::PathBuf;
 
 /// How a runner's jobs are executed.
 ///
@@ -219,6 +220,29 @@ pub struct RunnerConfig {
     /// The slot's cgroup path; `${slot}` (or `$slot`) is replaced by the slot number.
     #[serde(default = "default_slot_cgroup_template")]
     pub slot_cgroup_template: String,
+    /// `tls-ca-file`: PEM certificates trusted for GitLab beside the system's, and given to
+    /// jobs as `CI_SERVER_TLS_CA_FILE`.
+    #[serde(
+        rename = "tls-ca-file",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub tls_ca_file: Option<PathBuf>,
+    /// `tls-cert-file`: the certificate presented to GitLab (with `tls-key-file`), and given
+    /// to jobs as `CI_SERVER_TLS_CERT_FILE`.
+    #[serde(
+        rename = "tls-cert-file",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub tls_cert_file: Option<PathBuf>,
+    /// `tls-key-file`: its key, given to jobs as `CI_SERVER_TLS_KEY_FILE`.
+    #[serde(
+        rename = "tls-key-file",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub tls_key_file: Option<PathBuf>,
     /// `[runners.feature_flags]`: GitLab Runner feature flags set for every job, deciding
     /// over the job's variables.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -281,6 +305,9 @@ impl RunnerConfig {
             environment: Vec::new(),
             use_slot_cgroups: false,
             slot_cgroup_template: default_slot_cgroup_template(),
+            tls_ca_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
             feature_flags: BTreeMap::new(),
             cache: None,
             docker: None,
@@ -323,6 +350,15 @@ impl RunnerConfig {
             .iter()
             .filter_map(|e| e.split_once('='))
             .collect()
+    }
+
+    /// How GitLab's certificate is checked and how this runner proves who it is.
+    pub fn tls_files(&self) -> flotilla_gitlab::TlsFiles {
+        flotilla_gitlab::TlsFiles {
+            ca_file: self.tls_ca_file.clone(),
+            cert_file: self.tls_cert_file.clone(),
+            key_file: self.tls_key_file.clone(),
+        }
     }
 
     /// The URL and token to reach GitLab with, when both are set.

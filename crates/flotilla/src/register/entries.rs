@@ -42,6 +42,8 @@ pub(super) struct Entry {
     pub(super) token: String,
     /// `executor`.
     pub(super) executor: String,
+    /// `tls-ca-file`, `tls-cert-file`, `tls-key-file`: how GitLab is reached.
+    pub(super) tls: flotilla_gitlab::TlsFiles,
 }
 
 /// A configuration file being edited.
@@ -87,6 +89,12 @@ impl ConfigDocument {
                 .unwrap_or_default()
                 .to_string()
         };
+        let path = |t: &Table, key: &str| {
+            t.get(key)
+                .and_then(Item::as_str)
+                .filter(|p| !p.is_empty())
+                .map(std::path::PathBuf::from)
+        };
         list.iter()
             .enumerate()
             .map(|(index, t)| Entry {
@@ -95,6 +103,11 @@ impl ConfigDocument {
                 url: text(t, "url"),
                 token: text(t, "token"),
                 executor: text(t, "executor"),
+                tls: flotilla_gitlab::TlsFiles {
+                    ca_file: path(t, "tls-ca-file"),
+                    cert_file: path(t, "tls-cert-file"),
+                    key_file: path(t, "tls-key-file"),
+                },
             })
             .collect()
     }

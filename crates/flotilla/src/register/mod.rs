@@ -348,12 +348,14 @@ async fn register_runner(args: &RegisterArgs, err: &mut dyn Write) -> Result<Exi
         .ok_or_else(|| anyhow!("the new entry was not read back"))?;
     let system_id = manager_system_id(&path, Some(&config))?;
     let containers = runner.isolation_levels().offers(IsolationLevel::Docker);
-    let client = Client::new(ClientConfig::new(
+    let mut client_config = ClientConfig::new(
         args.url.clone(),
         Secret::new(secret.clone()),
         system_id,
         Info::flotilla(&executor, containers),
-    ))?;
+    );
+    client_config.tls = runner.tls_files();
+    let client = Client::new(client_config)?;
 
     let short = flotilla_monitor::short_token(&secret);
     let (id, token, expires) = if legacy {
@@ -394,12 +396,14 @@ async fn register_runner(args: &RegisterArgs, err: &mut dyn Write) -> Result<Exi
         // The token exists nowhere else: a runner GitLab just made for it would be left
         // orphaned there. Delete it again (a verified runner made in GitLab stays as it was).
         if legacy {
-            let made = Client::new(ClientConfig::new(
+            let mut made_config = ClientConfig::new(
                 args.url.clone(),
                 Secret::new(token.clone()),
                 String::new(),
                 Info::flotilla(&executor, containers),
-            ))?;
+            );
+            made_config.tls = runner.tls_files();
+            let made = Client::new(made_config)?;
             match made.unregister().await {
                 Ok(()) => {
                     let _ = writeln!(
@@ -465,12 +469,14 @@ fn file_system_id(path: &Path) -> Result<String> {
 
 /// A client for `entry`, as the manager `system_id`.
 fn client_for(entry: &Entry, system_id: &str) -> Result<Client> {
-    Ok(Client::new(ClientConfig::new(
+    let mut config = ClientConfig::new(
         entry.url.clone(),
         Secret::new(entry.token.clone()),
         system_id.to_string(),
         Info::flotilla(&entry.executor, false),
-    ))?)
+    );
+    config.tls = entry.tls.clone();
+    Ok(Client::new(config)?)
 }
 
 /// `flotilla verify`.

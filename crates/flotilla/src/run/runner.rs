@@ -89,13 +89,10 @@ pub(super) async fn run_runner(
     };
     let containers = runner.isolation_levels().offers(IsolationLevel::Docker);
     let info = Info::flotilla(runner.executor.as_str(), containers);
-    let mut client = Client::new(ClientConfig::new(
-        url,
-        token.clone(),
-        shared.system_id.clone(),
-        info,
-    ))
-    .with_context(|| format!("runner {:?}", runner.name))?;
+    let mut client_config = ClientConfig::new(url, token.clone(), shared.system_id.clone(), info);
+    client_config.tls = runner.tls_files();
+    let mut client =
+        Client::new(client_config).with_context(|| format!("runner {:?}", runner.name))?;
     if let Some(m) = &monitor {
         client = client.with_observer(Arc::new(ApiMetrics(m.clone())));
     }
@@ -283,6 +280,7 @@ async fn start_fleet(
             .environment_pairs()
             .into_iter()
             .map(|(key, value)| flotilla_job::model::Variable::new(key, value))
+            .chain(tls_variables(runner)?)
             .collect(),
         trace: flotilla_gitlab::TraceOptions {
             debug_trace_disabled: runner.debug_trace_disabled,
@@ -332,6 +330,29 @@ async fn start_fleet(
 }
 
 /// Keeps the lease until `done`; a renewal that fails fires `lost`.
+/// `CI_SERVER_TLS_CA_FILE`, `CI_SERVER_TLS_CERT_FILE` and `CI_SERVER_TLS_KEY_FILE`: file
+/// variables with the contents of the runner's `tls-*-file`s, for the job's git and its own
+/// calls to GitLab, as GitLab Runner's `Build.GetCITLSVariables` gives them (it takes the CA
+/// chain GitLab presented; flotilla gives the CA file the runner trusts GitLab with). The key
+/// is not public; the certificate and key go only together.
+fn tls_variables(runner: &RunnerConfig) -> Result<Vec<flotilla_job::model::Variable>> {
+    use flotilla_job::model::Variable;
+    let read = |path: &std::path::Path| {
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+    };
+    let mut vars = Vec::new();
+    if let Some(ca) = &runner.tls_ca_file {
+        vars.push(Variable::new("CI_SERVER_TLS_CA_FILE", read(ca)?).file());
+    }
+    if let (Some(cert), Some(key)) = (&runner.tls_cert_file, &runner.tls_key_file) {
+        vars.push(Variable::new("CI_SERVER_TLS_CERT_FILE", read(cert)?).file());
+        let mut key = Variable::new("CI_SERVER_TLS_KEY_FILE", read(key)?).file();
+        key.public = false;
+        vars.push(key);
+    }
+    Ok(vars)
+}
+
 /// Where the runner's job caches go: the distributed cache its `[runners.cache]` names, else
 /// a directory on the manager.
 async fn cache_store(

@@ -25,6 +25,10 @@ const PASSED: &[&str] = &[
     "GIT_LFS_SKIP_SMUDGE",
     "GIT_HTTP_LOW_SPEED_LIMIT",
     "GIT_HTTP_LOW_SPEED_TIME",
+    // The runner's own TLS files (data, read by git as files; see `sources.rs`).
+    "CI_SERVER_TLS_CA_FILE",
+    "CI_SERVER_TLS_CERT_FILE",
+    "CI_SERVER_TLS_KEY_FILE",
 ];
 
 /// Tracing switches: they pass when their value turns tracing on or off (to standard error),

@@ -242,6 +242,21 @@ impl SourcesPlan {
         w.line(&format!(
             "git remote set-url origin {url} 2>/dev/null || git remote add origin {url}"
         ));
+        // GitLab Runner's `writeGitSSLConfig`: the runner's TLS files, for GitLab's host only.
+        if let Some(server) = server_of(&self.remote_url) {
+            for (variable, setting) in TLS_GIT_SETTINGS {
+                if job
+                    .variables
+                    .iter()
+                    .any(|v| v.key == variable && !v.value.is_empty())
+                {
+                    w.line(&format!(
+                        "git config {} \"${variable}\"",
+                        quote(&format!("http.{server}.{setting}"))
+                    ));
+                }
+            }
+        }
         let mut fetch = format!("{git} fetch origin --no-recurse-submodules");
         for f in &self.fetch_flags {
             fetch.push(' ');
@@ -293,6 +308,22 @@ impl SourcesPlan {
             }
         }
     }
+}
+
+/// The runner's TLS files as jobs get them (`CI_SERVER_TLS_*`), and the git setting each one
+/// becomes for GitLab's host.
+const TLS_GIT_SETTINGS: [(&str, &str); 3] = [
+    ("CI_SERVER_TLS_CA_FILE", "sslCAInfo"),
+    ("CI_SERVER_TLS_CERT_FILE", "sslCert"),
+    ("CI_SERVER_TLS_KEY_FILE", "sslKey"),
+];
+
+/// `scheme://host[:port]` of a URL, without credentials; `None` for what is no URL.
+fn server_of(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let authority = rest.split('/').next().unwrap_or(rest);
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    (!host.is_empty()).then(|| format!("{scheme}://{host}"))
 }
 
 /// `hooks:pre_get_sources_script`, run in the builds directory.

@@ -449,3 +449,35 @@ fn an_unusable_temporary_directory_does_not_fail_the_stage() {
         );
     }
 }
+
+/// The runner's TLS files reach git as GitLab Runner's `writeGitSSLConfig` gives them: a
+/// setting for GitLab's host per file the job has, the file's path from its variable, also
+/// when the fetch runs apart from the job (the files are data git reads).
+#[test]
+fn the_runners_tls_files_are_git_settings_for_gitlabs_host() {
+    let ca = Variable::new("CI_SERVER_TLS_CA_FILE", "-----BEGIN CERTIFICATE-----").file();
+    let mut job = JobPayload::from_json(
+        br#"{"id":1,"token":"t","git_info":{"repo_url":"https://gitlab-ci-token:t@gitlab.example.com:8443/g/p.git",
+            "ref":"main","sha":"0123456789abcdef0123456789abcdef01234567","ref_type":"branch"}}"#,
+    )
+    .unwrap();
+    job.variables.push(ca.clone());
+    let vars = JobVariables::new([ca], "/b/p.tmp");
+    let ctx = ScriptContext {
+        vars: &vars,
+        builds_dir: "/b",
+        project_dir: "/b/p",
+        debug_trace: false,
+    };
+    for place in [FetchPlace::WithTheJob, FetchPlace::Apart] {
+        let s = ctx.get_sources_script(&job, place).unwrap();
+        assert!(
+            s.contains(
+                "git config http.https://gitlab.example.com:8443.sslCAInfo \"$CI_SERVER_TLS_CA_FILE\""
+            ),
+            "{s}"
+        );
+        assert!(s.contains("export CI_SERVER_TLS_CA_FILE=/b/p.tmp/"), "{s}");
+        assert!(!s.contains("sslCert") && !s.contains("sslKey"), "{s}");
+    }
+}
