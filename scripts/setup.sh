@@ -36,6 +36,7 @@ PACKAGES=(
   tini                 # tini-static: PID 1 of the manager's image (reaps orphans)
   lintian              # judges the Debian package scripts/build-deb.sh makes
   binutils             # strip: the package's binary, as dh_strip does
+  docker-registry apache2-utils  # a registry with htpasswd logins: judges registry credentials
 )
 
 # The packages of PACKAGES not installed now.

@@ -52,6 +52,9 @@ pub enum Infra {
     Kubectl,
     /// Mounting a small tmpfs (root and `mount`): a file system a test can fill.
     Tmpfs,
+    /// Debian's `docker-registry` (the distribution registry) and `htpasswd`
+    /// (`apache2-utils`): a registry on loopback that requires a login.
+    Registry,
 }
 
 impl Infra {
@@ -89,6 +92,9 @@ impl Infra {
                  python3-grpc-tools)"
             }
             Infra::Tmpfs => "mounting a tmpfs (root, and mount from Debian's base)",
+            Infra::Registry => {
+                "docker-registry and htpasswd (Debian packages docker-registry, apache2-utils)"
+            }
         }
     }
 }
@@ -120,6 +126,9 @@ pub fn available(infra: Infra) -> bool {
             *PY_GRPC.get_or_init(|| runs("python3", &["-c", "import grpc, grpc_tools.protoc"]))
         }
         Infra::Kubectl => kubectl_path().is_some(),
+        Infra::Registry => {
+            on_path("docker-registry") && on_path("htpasswd") && available(Infra::Docker)
+        }
         Infra::Tmpfs => {
             let uid = Command::new("id").arg("-u").output().ok();
             uid.is_some_and(|o| o.stdout.trim_ascii() == b"0") && runs("mount", &["--version"])
@@ -156,6 +165,12 @@ pub fn available(infra: Infra) -> bool {
             qemu && kernel_path().is_some() && runs("qemu-img", &["--version"])
         }),
     }
+}
+
+/// Whether `program` is an executable file in a directory of `PATH`.
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(program).is_file()))
 }
 
 /// Debian's own Python, the one interpreter that sees Debian's `python3-*` packages (a

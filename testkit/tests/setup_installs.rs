@@ -59,6 +59,8 @@ const PROGRAMS: &[(&str, From)] = &[
     // `flotilla install` and its siblings drive systemd on an operator's machine.
     ("systemctl", From::Apt("systemd")),
     ("lintian", From::Apt("lintian")),
+    ("docker-registry", From::Apt("docker-registry")),
+    ("htpasswd", From::Apt("apache2-utils")),
     ("node", From::Apt("nodejs")),
     ("npm", From::Apt("npm")),
     ("go", From::SetupD("plugin.sh", "golang-go")),

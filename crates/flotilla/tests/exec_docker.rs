@@ -202,3 +202,161 @@ fn infra_docker_exec_stops_when_the_fleet_cannot_make_an_instance() {
         started.elapsed()
     );
 }
+
+/// A registry on loopback that wants a login (Debian's docker-registry with an htpasswd file),
+/// its storage in a directory of the test's; stopped when dropped.
+struct Registry {
+    child: std::process::Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl Registry {
+    fn start(user: &str, password: &str) -> Registry {
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let htpasswd = std::process::Command::new("htpasswd")
+            .args(["-Bbn", user, password])
+            .output()
+            .expect("htpasswd runs");
+        assert!(htpasswd.status.success());
+        std::fs::write(dir.path().join("htpasswd"), &htpasswd.stdout).unwrap();
+        std::fs::write(
+            dir.path().join("config.yml"),
+            format!(
+                "version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {data}\n\
+                 http:\n  addr: 127.0.0.1:{port}\nauth:\n  htpasswd:\n    realm: flotilla-test\n\
+                 \x20   path: {htpasswd}\n",
+                data = dir.path().join("data").display(),
+                htpasswd = dir.path().join("htpasswd").display(),
+            ),
+        )
+        .unwrap();
+        let child = std::process::Command::new("docker-registry")
+            .arg("serve")
+            .arg(dir.path().join("config.yml"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("docker-registry starts");
+        let started = std::time::Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(30),
+                "the registry did not listen"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        Registry {
+            child,
+            port,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The docker CLI with a configuration directory of its own (the machine's is left alone).
+fn docker_cli(config: &std::path::Path, args: &[&str], stdin: Option<&str>) -> String {
+    use std::io::Write;
+    let mut child = std::process::Command::new("docker")
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("docker runs");
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "docker {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Registry credentials as GitLab Runner resolves them: a job whose image is in a registry
+/// that wants a login is refused by the registry without credentials, and pulls it with the
+/// login in `DOCKER_AUTH_CONFIG`, saying where the credentials came from. Before, no
+/// credentials were ever sent, so private images could not be pulled.
+#[test]
+fn infra_registry_a_private_image_is_pulled_with_docker_auth_config() {
+    if !require(Infra::Docker) || !require(Infra::Registry) {
+        return;
+    }
+    use base64::Engine;
+    let registry = Registry::start("ci-user", "ci-secret-pass");
+    let host = format!("127.0.0.1:{}", registry.port);
+    let image = format!("{host}/flotilla/busybox:private");
+    let cli = tempfile::tempdir().unwrap();
+    docker_cli(
+        cli.path(),
+        &["login", &host, "-u", "ci-user", "--password-stdin"],
+        Some("ci-secret-pass"),
+    );
+    docker_cli(cli.path(), &["tag", &busybox_image(), &image], None);
+    docker_cli(cli.path(), &["push", &image], None);
+    docker_cli(cli.path(), &["rmi", &image], None);
+
+    let p = Project::with_pipeline(&format!(
+        "private:\n  image: {image}\n  script: [echo ran-from-the-private-image]\n"
+    ));
+    p.write(
+        ".flotilla.toml",
+        "concurrent = 1\n[[runners]]\n  name = \"private\"\n  executor = \"flotilla\"\n  \
+         [runners.docker]\n    pull_policy = [\"always\"]\n  [runners.autoscaler]\n    \
+         plugin = \"local\"\n    isolation = [\"shell\", \"docker\"]\n    \
+         image_isolation = \"docker\"\n    capacity_per_instance = 1\n    max_instances = 1\n",
+    );
+    p.commit("the fleet");
+
+    let refused = p.exec(&["private"]);
+    refused.expect_code(1);
+    let log = p.log("private");
+    assert!(
+        log.contains("no basic auth credentials") || log.contains("unauthorized"),
+        "the registry refuses a pull without a login:\n{log}"
+    );
+
+    let auth = base64::engine::general_purpose::STANDARD.encode("ci-user:ci-secret-pass");
+    let config = format!(r#"{{"auths": {{"{host}": {{"auth": "{auth}"}}}}}}"#);
+    let pulled = p.exec(&[
+        "--variable",
+        &format!("DOCKER_AUTH_CONFIG={config}"),
+        "private",
+    ]);
+    pulled.expect_code(0);
+    let log = p.log("private");
+    assert!(
+        log.contains("Authenticating with credentials from $DOCKER_AUTH_CONFIG"),
+        "{log}"
+    );
+    assert!(log.contains("ran-from-the-private-image"), "{log}");
+    assert!(
+        !log.contains("ci-secret-pass") && !log.contains(&auth),
+        "{log}"
+    );
+    let _ = std::process::Command::new("docker")
+        .args(["rmi", &image])
+        .output();
+}

@@ -94,6 +94,16 @@ pub fn docker(cx: &LevelContext<'_>) -> Result<Arc<dyn Isolation>> {
     Ok(Arc::new(DockerIsolation::new(docker_config(cx.runner)?)))
 }
 
+/// The manager's Docker configuration, GitLab Runner's second source of registry
+/// credentials: `$HOME/.docker/config.json`, else `$HOME/.dockercfg`.
+fn home_docker_config() -> Option<std::path::PathBuf> {
+    let home = std::path::PathBuf::from(std::env::var_os("HOME")?);
+    [".docker/config.json", ".dockercfg"]
+        .iter()
+        .map(|f| home.join(f))
+        .find(|p| p.is_file())
+}
+
 /// The docker level's settings from `runner`'s `[runners.docker]`.
 fn docker_config(runner: &RunnerConfig) -> Result<DockerIsolationConfig> {
     let docker = runner.docker.clone().unwrap_or_default();
@@ -187,6 +197,7 @@ fn docker_config(runner: &RunnerConfig) -> Result<DockerIsolationConfig> {
         default_image: image,
         volumes,
         disable_cache,
+        docker_config_file: home_docker_config(),
         build_limits,
         services_limit,
         allowed_images: AllowedImages::new(&allowed_images)?,

@@ -80,6 +80,8 @@ pub struct DockerEnvironment {
     volume_binds: Vec<String>,
     /// The job's own cache volumes (`disable_cache`), made in `prepare` with its labels.
     own_volumes: Vec<String>,
+    /// The registry credentials the job's pulls use.
+    registry_auth: super::auth::RegistryAuth,
     /// The job's slot directory, its project's own ([`super::spec::slot_bind`]).
     slot_bind: String,
     /// Whether `disable_entrypoint_overwrite` set aside an entrypoint the job asked for.
@@ -183,6 +185,17 @@ impl DockerEnvironment {
         } else {
             Vec::new()
         };
+        // The manager's own Docker configuration is read per job, as GitLab Runner reads it.
+        let home = p.config.docker_config_file.as_ref().and_then(|path| {
+            std::fs::read_to_string(path)
+                .ok()
+                .map(|text| (path.display().to_string(), text))
+        });
+        let registry_auth = super::auth::RegistryAuth::resolve(
+            p.job,
+            home.as_ref()
+                .map(|(path, text)| (path.as_str(), text.as_str())),
+        );
         let slot_bind = super::spec::slot_bind(&p.layout.slot_dir, p.job.job_info.project_id);
         DockerEnvironment {
             docker: p.docker,
@@ -198,6 +211,7 @@ impl DockerEnvironment {
             service_env,
             volume_binds,
             own_volumes,
+            registry_auth,
             slot_bind,
             entrypoint_kept,
             runner_services,
@@ -344,11 +358,15 @@ impl DockerEnvironment {
             // GitLab's words.
             warn(log, "Entrypoint override disabled").await?;
         }
+        for w in &self.registry_auth.warnings {
+            warn(log, w).await?;
+        }
         let inspected = pull::ensure_image(
             &self.docker,
             &image.name,
             &docker_opts.platform,
             &build_policies,
+            &self.registry_auth,
             log,
         )
         .await?;
@@ -364,7 +382,15 @@ impl DockerEnvironment {
                 .as_ref()
                 .map(|d| d.platform.clone())
                 .unwrap_or_default();
-            let found = pull::ensure_image(&self.docker, &s.name, &platform, policies, log).await?;
+            let found = pull::ensure_image(
+                &self.docker,
+                &s.name,
+                &platform,
+                policies,
+                &self.registry_auth,
+                log,
+            )
+            .await?;
             exposed.push(
                 found
                     .config

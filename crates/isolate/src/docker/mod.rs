@@ -31,6 +31,7 @@
 //!   ([`labels::sweepable`]).
 
 pub mod allowed;
+pub mod auth;
 mod cleanup;
 mod client;
 mod environment;
@@ -97,6 +98,9 @@ pub struct DockerIsolationConfig {
     /// the job's and removed with its containers, instead of the project's kept ones
     /// (GitLab Runner's `addCacheVolume` with `reusable` false).
     pub disable_cache: bool,
+    /// The manager's Docker configuration (`~/.docker/config.json`, else `~/.dockercfg`),
+    /// the second source of registry credentials ([`auth`]); the binary names it from `$HOME`.
+    pub docker_config_file: Option<std::path::PathBuf>,
     /// `[runners.docker] cpus` and `memory`: the build container's limits ([`limits`]).
     pub build_limits: limits::BuildLimits,
     /// `[runners.docker] services_limit`: most services a job may start (`None` or negative:
@@ -157,6 +161,7 @@ impl Default for DockerIsolationConfig {
             slot_cgroups: None,
             volumes: Vec::new(),
             disable_cache: false,
+            docker_config_file: None,
             build_limits: limits::BuildLimits::default(),
             services_limit: None,
             allowed_images: allowed::AllowedImages::default(),

@@ -4,6 +4,7 @@
 //! local image and pulls only when there is none; `never` uses the local image or fails. When
 //! every policy failed the job fails with `image_pull_failure`.
 
+use super::auth::{RegistryAuth, RegistryCredentials};
 use super::client::is_not_found;
 use bollard::Docker;
 use bollard::models::ImageInspect;
@@ -145,7 +146,12 @@ async fn say(log: &mut (dyn AsyncWrite + Send + Unpin), line: &str) -> Result<()
         })
 }
 
-async fn pull(docker: &Docker, image: &str, platform: &str) -> Result<(), String> {
+async fn pull(
+    docker: &Docker,
+    image: &str,
+    platform: &str,
+    credentials: Option<&RegistryCredentials>,
+) -> Result<(), String> {
     let (from_image, tag) = pull_reference(image);
     let options = CreateImageOptions {
         from_image: Some(from_image),
@@ -153,20 +159,26 @@ async fn pull(docker: &Docker, image: &str, platform: &str) -> Result<(), String
         platform: platform.to_string(),
         ..Default::default()
     };
-    let mut stream = docker.create_image(Some(options), None, None);
+    let mut stream = docker.create_image(
+        Some(options),
+        None,
+        credentials.map(RegistryCredentials::docker),
+    );
     while let Some(item) = stream.next().await {
         item.map_err(|e| e.to_string())?;
     }
     Ok(())
 }
 
-/// Makes sure `image` is on the daemon according to `policies`, logging what it does, and
-/// returns the image's inspection.
+/// Makes sure `image` is on the daemon according to `policies`, pulling with the job's
+/// registry credentials for it (`auth`), logging what it does, and returns the image's
+/// inspection.
 pub async fn ensure_image(
     docker: &Docker,
     image: &str,
     platform: &str,
     policies: &[PullPolicy],
+    auth: &RegistryAuth,
     log: &mut (dyn AsyncWrite + Send + Unpin),
 ) -> Result<ImageInspect, EnvError> {
     let mut failures = Vec::new();
@@ -197,7 +209,16 @@ pub async fn ensure_image(
             &format!("Pulling docker image {image} (pull policy {policy}) ..."),
         )
         .await?;
-        match pull(docker, image, platform).await {
+        let credentials = auth.for_image(image);
+        if let Some(c) = credentials {
+            // GitLab Runner's words (executors/docker/internal/pull).
+            say(
+                log,
+                &format!("Authenticating with credentials from {}", c.source),
+            )
+            .await?;
+        }
+        match pull(docker, image, platform, credentials).await {
             Ok(()) => match docker.inspect_image(image).await {
                 Ok(found) => {
                     let id = found.id.clone().unwrap_or_default();
