@@ -8,6 +8,8 @@ mod exec_support;
 mod run_support;
 
 mod cli;
+mod config_corpus;
+mod config_docs;
 mod config_errors;
 mod config_fixtures;
 mod exec_conformance;

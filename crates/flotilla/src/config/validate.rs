@@ -61,7 +61,8 @@ pub(crate) fn validate(config: &Config) -> Vec<Finding> {
     if config.concurrent == 0 {
         f.warn(
             root.key("concurrent"),
-            "concurrent = 0: no job will ever run",
+            "concurrent = 0: GitLab Runner starts no worker with it and takes no job; flotilla \
+             takes one job at a time",
         );
     }
     check_listen_address(&mut f, config);
