@@ -92,10 +92,19 @@ fn canonical_docker_autoscaler_on_aws() {
 #[test]
 fn full_docker_autoscaler_on_aws() {
     let loaded = load("docker-autoscaler-aws-full.toml");
-    // `cache_dir` and `reservation_throttling = false` are read but cannot be honoured:
-    // said, not dropped.
+    // `cache_dir`, `reservation_throttling = false`, `log_internal_ip` and `state_storage`
+    // are read but not honoured: said, not dropped.
     let warned: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
-    assert_eq!(warned.len(), 2, "{warned:?}");
+    assert_eq!(warned.len(), 4, "{warned:?}");
+    assert!(
+        warned[2].contains(":46:") && warned[2].contains("log_internal_ip is not used"),
+        "{warned:?}"
+    );
+    assert!(
+        warned[3].contains(":74:")
+            && warned[3].contains("state_storage] enabled and dir are not used"),
+        "{warned:?}"
+    );
     assert!(
         warned[0].contains(":18:") && warned[0].contains("`cache_dir` in [runners] is not used"),
         "{warned:?}"
@@ -206,10 +215,14 @@ fn vm_isolation_nesting_on_macos() {
     // GitLab's example names a nesting daemon and SSH into the VM; flotilla is its own
     // daemon and reaches the VM through its agent, and says so at each key.
     let warned: Vec<String> = loaded.warnings.iter().map(|w| w.to_string()).collect();
-    assert_eq!(warned.len(), 2, "{warned:?}");
+    assert_eq!(warned.len(), 3, "{warned:?}");
     assert!(warned[0].contains("nesting_host is not used"), "{warned:?}");
     assert!(
-        warned[1].contains("connector_config is not used"),
+        warned[1].contains("nesting_config is not used"),
+        "{warned:?}"
+    );
+    assert!(
+        warned[2].contains("connector_config is not used"),
         "{warned:?}"
     );
     let r = &loaded.config.runners[0];
@@ -350,16 +363,14 @@ fn every_fixture_prints_redacted_and_reloads_identically() {
         let again = Config::from_str(&printed, fixture(name))
             .unwrap_or_else(|e| panic!("{name}: printed config does not load:\n{e}\n{printed}"));
         // gitlab-extras: the sizing, the listen_address and the feature flag warnings stay;
-        // vm-isolation-macos: the unused nesting_host and connector_config; aws-full:
-        // reservation_throttling (its unused cache_dir is not printed); aws: shell = "sh".
+        // vm-isolation-macos: the unused nesting_host, nesting_config and connector_config;
+        // aws-full: reservation_throttling, log_internal_ip and state_storage (its unused
+        // cache_dir is not printed); aws: shell = "sh".
         assert_eq!(
             again.warnings.len(),
-            3 * usize::from(name == "gitlab-extras.toml")
-                + 2 * usize::from(name == "vm-isolation-macos.toml")
-                + usize::from(
-                    name == "docker-autoscaler-aws-full.toml"
-                        || name == "docker-autoscaler-aws.toml"
-                ),
+            3 * usize::from(name == "gitlab-extras.toml" || name == "vm-isolation-macos.toml")
+                + 3 * usize::from(name == "docker-autoscaler-aws-full.toml")
+                + usize::from(name == "docker-autoscaler-aws.toml"),
             "{name}"
         );
         // Apart from the redacted secrets, nothing changed.

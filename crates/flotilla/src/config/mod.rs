@@ -72,10 +72,6 @@ pub struct Loaded {
     pub warnings: Vec<Warning>,
 }
 
-/// The directory of `[runners.autoscaler.state_storage]` when `dir` is not set, relative to the
-/// configuration file's directory (GitLab's default).
-pub const DEFAULT_TASKSCALER_STATE_DIR: &str = ".taskscaler";
-
 impl Config {
     /// Reads and loads a configuration file. Messages name the file as given; relative paths
     /// inside it are resolved against its directory.
@@ -304,12 +300,9 @@ fn normalize(config: &mut Config, base_dir: &Path) -> Option<String> {
                 connector.key_path = Some(resolve(&key));
             }
         }
-        a.state_storage.dir = Some(resolve(
-            a.state_storage
-                .dir
-                .as_deref()
-                .unwrap_or(Path::new(DEFAULT_TASKSCALER_STATE_DIR)),
-        ));
+        if let Some(dir) = a.state_storage.dir.take() {
+            a.state_storage.dir = Some(resolve(&dir));
+        }
     }
     state_note
 }
@@ -444,10 +437,7 @@ shutdown_timeout = 0
             a.connector_config.key_path.as_deref(),
             Some(Path::new("/etc/gitlab-runner/keys/id_ed25519"))
         );
-        assert_eq!(
-            a.state_storage.dir.as_deref(),
-            Some(Path::new("/etc/gitlab-runner/.taskscaler"))
-        );
+        assert_eq!(a.state_storage.dir, None);
         assert_eq!(loaded.warnings, vec![]);
     }
 

@@ -86,6 +86,18 @@ fn check_runner(f: &mut Findings, path: &KeyPath, runner: &RunnerConfig) {
     let executor = runner.executor;
     check_shell_and_clone_url(f, path, runner);
     check_feature_flags(f, path, runner);
+    if runner
+        .instance
+        .as_ref()
+        .is_some_and(|i| i.use_common_build_dir)
+    {
+        f.warn(
+            path.key("instance").key("use_common_build_dir"),
+            "use_common_build_dir is not used: every slot keeps a build directory of its own \
+             (with max_use_count = 1, which GitLab Runner requires for it, an instance runs one \
+             job, so no job shares a directory either way)",
+        );
+    }
     if let Some(cache) = &runner.cache {
         match cache.validate() {
             Ok(warnings) => {
@@ -410,6 +422,40 @@ fn check_shell_and_clone_url(f: &mut Findings, path: &KeyPath, runner: &RunnerCo
 }
 
 fn check_autoscaler(f: &mut Findings, path: &KeyPath, a: &AutoscalerConfig) {
+    for (key, on) in [
+        ("log_internal_ip", a.log_internal_ip),
+        ("log_external_ip", a.log_external_ip),
+    ] {
+        if on {
+            f.warn(
+                path.key(key),
+                format!(
+                    "{key} is not used: a job's log does not show its instance's addresses \
+                     (the manager's log names the instance)"
+                ),
+            );
+        }
+    }
+    let storage = &a.state_storage;
+    if storage.enabled || storage.dir.is_some() {
+        f.warn(
+            path.key("state_storage"),
+            "[runners.autoscaler.state_storage] enabled and dir are not used: flotilla keeps \
+             the fleet's state in its own store ([flotilla] state_dir) and adopts its instances \
+             after a restart whatever they say; jobs that were running are reported failed",
+        );
+    }
+    if a.vm_isolation
+        .nesting_config
+        .as_object()
+        .is_some_and(|o| !o.is_empty())
+    {
+        f.warn(
+            path.key("vm_isolation").key("nesting_config"),
+            "nesting_config is not used: flotilla runs the vm level's VMs itself, with no \
+             nesting daemon to configure",
+        );
+    }
     if a.reservation_throttling == Some(false) {
         f.warn(
             path.key("reservation_throttling"),
