@@ -616,3 +616,94 @@ async fn a_gitlab_behind_a_private_authority_is_trusted_through_tls_ca_file() {
     m.signal(libc::SIGTERM);
     let _ = m.wait(Duration::from_secs(30)).await;
 }
+
+/// `tls-cert-file` and `tls-key-file`: a GitLab that accepts only clients with a certificate
+/// its authority signed takes jobs from a runner that presents one, and the job gets the
+/// certificate and key as `CI_SERVER_TLS_CERT_FILE` and `CI_SERVER_TLS_KEY_FILE`; without them
+/// the handshake is refused and no job is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gitlab_that_wants_a_client_certificate_gets_the_runners() {
+    let gl = flotilla_testkit::fake_gitlab::FakeGitLab::builder()
+        .runner_token(TOKEN)
+        .poll_duration(Duration::from_millis(500))
+        .trace_update_interval(1)
+        .https_with_client_auth()
+        .start()
+        .await
+        .expect("the fake GitLab over HTTPS with client authentication");
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("gitlab-ca.pem");
+    std::fs::write(&ca, gl.ca_pem().unwrap()).unwrap();
+    let (cert_pem, key_pem) = gl.client_identity().unwrap();
+    let cert = dir.path().join("runner.pem");
+    let key = dir.path().join("runner-key.pem");
+    std::fs::write(&cert, cert_pem).unwrap();
+    std::fs::write(&key, key_pem).unwrap();
+    let with_files = |sub: &str, files: &str| {
+        let d = dir.path().join(sub);
+        std::fs::create_dir_all(&d).unwrap();
+        let config = write_local_config(&d, gl.url(), TOKEN, 2);
+        let mut text = std::fs::read_to_string(&config).unwrap();
+        text.push_str(files);
+        std::fs::write(&config, text).unwrap();
+        config
+    };
+
+    // The authority alone: refused, said, nothing taken.
+    let config = with_files(
+        "no-certificate",
+        &format!("  tls-ca-file = \"{}\"\n", ca.display()),
+    );
+    let mut m = Manager::start(&config, &[]);
+    let waiting = gl.enqueue(TOKEN, JobBuilder::new("waits").script(["true"]));
+    let mut said = false;
+    for _ in 0..100 {
+        if m.log().to_ascii_lowercase().contains("certificate") {
+            said = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(said, "the refused handshake is said:\n{}", m.log());
+    assert_eq!(
+        gl.job(waiting).unwrap().state,
+        flotilla_testkit::fake_gitlab::FakeJobState::Pending
+    );
+    m.signal(libc::SIGTERM);
+    let _ = m.wait(Duration::from_secs(30)).await;
+
+    let config = with_files(
+        "with-certificate",
+        &format!(
+            "  tls-ca-file = \"{}\"\n  tls-cert-file = \"{}\"\n  tls-key-file = \"{}\"\n",
+            ca.display(),
+            cert.display(),
+            key.display()
+        ),
+    );
+    let mut m = Manager::start(&config, &[]);
+    let job = gl.enqueue(
+        TOKEN,
+        JobBuilder::new("mtls").script([
+            "cmp \"$CI_SERVER_TLS_CERT_FILE\" \"$EXPECTED_CERT\" && echo the-runners-certificate",
+            "cmp \"$CI_SERVER_TLS_KEY_FILE\" \"$EXPECTED_KEY\" && echo the-runners-key",
+        ])
+        .variable("EXPECTED_CERT", cert.display().to_string())
+        .variable("EXPECTED_KEY", key.display().to_string()),
+    );
+    assert!(
+        gl.wait_finished(&[waiting, job], Duration::from_secs(60))
+            .await,
+        "jobs did not finish; manager log:\n{}",
+        m.log()
+    );
+    let trace = gl.job(job).unwrap().trace_text();
+    assert!(trace.contains("the-runners-certificate"), "{trace}");
+    assert!(trace.contains("the-runners-key"), "{trace}");
+    assert!(
+        !trace.contains("PRIVATE KEY"),
+        "the key is never printed: {trace}"
+    );
+    m.signal(libc::SIGTERM);
+    let _ = m.wait(Duration::from_secs(30)).await;
+}

@@ -68,6 +68,7 @@ pub struct FakeGitLabBuilder {
     behaviour: Behaviour,
     faults: Option<FaultConfig>,
     https: bool,
+    client_auth: bool,
 }
 
 impl FakeGitLabBuilder {
@@ -75,6 +76,14 @@ impl FakeGitLabBuilder {
     /// ([`FakeGitLab::ca_pem`]).
     pub fn https(mut self, on: bool) -> Self {
         self.https = on;
+        self
+    }
+
+    /// Serves HTTPS (as [`FakeGitLabBuilder::https`]) and accepts only clients presenting the
+    /// certificate [`FakeGitLab::client_identity`] gives.
+    pub fn https_with_client_auth(mut self) -> Self {
+        self.https = true;
+        self.client_auth = true;
         self
     }
 
@@ -159,7 +168,7 @@ impl FakeGitLabBuilder {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let tls = if self.https {
-            Some(tls::Tls::generate()?)
+            Some(tls::Tls::generate(self.client_auth)?)
         } else {
             None
         };
@@ -183,6 +192,7 @@ impl FakeGitLabBuilder {
         });
         let stop = CancellationToken::new();
         let ca_pem = tls.as_ref().map(|t| t.ca_pem.clone());
+        let client_identity = tls.as_ref().and_then(|t| t.client.clone());
         tokio::spawn(server::serve(
             listener,
             server.clone(),
@@ -194,6 +204,7 @@ impl FakeGitLabBuilder {
             server,
             stop,
             ca_pem,
+            client_identity,
         })
     }
 }
@@ -204,6 +215,7 @@ pub struct FakeGitLab {
     server: Arc<Server>,
     stop: CancellationToken,
     ca_pem: Option<String>,
+    client_identity: Option<(String, String)>,
 }
 
 impl std::fmt::Debug for FakeGitLab {
@@ -229,6 +241,13 @@ impl FakeGitLab {
     /// The certificate of the authority that signed this server's, PEM, when it serves HTTPS.
     pub fn ca_pem(&self) -> Option<&str> {
         self.ca_pem.as_deref()
+    }
+
+    /// The client certificate and key (PEM) this server accepts, when it wants one.
+    pub fn client_identity(&self) -> Option<(&str, &str)> {
+        self.client_identity
+            .as_ref()
+            .map(|(c, k)| (c.as_str(), k.as_str()))
     }
 
     /// The base URL (`http://127.0.0.1:<port>`).
