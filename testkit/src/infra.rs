@@ -40,6 +40,9 @@ pub enum Infra {
     /// Google's `gcp-storage-emulator` with `google-cloud-storage` beside it (installed by
     /// `scripts/setup.d/storage.sh`; see [`gcs_emulator_path`]): the judges of the GCS cache.
     GcsEmulator,
+    /// Microsoft's Azurite (npm) with `azure-storage-blob` in the storage venv (installed by
+    /// `scripts/setup.d/storage.sh`; see [`azurite_path`]): the judges of the Azure cache.
+    Azurite,
     /// Go with Debian's hashicorp go-plugin and grpc sources in `/usr/share/gocode`
     /// (`golang-go`, `golang-github-hashicorp-go-plugin-dev`, `golang-google-grpc-dev`): a
     /// go-plugin plugin built offline judges the plugin provider's process protocol.
@@ -79,6 +82,9 @@ impl Infra {
                  (testkit/browser, installed by scripts/setup.sh)"
             }
             Infra::Moto => "moto's server (moto_server, installed by scripts/setup.d/aws.sh)",
+            Infra::Azurite => {
+                "Azurite and azure-storage-blob (installed by scripts/setup.d/storage.sh)"
+            }
             Infra::GcsEmulator => {
                 "gcp-storage-emulator and google-cloud-storage (installed by \
                  scripts/setup.d/storage.sh)"
@@ -113,6 +119,7 @@ pub fn available(infra: Infra) -> bool {
     match infra {
         Infra::Moto => moto_server_path().is_some(),
         Infra::GcsEmulator => gcs_emulator_path().is_some(),
+        Infra::Azurite => azurite_path().is_some() && gcs_emulator_path().is_some(),
         Infra::GoPlugin => *GO_PLUGIN.get_or_init(|| {
             runs("go", &["version"])
                 && std::path::Path::new(GOCODE)
@@ -212,6 +219,17 @@ pub fn gcs_emulator_path() -> Option<std::path::PathBuf> {
     }
     let venv = std::path::Path::new(STORAGE_VENV).join("bin/gcp-storage-emulator");
     venv.is_file().then_some(venv)
+}
+
+/// Azurite's blob service: `$FLOTILLA_AZURITE`, else
+/// `/opt/flotilla/azurite/node_modules/.bin/azurite-blob`; `None` when neither is there.
+pub fn azurite_path() -> Option<std::path::PathBuf> {
+    if let Some(p) = std::env::var_os("FLOTILLA_AZURITE") {
+        let p = std::path::PathBuf::from(p);
+        return p.is_file().then_some(p);
+    }
+    let p = std::path::Path::new("/opt/flotilla/azurite/node_modules/.bin/azurite-blob");
+    p.is_file().then(|| p.to_path_buf())
 }
 
 /// Where Debian's `golang-*-dev` packages put their Go sources (a GOPATH entry).

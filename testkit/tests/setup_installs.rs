@@ -70,6 +70,7 @@ const PROGRAMS: &[(&str, From)] = &[
         "gcp-storage-emulator",
         From::SetupD("storage.sh", "gcp-storage-emulator"),
     ),
+    ("azurite-blob", From::SetupD("storage.sh", "azurite")),
 ];
 
 /// Python modules the tests import in Debian's interpreter (`/usr/bin/python3`), and the Debian
@@ -95,6 +96,7 @@ const PYTHON_ELSEWHERE: &[(&str, &str)] = &[
     ("botocore", "aws.sh"),
     // crates/cache/tests/gcs_judge.py runs in the venv scripts/setup.d/storage.sh makes.
     ("google", "storage.sh"),
+    ("azure", "storage.sh"),
     ("cryptography", "storage.sh"),
 ];
 

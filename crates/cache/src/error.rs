@@ -33,6 +33,9 @@ pub enum CacheConfigError {
     /// The GCS key cannot sign.
     #[error("[runners.cache.gcs] {0}")]
     GcsKey(String),
+    /// `[runners.cache.azure]` cannot be used.
+    #[error("[runners.cache.azure] {0}")]
+    Azure(String),
     /// The HTTP client could not be made.
     #[error("the cache's HTTP client: {0}")]
     Client(String),

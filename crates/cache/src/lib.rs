@@ -8,6 +8,7 @@
 //! and their errors live together in [`settings`] and [`s3::settings`]; the binary only
 //! parses the table and calls [`build`].
 
+pub mod azure;
 mod error;
 pub mod gcs;
 mod object_name;
@@ -15,6 +16,7 @@ pub mod s3;
 pub mod settings;
 mod transfer;
 
+pub use azure::AzureCacheStore;
 pub use error::CacheConfigError;
 pub use gcs::GcsCacheStore;
 pub use object_name::object_name;
@@ -57,6 +59,26 @@ pub async fn build(
             }
             None => Ok(None),
         },
+        CacheKind::Azure => match &config.azure {
+            Some(azure) => {
+                let store =
+                    AzureCacheStore::new(config, azure, short_token, emulator_blob_endpoint())?;
+                Ok(Some(Arc::new(store)))
+            }
+            None => Ok(None),
+        },
         CacheKind::None | CacheKind::Unsupported(_) => Ok(None),
     }
+}
+
+/// The `BlobEndpoint` of `AZURE_STORAGE_CONNECTION_STRING`, the variable Azure's tools and
+/// libraries read, when it names an emulator's (Azurite's `http://127.0.0.1:10000/<account>`).
+fn emulator_blob_endpoint() -> Option<String> {
+    let connection = std::env::var("AZURE_STORAGE_CONNECTION_STRING").ok()?;
+    connection
+        .split(';')
+        .filter_map(|part| part.split_once('='))
+        .find(|(k, _)| k.trim().eq_ignore_ascii_case("BlobEndpoint"))
+        .map(|(_, v)| v.trim().to_string())
+        .filter(|v| !v.is_empty())
 }

@@ -4,6 +4,7 @@
 //! store for it yet, and says so when `Type` names it or when it holds settings
 //! (`gitlab-runner register` writes the backends' tables empty, which is no setting).
 
+use crate::azure::settings::AzureSettings;
 use crate::error::CacheConfigError;
 use crate::gcs::settings::GcsSettings;
 use crate::s3::settings::S3Settings;
@@ -30,9 +31,9 @@ pub struct CacheConfig {
     /// `[runners.cache.gcs]`.
     #[serde(rename = "gcs", default, skip_serializing_if = "Option::is_none")]
     pub gcs: Option<GcsSettings>,
-    /// `[runners.cache.azure]`: no store yet; never printed (it holds an account key).
-    #[serde(rename = "azure", default, skip_serializing)]
-    pub azure: toml::Table,
+    /// `[runners.cache.azure]`.
+    #[serde(rename = "azure", default, skip_serializing_if = "Option::is_none")]
+    pub azure: Option<AzureSettings>,
 }
 
 /// The backend a `Type` names.
@@ -44,8 +45,10 @@ pub enum CacheKind {
     S3,
     /// `gcs`.
     Gcs,
-    /// A type flotilla has no store for (GitLab's `gcs`, `gcsv2`, `azure`, or a name GitLab
-    /// does not know either, for which it skips the cache).
+    /// `azure`.
+    Azure,
+    /// A type flotilla has no store for (a name GitLab does not know either, for which it
+    /// skips the cache).
     Unsupported(String),
 }
 
@@ -56,6 +59,7 @@ impl CacheConfig {
             "" => CacheKind::None,
             "s3" | "s3v2" => CacheKind::S3,
             "gcs" | "gcsv2" => CacheKind::Gcs,
+            "azure" => CacheKind::Azure,
             other => CacheKind::Unsupported(other.to_string()),
         }
     }
@@ -96,6 +100,15 @@ impl CacheConfig {
                         .to_string(),
                 ),
             },
+            CacheKind::Azure => match &self.azure {
+                Some(azure) => azure.validate()?,
+                None => warnings.push(
+                    "Type = \"azure\" without a [runners.cache.azure] table: no distributed \
+                     cache (GitLab Runner caches nothing remotely either); each runner keeps its \
+                     job cache on the manager"
+                        .to_string(),
+                ),
+            },
             CacheKind::Unsupported(kind) => warnings.push(format!(
                 "Type = {kind:?}: flotilla has no {kind} cache store yet; each runner keeps its \
                  job cache on the manager, in <state_dir>/cache/<runner>"
@@ -110,8 +123,10 @@ impl CacheConfig {
             ("gcs", gcs_set, kind == CacheKind::Gcs),
             (
                 "azure",
-                !self.azure.is_empty(),
-                kind == CacheKind::Unsupported("azure".into()),
+                self.azure
+                    .as_ref()
+                    .is_some_and(|a| *a != AzureSettings::default()),
+                kind == CacheKind::Azure,
             ),
         ] {
             if set && !used {
@@ -140,9 +155,10 @@ mod tests {
         assert_eq!(parse("Type = \"s3\"").kind(), CacheKind::S3);
         assert_eq!(parse("Type = \"S3\"").kind(), CacheKind::S3);
         assert_eq!(parse("Type = \"gcs\"").kind(), CacheKind::Gcs);
+        assert_eq!(parse("Type = \"azure\"").kind(), CacheKind::Azure);
         assert_eq!(
-            parse("Type = \"azure\"").kind(),
-            CacheKind::Unsupported("azure".into())
+            parse("Type = \"swift\"").kind(),
+            CacheKind::Unsupported("swift".into())
         );
     }
 
@@ -163,10 +179,14 @@ mod tests {
             parse("Path = \"a/../..\"").validate(),
             Err(CacheConfigError::BadPath(_))
         ));
-        let warned = parse("Type = \"azure\"")
+        let warned = parse("Type = \"swift\"")
             .validate()
             .expect("warned, not refused");
-        assert!(warned[0].contains("no azure cache store"), "{warned:?}");
+        assert!(warned[0].contains("no swift cache store"), "{warned:?}");
+        assert!(matches!(
+            parse("Type = \"azure\"\n[azure]\nAccountName = \"a\"").validate(),
+            Err(CacheConfigError::Azure(_))
+        ));
         // `register`'s empty tables are no setting; a filled one beside another Type is said.
         assert!(parse("[gcs]\n[azure]").validate().unwrap().is_empty());
         let warned = parse(

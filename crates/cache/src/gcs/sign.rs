@@ -120,7 +120,7 @@ pub fn signed_url(
 
 /// A path escaped as Go's `url.URL.EscapedPath` does (unreserved characters, `/` and the
 /// sub-delimiters Go keeps in paths stay).
-fn escape(path: &str) -> String {
+pub(crate) fn escape(path: &str) -> String {
     let mut out = String::with_capacity(path.len());
     for b in path.bytes() {
         if b.is_ascii_alphanumeric()
@@ -149,7 +149,7 @@ fn escape(path: &str) -> String {
 }
 
 /// A query value escaped as Go's `url.QueryEscape` does (a space as `+`).
-fn query_escape(value: &str) -> String {
+pub(crate) fn query_escape(value: &str) -> String {
     let mut out = String::with_capacity(value.len());
     for b in value.bytes() {
         match b {

@@ -90,6 +90,10 @@ pub(crate) fn table_at(path: &KeyPath) -> Option<TableSchema> {
             fields_of::<flotilla_cache::gcs::settings::GcsSettings>(),
             false,
         ),
+        ["runners", "cache", "azure"] => (
+            fields_of::<flotilla_cache::azure::settings::AzureSettings>(),
+            false,
+        ),
         ["runners", "instance"] => (fields_of::<InstanceConfig>(), false),
         ["runners", "autoscaler"] => (fields_of::<AutoscalerConfig>(), true),
         ["runners", "autoscaler", "connector_config"]
