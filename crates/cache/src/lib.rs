@@ -1,12 +1,13 @@
 //! GitLab Runner's distributed cache: the `[runners.cache]` table, where GitLab puts each
-//! cache archive in a bucket, and the S3 store that keeps archives there.
+//! cache archive in a bucket, and the stores that keep archives there: S3 (and S3-compatible
+//! stores), Google Cloud Storage, Azure Blob Storage.
 //!
-//! GitLab Runner reads the table in `cache/cacheconfig` (`Config`, `CacheS3Config`) and names
-//! objects in `cache/cache.go` (`generateObjectName`); its S3 adapter (`cache/s3v2`) presigns
-//! a `GET` and a `PUT` with AWS signature version 4 for each job. flotilla does the same here,
-//! and the manager moves the archive (see [`S3CacheStore`]). The settings, their validation
-//! and their errors live together in [`settings`] and [`s3::settings`]; the binary only
-//! parses the table and calls [`build`].
+//! GitLab Runner reads the table in `cache/cacheconfig` and names objects in `cache/cache.go`
+//! (`generateObjectName`); its adapters presign a `GET` and a `PUT` for each job (S3: AWS
+//! signature version 4, `cache/s3v2`; GCS: V2 signed URLs, `cache/gcs`; Azure: service SAS
+//! tokens, `cache/azure`). flotilla makes the same URLs, and the manager moves the archive
+//! (see [`S3CacheStore`]). Each backend's settings, validation and errors live together in its
+//! module; the binary only parses the table and calls [`build`].
 
 pub mod azure;
 mod error;

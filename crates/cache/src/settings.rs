@@ -1,8 +1,8 @@
 //! `[runners.cache]`: the keys every backend shares (`cacheconfig.Config` in GitLab Runner).
 //! Each backend's own table is parsed beside its store ([`crate::s3::settings`],
-//! [`crate::gcs::settings`]). The Azure table is kept whole and unprinted: flotilla has no
-//! store for it yet, and says so when `Type` names it or when it holds settings
-//! (`gitlab-runner register` writes the backends' tables empty, which is no setting).
+//! [`crate::gcs::settings`], [`crate::azure::settings`]); a table with settings beside another
+//! `Type` is said to be unused (`gitlab-runner register` writes the backends' tables empty,
+//! which is no setting).
 
 use crate::azure::settings::AzureSettings;
 use crate::error::CacheConfigError;
