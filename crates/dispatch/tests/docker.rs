@@ -479,6 +479,36 @@ async fn infra_docker_disable_cache_gives_each_job_a_cache_volume_of_its_own() {
     }
 }
 
+/// `[runners.docker] cache_dir`: a cache volume is a directory under it on the instance
+/// (GitLab Runner's `createHostBasedCacheVolume`), kept for the project's next job on the slot.
+#[tokio::test]
+async fn infra_docker_cache_dir_keeps_cache_volumes_on_the_instance() {
+    if !require(Infra::Docker) {
+        return;
+    }
+    let config = flotilla_isolate::DockerIsolationConfig {
+        volumes: vec![flotilla_isolate::docker::volumes::Volume::parse("/shared").unwrap()],
+        cache_dir: Some("/srv/flotilla-cache-dir".into()),
+        ..Default::default()
+    };
+    let f = docker_fleet("cachedir", config).await;
+    let (r, t) = dispatch(
+        &f.dispatcher,
+        &job_at(Level::Docker, &["echo kept-on-the-instance > /shared/mark"]),
+    )
+    .await;
+    assert_eq!(r.outcome, Outcome::Success, "{t}");
+    let (r, t) = dispatch(&f.dispatcher, &job_at(Level::Docker, &["cat /shared/mark"])).await;
+    assert_eq!(r.outcome, Outcome::Success, "{t}");
+    assert!(t.contains("kept-on-the-instance"), "{t}");
+    let instance = f.instances().into_iter().next().expect("an instance");
+    let found = on_instance(&f, &instance, "find /srv/flotilla-cache-dir -name mark").await;
+    assert!(
+        found.contains("/srv/flotilla-cache-dir/flotilla-project-7-concurrent-"),
+        "the cache is a directory under cache_dir: {found:?}"
+    );
+}
+
 /// `[runners.docker] cap_drop` and `security_opt` reach the build container as the kernel
 /// sees them from inside it (GitLab Runner's `createHostConfig`); a job whose image is not in
 /// `allowed_privileged_images` runs unprivileged though `privileged = true`. Before, all of

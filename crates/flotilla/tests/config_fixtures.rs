@@ -92,26 +92,22 @@ fn canonical_docker_autoscaler_on_aws() {
 #[test]
 fn full_docker_autoscaler_on_aws() {
     let loaded = load("docker-autoscaler-aws-full.toml");
-    // `cache_dir`, `reservation_throttling = false`, `log_internal_ip` and `state_storage`
-    // are read but not honoured: said, not dropped.
+    // `reservation_throttling = false`, `log_internal_ip` and `state_storage` are read but
+    // not honoured: said, not dropped (`cache_dir` is honoured).
     let warned: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
-    assert_eq!(warned.len(), 4, "{warned:?}");
+    assert_eq!(warned.len(), 3, "{warned:?}");
     assert!(
-        warned[2].contains(":46:") && warned[2].contains("log_internal_ip is not used"),
+        warned[0].contains(":44:")
+            && warned[0].contains("reservation_throttling = false has no effect"),
         "{warned:?}"
     );
     assert!(
-        warned[3].contains(":74:")
-            && warned[3].contains("state_storage] enabled and dir are not used"),
+        warned[1].contains(":46:") && warned[1].contains("log_internal_ip is not used"),
         "{warned:?}"
     );
     assert!(
-        warned[0].contains(":18:") && warned[0].contains("`cache_dir` in [runners] is not used"),
-        "{warned:?}"
-    );
-    assert!(
-        warned[1].contains(":44:")
-            && warned[1].contains("reservation_throttling = false has no effect"),
+        warned[2].contains(":74:")
+            && warned[2].contains("state_storage] enabled and dir are not used"),
         "{warned:?}"
     );
     let c = &loaded.config;
@@ -528,10 +524,7 @@ fn public_configs_load_or_are_refused_with_the_reason() {
         ["/var/run/docker.sock:/var/run/docker.sock", "/cache"]
     );
 
-    assert_eq!(
-        warned_keys("mritd-composes.toml"),
-        ["cache_dir", "tls_verify"]
-    );
+    assert_eq!(warned_keys("mritd-composes.toml"), ["tls_verify"]);
     let loaded = load("public/mritd-composes.toml");
     let r = &loaded.config.runners[0];
     assert_eq!(r.builds_dir.as_deref(), Some("/gitlab/runner-builds"));

@@ -122,3 +122,66 @@ async fn infra_moto_a_jobs_cache_goes_to_the_bucket_and_comes_back_from_it() {
     m.signal(libc::SIGTERM);
     let _ = m.wait(Duration::from_secs(30)).await;
 }
+
+/// `[[runners]] cache_dir`: without a distributed cache, the runner's job caches are kept in
+/// that directory (GitLab Runner's shell executor keeps them there), not in the state
+/// directory, and the next job restores from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runners_cache_dir_keeps_its_caches() {
+    let token = "glrt-run-cache-dir-token";
+    let gl = run_support::fake_gitlab(&[token], Duration::from_millis(500)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_local_config(dir.path(), gl.url(), token, 2);
+    let caches = dir.path().join("caches-here");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!("  cache_dir = \"{}\"\n", caches.display()));
+    std::fs::write(&config, text).unwrap();
+    let mut m = Manager::start(&config, &[]);
+    let push = gl.enqueue(
+        token,
+        JobBuilder::new("push")
+            .script(["mkdir -p vendor", "echo kept-in-cache-dir > vendor/dep.txt"])
+            .field("cache", cache_of(&["vendor/"], "push")),
+    );
+    assert!(
+        gl.wait_finished(&[push], Duration::from_secs(60)).await,
+        "the first job did not finish; manager log:\n{}",
+        m.log()
+    );
+    let pull = gl.enqueue(
+        token,
+        JobBuilder::new("pull")
+            .script(["cat vendor/dep.txt"])
+            .field("cache", cache_of(&["vendor/"], "pull")),
+    );
+    assert!(
+        gl.wait_finished(&[pull], Duration::from_secs(60)).await,
+        "the second job did not finish; manager log:\n{}",
+        m.log()
+    );
+    let archives: Vec<_> = walk(&caches)
+        .into_iter()
+        .filter(|p| p.ends_with("cache.zip"))
+        .collect();
+    assert_eq!(archives.len(), 1, "{archives:?}");
+    assert!(!dir.path().join("state/cache/local-shell").exists());
+    let trace = gl.job(pull).unwrap().trace_text();
+    assert!(trace.contains("kept-in-cache-dir"), "{trace}");
+    m.signal(libc::SIGTERM);
+    let _ = m.wait(Duration::from_secs(30)).await;
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}

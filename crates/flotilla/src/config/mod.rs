@@ -287,6 +287,9 @@ fn normalize(config: &mut Config, base_dir: &Path) -> Option<String> {
         if runner.request_concurrency == 0 {
             runner.request_concurrency = 1;
         }
+        if let Some(dir) = runner.cache_dir.take() {
+            runner.cache_dir = Some(resolve(&dir));
+        }
         let isolation = runner.isolation_levels();
         let Some(a) = runner.autoscaler.as_mut() else {
             continue;

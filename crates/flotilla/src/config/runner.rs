@@ -220,6 +220,10 @@ pub struct RunnerConfig {
     /// The slot's cgroup path; `${slot}` (or `$slot`) is replaced by the slot number.
     #[serde(default = "default_slot_cgroup_template")]
     pub slot_cgroup_template: String,
+    /// `cache_dir`: where the runner's job caches are kept on the manager (default
+    /// `<state_dir>/cache/<runner>`), when no distributed cache is configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_dir: Option<PathBuf>,
     /// `tls-ca-file`: PEM certificates trusted for GitLab beside the system's, and given to
     /// jobs as `CI_SERVER_TLS_CA_FILE`.
     #[serde(
@@ -305,6 +309,7 @@ impl RunnerConfig {
             environment: Vec::new(),
             use_slot_cgroups: false,
             slot_cgroup_template: default_slot_cgroup_template(),
+            cache_dir: None,
             tls_ca_file: None,
             tls_cert_file: None,
             tls_key_file: None,
@@ -457,6 +462,9 @@ pub struct DockerConfig {
     /// `disable_cache`: each job gets cache volumes of its own, removed after it.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub disable_cache: bool,
+    /// `cache_dir`: cache volumes are directories under it on the instance.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_dir: Option<String>,
     /// CPU limit of job containers (`"1.5"`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpus: Option<String>,

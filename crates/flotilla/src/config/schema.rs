@@ -160,9 +160,6 @@ pub(crate) fn unused_reason(table: &str, key: &str) -> Option<&'static str> {
              GitLab refuses it (`flotilla verify` says when)"
         }
         ("runners", "custom_build_dir") => "builds_dir is used as configured",
-        ("runners", "cache_dir") => {
-            "flotilla keeps each runner's job cache on the manager, in <state_dir>/cache/<runner>"
-        }
         ("runners.docker", "tls_verify" | "tls_cert_path") => {
             "flotilla reaches the instance's dockerd through its connector, not over TCP"
         }
@@ -170,10 +167,6 @@ pub(crate) fn unused_reason(table: &str, key: &str) -> Option<&'static str> {
             "runners.docker",
             "helper_image" | "helper_image_flavor" | "helper_image_autoset_arch_and_os",
         ) => "the helper container runs the instance's own programs; no helper image is pulled",
-        ("runners.docker", "cache_dir") => {
-            "a `volumes` entry with a destination only is a Docker volume on the instance, \
-             not a directory under cache_dir"
-        }
         ("runners.docker", "network_mtu" | "enable_ipv6") => {
             "the job's own network is made with Docker's defaults"
         }
@@ -239,7 +232,7 @@ mod tests {
         let runner = fields_of::<RunnerConfig>();
         // Real GitLab keys that merely share a prefix with one of ours are not typos.
         assert_eq!(suggest("token_obtained_at", runner), None);
-        assert_eq!(suggest("cache_dir", runner), None);
+        assert_eq!(suggest("custom_build_dir", runner), None);
         assert_eq!(
             suggest("imgae", fields_of::<DockerConfig>()).as_deref(),
             Some("image")

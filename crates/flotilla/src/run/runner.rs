@@ -373,7 +373,10 @@ async fn cache_store(
         return Ok(store);
     }
     Ok(Arc::new(LocalCacheStore::new(
-        state_dir.join("cache").join(fleet::file_name(&runner.name)),
+        runner
+            .cache_dir
+            .clone()
+            .unwrap_or_else(|| state_dir.join("cache").join(fleet::file_name(&runner.name))),
     )))
 }
 

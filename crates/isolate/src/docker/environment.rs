@@ -173,7 +173,16 @@ impl DockerEnvironment {
         if p.config.disable_cache {
             unique = super::volumes::per_job_unique_name(&unique, p.job.id);
         }
-        let volume_binds = p.config.volumes.iter().map(|v| v.bind(&unique)).collect();
+        // `disable_cache` wins over `cache_dir`, as in GitLab's `addCacheVolume`.
+        let cache_dir = (!p.config.disable_cache)
+            .then_some(p.config.cache_dir.as_deref())
+            .flatten();
+        let volume_binds = p
+            .config
+            .volumes
+            .iter()
+            .map(|v| v.bind_under(&unique, cache_dir))
+            .collect();
         // Made before the containers, with the job's labels, so that the job's cleanup and a
         // later sweep find and remove them; the kept ones are made by Docker on first use.
         let own_volumes = if p.config.disable_cache {

@@ -98,6 +98,9 @@ pub struct DockerIsolationConfig {
     /// the job's and removed with its containers, instead of the project's kept ones
     /// (GitLab Runner's `addCacheVolume` with `reusable` false).
     pub disable_cache: bool,
+    /// `[runners.docker] cache_dir`: cache volumes are directories under it on the instance
+    /// rather than Docker volumes ([`volumes::Volume::bind_under`]).
+    pub cache_dir: Option<String>,
     /// The manager's Docker configuration (`~/.docker/config.json`, else `~/.dockercfg`),
     /// the second source of registry credentials ([`auth`]); the binary names it from `$HOME`.
     pub docker_config_file: Option<std::path::PathBuf>,
@@ -161,6 +164,7 @@ impl Default for DockerIsolationConfig {
             slot_cgroups: None,
             volumes: Vec::new(),
             disable_cache: false,
+            cache_dir: None,
             docker_config_file: None,
             build_limits: limits::BuildLimits::default(),
             services_limit: None,

@@ -114,6 +114,13 @@ impl Volume {
     /// The Docker bind (`source:destination[:options]`) for a job whose cache volumes are
     /// named from `unique` ([`unique_name`]).
     pub fn bind(&self, unique: &str) -> String {
+        self.bind_under(unique, None)
+    }
+
+    /// [`Volume::bind`], with a cache volume a directory under `cache_dir` on the instance
+    /// when one is given (`[runners.docker] cache_dir`: GitLab Runner's
+    /// `createHostBasedCacheVolume`, `<cache_dir>/<unique>/<hash of the path>`).
+    pub fn bind_under(&self, unique: &str, cache_dir: Option<&str>) -> String {
         let (source, destination, options) = match self {
             Volume::Bind {
                 source,
@@ -123,7 +130,18 @@ impl Volume {
             Volume::Cache {
                 destination,
                 options,
-            } => (cache_volume_name(unique, destination), destination, options),
+            } => match cache_dir {
+                Some(dir) => (
+                    format!(
+                        "{}/{unique}/{}",
+                        dir.trim_end_matches('/'),
+                        path_hash(destination)
+                    ),
+                    destination,
+                    options,
+                ),
+                None => (cache_volume_name(unique, destination), destination, options),
+            },
         };
         if options.is_empty() {
             format!("{source}:{destination}")
@@ -157,9 +175,13 @@ impl Volume {
 
 /// The cache volume for `destination`: `<unique>-cache-<32 hex digits of its hash>`.
 fn cache_volume_name(unique: &str, destination: &str) -> String {
+    format!("{unique}-cache-{}", path_hash(destination))
+}
+
+/// 32 hex digits of the hash of a container path.
+fn path_hash(destination: &str) -> String {
     let digest = Sha256::digest(destination.as_bytes());
-    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
-    format!("{unique}-cache-{hex}")
+    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]
@@ -194,6 +216,16 @@ mod tests {
             v("/certs/client").bind(&unique_name("flotilla-r", 42, 3))
         );
         assert_eq!(v("/cache:ro").bind("u").rsplit(':').next(), Some("ro"));
+        // `cache_dir`: a directory on the instance instead of a named volume; binds as written.
+        let under = v("/cache").bind_under("u", Some("/srv/cache/"));
+        assert!(
+            under.starts_with("/srv/cache/u/") && under.ends_with(":/cache"),
+            "{under}"
+        );
+        assert_eq!(
+            v("/srv/data:/data").bind_under("u", Some("/srv/cache")),
+            "/srv/data:/data"
+        );
     }
 
     #[test]
