@@ -45,6 +45,8 @@ pub async fn build(
         CacheKind::Gcs => match &config.gcs {
             Some(gcs) => {
                 // Google's client libraries send everything to an emulator named so.
+                // Only one on this machine is followed: the variable is a test hook here
+                // (GitLab Runner's signed URLs ignore it), not a way to send caches elsewhere.
                 let emulator = std::env::var("STORAGE_EMULATOR_HOST")
                     .ok()
                     .filter(|h| !h.trim().is_empty())
@@ -54,7 +56,8 @@ pub async fn build(
                         } else {
                             format!("http://{h}")
                         }
-                    });
+                    })
+                    .filter(|e| on_loopback(e));
                 let store = GcsCacheStore::new(config, gcs, short_token, emulator)?;
                 Ok(Some(Arc::new(store)))
             }
@@ -73,7 +76,8 @@ pub async fn build(
 }
 
 /// The `BlobEndpoint` of `AZURE_STORAGE_CONNECTION_STRING`, the variable Azure's tools and
-/// libraries read, when it names an emulator's (Azurite's `http://127.0.0.1:10000/<account>`).
+/// libraries read, when it names an emulator on this machine (Azurite's
+/// `http://127.0.0.1:10000/<account>`); any other endpoint is not followed.
 fn emulator_blob_endpoint() -> Option<String> {
     let connection = std::env::var("AZURE_STORAGE_CONNECTION_STRING").ok()?;
     connection
@@ -81,5 +85,39 @@ fn emulator_blob_endpoint() -> Option<String> {
         .filter_map(|part| part.split_once('='))
         .find(|(k, _)| k.trim().eq_ignore_ascii_case("BlobEndpoint"))
         .map(|(_, v)| v.trim().to_string())
-        .filter(|v| !v.is_empty())
+        .filter(|v| on_loopback(v))
+}
+
+/// Whether `endpoint` is an address on this machine (an emulator's).
+fn on_loopback(endpoint: &str) -> bool {
+    let Ok(url) = reqwest::Url::parse(endpoint) else {
+        return false;
+    };
+    let host = url.host_str().unwrap_or_default();
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .trim_matches(['[', ']'])
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_emulators_on_this_machine_are_followed() {
+        for yes in [
+            "http://127.0.0.1:10000/devstoreaccount1",
+            "http://localhost:4443",
+            "http://[::1]:9000",
+        ] {
+            assert!(super::on_loopback(yes), "{yes}");
+        }
+        for no in [
+            "https://acct.blob.core.windows.net",
+            "http://10.0.0.5:10000/a",
+            "127.0.0.1:10000",
+        ] {
+            assert!(!super::on_loopback(no), "{no}");
+        }
+    }
 }

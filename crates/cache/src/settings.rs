@@ -52,16 +52,24 @@ pub enum CacheKind {
     Unsupported(String),
 }
 
-impl CacheConfig {
-    /// The backend `Type` names. GitLab's factory names are lower case; `S3` is read as `s3`.
-    pub fn kind(&self) -> CacheKind {
-        match self.kind.trim().to_ascii_lowercase().as_str() {
+impl CacheKind {
+    /// The store a `Type` value names. GitLab's factory names are lower case; `S3` is read as
+    /// `s3`.
+    pub fn from_type(name: &str) -> CacheKind {
+        match name.trim().to_ascii_lowercase().as_str() {
             "" => CacheKind::None,
             "s3" | "s3v2" => CacheKind::S3,
             "gcs" | "gcsv2" => CacheKind::Gcs,
             "azure" => CacheKind::Azure,
             other => CacheKind::Unsupported(other.to_string()),
         }
+    }
+}
+
+impl CacheConfig {
+    /// The store `Type` names.
+    pub fn kind(&self) -> CacheKind {
+        CacheKind::from_type(&self.kind)
     }
 
     /// The limit on uploaded archives, if any (GitLab ignores zero and negative values).

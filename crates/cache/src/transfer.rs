@@ -53,11 +53,16 @@ async fn refusal(what: &str, url: &str, mut response: reqwest::Response) -> Stor
 
 fn transport(what: &str, url: &str) -> impl FnOnce(reqwest::Error) -> StoreError {
     let place = format!("{what} {}", flotilla_fleet::redact_url(url));
-    // reqwest's error names the URL with its query; only its cause is kept.
+    // reqwest's error names the URL with its query (the signature): it is dropped, and the
+    // whole chain of causes kept (a refused connection says so only deep in it).
     move |e| {
-        let cause =
-            std::error::Error::source(&e).map_or_else(|| e.to_string(), ToString::to_string);
-        StoreError::Remote(format!("{place}: {cause}"))
+        let e = e.without_url();
+        let mut msg = format!("{place}: {e}");
+        let causes = std::iter::successors(std::error::Error::source(&e), |c| c.source());
+        for cause in causes {
+            msg.push_str(&format!(": {cause}"));
+        }
+        StoreError::Remote(msg)
     }
 }
 

@@ -78,6 +78,10 @@ impl AzureSettings {
                     .into(),
             ));
         }
+        if let Some(key) = &self.account_key {
+            super::sign::decode_key(key.expose())
+                .map_err(|e| CacheConfigError::Azure(format!("AccountKey: {e}")))?;
+        }
         Ok(())
     }
 }
@@ -108,9 +112,14 @@ mod tests {
                 "ContainerName = \"c\"\nAccountName = \"a\"",
                 "managed identity",
             ),
+            (
+                "ContainerName = \"c\"\nAccountName = \"a\"\nAccountKey = \"se!cret\"",
+                "AccountKey: the Azure account key is not base64",
+            ),
         ] {
             let e = azure(text).validate().unwrap_err().to_string();
             assert!(e.contains(said), "{e}");
+            assert!(!e.contains("se!cret") && !e.contains('!'), "{e}");
         }
         let printed = toml::to_string(&ok).unwrap();
         assert!(!printed.contains("a2V5"), "{printed}");

@@ -10,10 +10,20 @@ use base64::Engine;
 /// The service version the tokens are signed for.
 pub const SAS_VERSION: &str = "2020-12-06";
 
-/// What a signing failed on.
+/// What a signing failed on: the key is not base64. Which character is wrong is not said (the
+/// message would carry a piece of the key).
 #[derive(Debug, thiserror::Error)]
-#[error("the Azure account key is not base64: {0}")]
-pub struct SignError(String);
+#[error(
+    "the Azure account key is not base64 (copy it as the portal or `az storage account keys list` shows it)"
+)]
+pub struct SignError;
+
+/// The shared key's bytes from its base64 form.
+pub fn decode_key(account_key: &str) -> Result<Vec<u8>, SignError> {
+    base64::engine::general_purpose::STANDARD
+        .decode(account_key.trim())
+        .map_err(|_| SignError)
+}
 
 /// One token to make.
 #[derive(Debug, Clone)]
@@ -68,9 +78,7 @@ pub fn string_to_sign(s: &Sas<'_>) -> String {
 
 /// The token's query string (without `?`), signed with the base64 `account_key`.
 pub fn token(s: &Sas<'_>, account_key: &str) -> Result<String, SignError> {
-    let key = base64::engine::general_purpose::STANDARD
-        .decode(account_key.trim())
-        .map_err(|e| SignError(e.to_string()))?;
+    let key = decode_key(account_key)?;
     let tag = hmac::sign(
         &hmac::Key::new(hmac::HMAC_SHA256, &key),
         string_to_sign(s).as_bytes(),

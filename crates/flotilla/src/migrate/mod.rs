@@ -392,12 +392,25 @@ fn migrate_cache(
     report.items.push(Item {
         line: map.locate(path, At::Key).line,
         what: "[runners.cache]".into(),
-        outcome: match kind.to_ascii_lowercase().as_str() {
-            "s3" => Outcome::Carried("[runners.cache] (the S3 cache store)".into()),
-            "" => Outcome::Carried("[runners.cache] (no Type: caches stay on the manager)".into()),
-            other => Outcome::Approximated {
+        outcome: match flotilla_cache::CacheKind::from_type(kind) {
+            flotilla_cache::CacheKind::S3 => {
+                Outcome::Carried("[runners.cache] (the S3 cache store)".into())
+            }
+            flotilla_cache::CacheKind::Gcs => {
+                Outcome::Carried("[runners.cache] (the GCS cache store)".into())
+            }
+            flotilla_cache::CacheKind::Azure => {
+                Outcome::Carried("[runners.cache] (the Azure cache store)".into())
+            }
+            flotilla_cache::CacheKind::None => {
+                Outcome::Carried("[runners.cache] (no Type: caches stay on the manager)".into())
+            }
+            flotilla_cache::CacheKind::Unsupported(other) => Outcome::Approximated {
                 to: "[runners.cache]".into(),
-                why: format!("flotilla has no {other} cache store yet: caches stay on the manager"),
+                why: format!(
+                    "GitLab Runner and flotilla have no {other:?} cache store: caches stay on \
+                     the manager"
+                ),
             },
         },
     });

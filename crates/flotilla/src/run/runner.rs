@@ -227,7 +227,7 @@ async fn start_fleet(
     std::fs::create_dir_all(state_dir.join("scratch")).context("creating the scratch directory")?;
     let mut run_options = fleet::run_options(runner, state_dir.join("scratch"));
     run_options.runner.id = runner.id.unwrap_or(0);
-    let cache = cache_store(runner, state_dir).await?;
+    let cache = cache_store(runner, state_dir).await;
     let parts = FleetParts {
         artifacts: Arc::new(GitLabArtifactStore::new(client.clone())),
         cache,
@@ -354,30 +354,39 @@ fn tls_variables(runner: &RunnerConfig) -> Result<Vec<flotilla_job::model::Varia
 }
 
 /// Where the runner's job caches go: the distributed cache its `[runners.cache]` names, else
-/// a directory on the manager.
+/// a directory on the manager. A distributed cache that cannot be set up (its credentials
+/// unreadable, say) is warned about and the runner goes on with the local one, as GitLab
+/// Runner goes on without its cache adapter: a cache is never a reason to take no jobs.
 async fn cache_store(
     runner: &RunnerConfig,
     state_dir: &std::path::Path,
-) -> Result<Arc<dyn flotilla_job::CacheStore>> {
+) -> Arc<dyn flotilla_job::CacheStore> {
     let short = runner
         .token
         .as_ref()
         .map(|t| flotilla_monitor::short_token(t.expose()))
         .unwrap_or_default();
-    if let Some(config) = &runner.cache
-        && let Some(store) = flotilla_cache::build(config, &short)
-            .await
-            .with_context(|| format!("runner {}: [runners.cache]", runner.name))?
-    {
-        tracing::info!(runner = %runner.name, cache = %config.kind, "job caches go to the distributed cache");
-        return Ok(store);
+    if let Some(config) = &runner.cache {
+        match flotilla_cache::build(config, &short).await {
+            Ok(Some(store)) => {
+                tracing::info!(runner = %runner.name, cache = %config.kind, "job caches go to the distributed cache");
+                return store;
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(
+                runner = %runner.name,
+                cache = %config.kind,
+                error = %e,
+                "[runners.cache] cannot be used; job caches stay on the manager"
+            ),
+        }
     }
-    Ok(Arc::new(LocalCacheStore::new(
+    Arc::new(LocalCacheStore::new(
         runner
             .cache_dir
             .clone()
             .unwrap_or_else(|| state_dir.join("cache").join(fleet::file_name(&runner.name))),
-    )))
+    ))
 }
 
 async fn renew_lease(

@@ -157,17 +157,24 @@ impl RegistryAuth {
                     }
                 }
             }
-            self.add(
-                registry,
-                RegistryCredentials {
-                    source: source.to_string(),
-                    username,
-                    password,
-                    identity_token: text("identitytoken"),
-                    registry_token: text("registrytoken"),
-                    server_address: registry.clone(),
-                },
-            );
+            let credentials = RegistryCredentials {
+                source: source.to_string(),
+                username,
+                password,
+                identity_token: text("identitytoken"),
+                registry_token: text("registrytoken"),
+                server_address: registry.clone(),
+            };
+            // `docker login` with a credential store leaves `{}` under the registry's name;
+            // kept, it would hide a later source's login (the payload's GitLab Registry one).
+            if credentials.username.is_empty()
+                && credentials.password.is_empty()
+                && credentials.identity_token.is_empty()
+                && credentials.registry_token.is_empty()
+            {
+                continue;
+            }
+            self.add(registry, credentials);
         }
     }
 
@@ -343,6 +350,14 @@ mod tests {
         assert!(auth.warnings[0].contains("credsStore is not used"));
         assert!(auth.warnings[1].contains("not base64"));
         assert!(auth.for_image("r.example.com/app").is_none());
+
+        // An entry a credential store left empty does not hide the payload's login.
+        let home = r#"{"credsStore": "desktop", "auths": {"gitlab.example.com:5050": {}}}"#;
+        let j = job(None, &[("gitlab.example.com:5050", "tok")]);
+        let auth = RegistryAuth::resolve(&j, Some(("/root/.docker/config.json", home)));
+        let c = auth.for_image("gitlab.example.com:5050/g/p").unwrap();
+        assert_eq!(c.source, SOURCE_JOB_PAYLOAD);
+
         let c = RegistryCredentials {
             source: "s".into(),
             username: "u".into(),
