@@ -459,10 +459,9 @@ concurrent = 1
 fn docker_container_options_load_and_are_used() {
     let loaded = load("docker-container-options.toml");
     assert_eq!(loaded.warnings, Vec::<Warning>::new());
-    let docker = loaded.config.runners[0].docker.clone().unwrap();
-    let options =
-        flotilla_isolate::docker::options::ContainerOptions::parse(&docker.container_options())
-            .unwrap();
+    let runner = &loaded.config.runners[0];
+    let docker = runner.docker.clone().unwrap();
+    let options = docker.build(&runner.docker_context()).unwrap().options;
     let body = options.build(bollard::models::ContainerCreateBody::default());
     assert_eq!(body.hostname.as_deref(), Some("ci-build"));
     let host = body.host_config.unwrap();

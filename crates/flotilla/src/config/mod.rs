@@ -46,6 +46,10 @@ pub use autoscaler::{
 pub use connector::ConnectorSettings;
 pub use duration::{DurationError, format_go_duration, parse_go_duration};
 pub use error::{ConfigError, Location, Warning};
+pub use flotilla_isolate::cgroup::CgroupSettings;
+pub use flotilla_isolate::docker::{DockerSettings, PullPolicy};
+pub use flotilla_isolate::microvm::settings::MicrovmSettings;
+pub use flotilla_isolate::vm::settings::VmSettings;
 pub use global::{
     Config, DEFAULT_CHECK_INTERVAL, DEFAULT_CONCURRENT, DEFAULT_SHUTDOWN_TIMEOUT, FlotillaConfig,
     LogFormat, LogLevel,
@@ -53,9 +57,8 @@ pub use global::{
 pub use listen::{ListenAddress, ListenHost};
 pub use redact::REDACTED;
 pub use runner::{
-    CgroupConfig, CpuQuantity, DEFAULT_SLOT_CGROUP_TEMPLATE, DOCKER_MACHINE_EXECUTORS,
-    DockerConfig, Executor, InstanceConfig, MemoryQuantity, MicrovmConfig, PullPolicy,
-    RunnerConfig, VmConfig, expand_slot,
+    DEFAULT_SLOT_CGROUP_TEMPLATE, DOCKER_MACHINE_EXECUTORS, Executor, InstanceConfig, RunnerConfig,
+    expand_slot,
 };
 
 use source::{KeyPath, SourceMap, Target};

@@ -4,9 +4,13 @@ use super::autoscaler::{AutoscalerConfig, IsolationLevel, IsolationLevels};
 use super::count;
 use super::redact;
 use flotilla_fleet::Secret;
-use serde::de::{self, Deserializer, Visitor};
+use flotilla_isolate::cgroup::CgroupSettings;
+use flotilla_isolate::docker::{DockerContext, DockerSettings};
+use flotilla_isolate::microvm::settings::{MicrovmContext, MicrovmSettings};
+use flotilla_isolate::vm::settings::{VmContext, VmSettings};
+use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 
@@ -257,7 +261,7 @@ pub struct RunnerConfig {
     pub cache: Option<flotilla_cache::CacheConfig>,
     /// `[runners.docker]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub docker: Option<DockerConfig>,
+    pub docker: Option<DockerSettings>,
     /// `[runners.instance]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance: Option<InstanceConfig>,
@@ -267,14 +271,14 @@ pub struct RunnerConfig {
     /// `[runners.cgroup]` (flotilla extension): the most each slot's cgroup may use, for the
     /// `cgroup` level.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cgroup: Option<CgroupConfig>,
+    pub cgroup: Option<CgroupSettings>,
     /// `[runners.microvm]` (flotilla extension): the VMs of the `microvm` level.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub microvm: Option<MicrovmConfig>,
+    pub microvm: Option<MicrovmSettings>,
     /// `[runners.vm]` (flotilla extension): the VMs of the `vm` level (GitLab's
     /// `[runners.autoscaler.vm_isolation]` names the image).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub vm: Option<VmConfig>,
+    pub vm: Option<VmSettings>,
 }
 
 impl fmt::Debug for RunnerConfig {
@@ -284,6 +288,65 @@ impl fmt::Debug for RunnerConfig {
 }
 
 impl RunnerConfig {
+    /// What the docker level takes from this runner besides its `[runners.docker]` table
+    /// (the manager's Docker configuration file is the caller's to find).
+    pub fn docker_context(&self) -> DockerContext {
+        DockerContext {
+            owner: format!("flotilla-{}", self.name),
+            slot_cgroup_template: self
+                .use_slot_cgroups
+                .then(|| self.slot_cgroup_template.clone()),
+            docker_config_file: None,
+        }
+    }
+
+    /// What the microvm level takes from this runner besides its `[runners.microvm]` table;
+    /// `per_process` when other processes of the runner share its instances.
+    pub fn microvm_context(&self, per_process: bool) -> MicrovmContext {
+        MicrovmContext {
+            fallback_image: self.docker.as_ref().and_then(|d| d.image.clone()),
+            owner: self.owner_name(),
+            per_process,
+        }
+    }
+
+    /// What the vm level takes from this runner besides its `[runners.vm]` table.
+    pub fn vm_context(&self) -> VmContext {
+        VmContext {
+            default_image: self
+                .autoscaler
+                .as_ref()
+                .map(|a| a.vm_isolation.image.clone()),
+            allowed_images: self
+                .instance
+                .as_ref()
+                .map(|i| i.allowed_images.clone())
+                .unwrap_or_default(),
+            owner: self.owner_name(),
+        }
+    }
+
+    /// The runner's name as part of a path on its instances: `flotilla-<name>` with anything
+    /// but letters, digits and `._-` replaced by `_`.
+    fn owner_name(&self) -> String {
+        let name: String = self
+            .name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        if name.is_empty() {
+            "flotilla".into()
+        } else {
+            format!("flotilla-{name}")
+        }
+    }
+
     /// The runner `flotilla exec` uses when no configuration is given: flotilla's own
     /// executor with no autoscaler, so this host is the only instance and jobs get shell
     /// isolation, one slot per core.
@@ -382,473 +445,6 @@ pub fn expand_slot(template: &str, slot: u32) -> String {
     flotilla_isolate::cgroup::expand_template(template, slot as usize)
 }
 
-/// When to pull a job's image.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PullPolicy {
-    /// Pull every time.
-    Always,
-    /// Pull when the image is not present.
-    IfNotPresent,
-    /// Never pull; the image must be present.
-    Never,
-}
-
-/// `[runners.docker]`: settings of the `docker` isolation level.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct DockerConfig {
-    /// The default job image.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub image: Option<String>,
-    /// Run the job's containers privileged (the build container's image must match
-    /// `allowed_privileged_images`, a service's `allowed_privileged_services`).
-    pub privileged: bool,
-    /// Overrides `privileged` for services.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub services_privileged: Option<bool>,
-    /// The build images that may run privileged (doublestar patterns); empty: all.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub allowed_privileged_images: Vec<String>,
-    /// The service images that may run privileged; empty: all.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub allowed_privileged_services: Vec<String>,
-    /// Capabilities added to the build container.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub cap_add: Vec<String>,
-    /// Capabilities dropped from the build container.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub cap_drop: Vec<String>,
-    /// Security options of the build container (`seccomp=...`, `no-new-privileges`).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub security_opt: Vec<String>,
-    /// Security options of the services.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub services_security_opt: Vec<String>,
-    /// Host devices for the build container (`/dev/kvm`, `/dev/fuse:/dev/fuse:rwm`).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub devices: Vec<String>,
-    /// The user namespace mode of the job's containers (`host`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub userns_mode: Option<String>,
-    /// Pull policies, tried in order; written as one string or a list. Empty means GitLab's
-    /// default, `always`.
-    #[serde(
-        deserialize_with = "pull_policies",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    pub pull_policy: Vec<PullPolicy>,
-    /// The pull policies a job's `pull_policy` may name; empty means those of `pull_policy`
-    /// (GitLab's `GetAllowedPullPolicies`), so by default a job cannot ask for more than the
-    /// runner pulls with.
-    #[serde(
-        deserialize_with = "pull_policies",
-        skip_serializing_if = "Vec::is_empty"
-    )]
-    pub allowed_pull_policies: Vec<PullPolicy>,
-    /// The images a job may name (doublestar patterns); empty: any. The default `image` is
-    /// always allowed.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub allowed_images: Vec<String>,
-    /// The services a job may name (doublestar patterns); empty: any.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub allowed_services: Vec<String>,
-    /// Most services per job; -1 or unset is no limit.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub services_limit: Option<i64>,
-    /// Extra volumes for job containers (`/cache`, `/host:/container:ro`).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub volumes: Vec<String>,
-    /// `disable_cache`: each job gets cache volumes of its own, removed after it.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub disable_cache: bool,
-    /// `cache_dir`: cache volumes are directories under it on the instance.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cache_dir: Option<String>,
-    /// CPU limit of job containers (`"1.5"`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cpus: Option<String>,
-    /// Memory limit of job containers (`"2g"`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub memory: Option<String>,
-    /// The Docker daemon to use on the instance (`unix:///var/run/docker.sock`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub host: Option<String>,
-    /// The cgroup template for service containers; falls back to the runner's
-    /// `slot_cgroup_template`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub service_slot_cgroup_template: Option<String>,
-    /// `[[runners.docker.services]]`: services every job gets, before its own.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub services: Vec<RunnerService>,
-    /// Host devices for the services whose image matches each pattern (GitLab's
-    /// `services_devices`, `"postgres:*" = ["/dev/fuse"]`).
-    #[serde(skip_serializing_if = "HashMap::is_empty")]
-    pub services_devices: HashMap<String, Vec<String>>,
-    /// The build container's user, ahead of the job's `image:docker:user`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub user: Option<String>,
-    /// The users the build container may run as (empty: only `user`, or any without it).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub allowed_users: Vec<String>,
-    /// The build container's cgroup parent (slot cgroups, when on, come first).
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub cgroup_parent: String,
-    /// The services' cgroup parent.
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub service_cgroup_parent: String,
-    /// Containers whose volumes the build container mounts.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub volumes_from: Vec<String>,
-    /// Legacy links of the build container.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub links: Vec<String>,
-    /// The network the job's containers join (`host`, `bridge`, `none`, or a network's name).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub network_mode: Option<String>,
-    /// Seconds to wait for services to listen (0 or unset: GitLab's default 30; negative: not
-    /// waited for).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub wait_for_services_timeout: Option<i64>,
-    /// Keep the images' own entrypoints whatever a job's `entrypoint` asks.
-    #[serde(skip_serializing_if = "is_false")]
-    pub disable_entrypoint_overwrite: bool,
-    /// DNS servers of the job's containers.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub dns: Vec<String>,
-    /// DNS search domains of the job's containers.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub dns_search: Vec<String>,
-    /// `host:ip` entries added to the job's containers' `/etc/hosts`.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub extra_hosts: Vec<String>,
-    /// The OCI runtime of the job's containers (`runc`, `sysbox-runc`).
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub runtime: String,
-    /// The size of `/dev/shm` in bytes for the job's containers (0: Docker's 64 MiB).
-    #[serde(skip_serializing_if = "is_zero")]
-    pub shm_size: i64,
-    /// tmpfs mounts of the build container (path to options).
-    #[serde(skip_serializing_if = "HashMap::is_empty")]
-    pub tmpfs: HashMap<String, String>,
-    /// tmpfs mounts of the services.
-    #[serde(skip_serializing_if = "HashMap::is_empty")]
-    pub services_tmpfs: HashMap<String, String>,
-    /// Kernel parameters of the build container.
-    #[serde(skip_serializing_if = "HashMap::is_empty")]
-    pub sysctls: HashMap<String, String>,
-    /// Resource limits of the build container (`nofile = "1024:2048"`).
-    #[serde(skip_serializing_if = "HashMap::is_empty")]
-    pub ulimit: HashMap<String, String>,
-    /// Keep the OOM killer away from the build container.
-    #[serde(skip_serializing_if = "is_false")]
-    pub oom_kill_disable: bool,
-    /// The build container's OOM score adjustment.
-    #[serde(skip_serializing_if = "is_zero")]
-    pub oom_score_adjust: i64,
-    /// Extra groups of the build container's user.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub group_add: Vec<String>,
-    /// The build container's IPC namespace mode (`host`, `shareable`).
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub ipcmode: String,
-    /// Device cgroup rules of the build container (`c 13:* rmw`).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub device_cgroup_rules: Vec<String>,
-    /// The build container's host name.
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub hostname: String,
-    /// Memory plus swap of the build container (a size as `memory`).
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub memory_swap: String,
-    /// The build container's soft memory limit.
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub memory_reservation: String,
-    /// The CPUs the build container may use (`0-3`, `0,1`).
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub cpuset_cpus: String,
-    /// The memory nodes the build container may use.
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub cpuset_mems: String,
-    /// The build container's relative CPU weight.
-    #[serde(skip_serializing_if = "is_zero")]
-    pub cpu_shares: i64,
-    /// Memory limit of each service container.
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub service_memory: String,
-    /// Memory plus swap of each service container.
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub service_memory_swap: String,
-    /// Soft memory limit of each service container.
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub service_memory_reservation: String,
-    /// CPU limit of each service container (as `cpus`).
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub service_cpus: String,
-    /// The CPUs the service containers may use.
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub service_cpuset_cpus: String,
-    /// The service containers' relative CPU weight.
-    #[serde(skip_serializing_if = "is_zero")]
-    pub service_cpu_shares: i64,
-}
-
-/// One `[[runners.docker.services]]` entry (GitLab's `Service`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct RunnerService {
-    /// The image.
-    pub name: String,
-    /// The host name jobs reach it by (besides those derived from the image name).
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub alias: String,
-    /// The command (the image's when empty).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub command: Vec<String>,
-    /// The entrypoint (the image's when empty).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub entrypoint: Vec<String>,
-}
-
-/// For `skip_serializing_if`: GitLab's zero default.
-#[allow(clippy::trivially_copy_pass_by_ref)]
-fn is_zero(n: &i64) -> bool {
-    *n == 0
-}
-
-/// For `skip_serializing_if`.
-#[allow(clippy::trivially_copy_pass_by_ref)]
-fn is_false(b: &bool) -> bool {
-    !*b
-}
-
-impl DockerConfig {
-    /// The container options of this table as the docker level reads them
-    /// ([`flotilla_isolate::docker::options`]).
-    pub fn container_options(&self) -> flotilla_isolate::docker::options::RawContainerOptions {
-        flotilla_isolate::docker::options::RawContainerOptions {
-            dns: self.dns.clone(),
-            dns_search: self.dns_search.clone(),
-            extra_hosts: self.extra_hosts.clone(),
-            runtime: self.runtime.clone(),
-            shm_size: self.shm_size,
-            tmpfs: self.tmpfs.clone(),
-            services_tmpfs: self.services_tmpfs.clone(),
-            sysctls: self.sysctls.clone(),
-            ulimit: self.ulimit.clone(),
-            oom_kill_disable: self.oom_kill_disable,
-            oom_score_adjust: self.oom_score_adjust,
-            group_add: self.group_add.clone(),
-            ipcmode: self.ipcmode.clone(),
-            device_cgroup_rules: self.device_cgroup_rules.clone(),
-            hostname: self.hostname.clone(),
-            memory_swap: self.memory_swap.clone(),
-            memory_reservation: self.memory_reservation.clone(),
-            cpuset_cpus: self.cpuset_cpus.clone(),
-            cpuset_mems: self.cpuset_mems.clone(),
-            cpu_shares: self.cpu_shares,
-            service_memory: self.service_memory.clone(),
-            service_memory_swap: self.service_memory_swap.clone(),
-            service_memory_reservation: self.service_memory_reservation.clone(),
-            service_cpus: self.service_cpus.clone(),
-            service_cpuset_cpus: self.service_cpuset_cpus.clone(),
-            service_cpu_shares: self.service_cpu_shares,
-            cgroup_parent: self.cgroup_parent.clone(),
-            service_cgroup_parent: self.service_cgroup_parent.clone(),
-            volumes_from: self.volumes_from.clone(),
-            links: self.links.clone(),
-        }
-    }
-
-    /// The pull policies in effect (`[always]` when none is configured).
-    pub fn effective_pull_policies(&self) -> Vec<PullPolicy> {
-        if self.pull_policy.is_empty() {
-            vec![PullPolicy::Always]
-        } else {
-            self.pull_policy.clone()
-        }
-    }
-
-    /// The pull policies a job may ask for: `allowed_pull_policies`, else those in effect.
-    pub fn allowed_pull_policies(&self) -> Vec<PullPolicy> {
-        if self.allowed_pull_policies.is_empty() {
-            self.effective_pull_policies()
-        } else {
-            self.allowed_pull_policies.clone()
-        }
-    }
-}
-
-fn pull_policies<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<PullPolicy>, D::Error> {
-    struct PullPolicyVisitor;
-
-    fn one<E: de::Error>(s: &str) -> Result<PullPolicy, E> {
-        match s {
-            "always" => Ok(PullPolicy::Always),
-            "if-not-present" => Ok(PullPolicy::IfNotPresent),
-            "never" => Ok(PullPolicy::Never),
-            other => Err(E::custom(format!(
-                "unknown pull_policy `{other}`; expected `always`, `if-not-present` or `never`"
-            ))),
-        }
-    }
-
-    impl<'de> Visitor<'de> for PullPolicyVisitor {
-        type Value = Vec<PullPolicy>;
-
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a pull policy or a list of pull policies")
-        }
-
-        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
-            one(v).map(|p| vec![p])
-        }
-
-        fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-            let mut out = Vec::new();
-            while let Some(s) = seq.next_element::<String>()? {
-                out.push(one(&s)?);
-            }
-            Ok(out)
-        }
-    }
-
-    d.deserialize_any(PullPolicyVisitor)
-}
-
-/// `[runners.cgroup]` (flotilla extension): what each slot's cgroup may use. A job lowers
-/// these with `KUBERNETES_CPU_LIMIT`, `KUBERNETES_MEMORY_LIMIT` and `FLOTILLA_PIDS_LIMIT`, and
-/// never raises them.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct CgroupConfig {
-    /// CPUs, as a number (`1.5`) or a Kubernetes quantity (`"500m"`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cpu: Option<CpuQuantity>,
-    /// Memory, as a Kubernetes quantity (`"512Mi"`, `"1G"`) or bytes.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub memory: Option<MemoryQuantity>,
-    /// Processes and threads.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub pids: Option<u64>,
-    /// Where cgroup file systems are mounted on the instances (default `/sys/fs/cgroup`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub root: Option<String>,
-}
-
-/// A CPU amount: `1.5` or `"500m"`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum CpuQuantity {
-    /// CPUs.
-    Cpus(f64),
-    /// A Kubernetes quantity.
-    Quantity(String),
-}
-
-impl CpuQuantity {
-    /// In thousandths of a CPU; `None` when it does not parse or is not positive.
-    pub fn millis(&self) -> Option<u64> {
-        let millis = match self {
-            CpuQuantity::Cpus(c) => flotilla_isolate::cgroup::limits::parse_cpu(&c.to_string()),
-            CpuQuantity::Quantity(q) => flotilla_isolate::cgroup::limits::parse_cpu(q),
-        }?;
-        (millis > 0).then_some(millis)
-    }
-}
-
-/// A memory amount: `"512Mi"` or a number of bytes.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum MemoryQuantity {
-    /// Bytes.
-    Bytes(u64),
-    /// A Kubernetes quantity.
-    Quantity(String),
-}
-
-impl MemoryQuantity {
-    /// In bytes; `None` when it does not parse or is zero.
-    pub fn bytes(&self) -> Option<u64> {
-        let bytes = match self {
-            MemoryQuantity::Bytes(b) => Some(*b),
-            MemoryQuantity::Quantity(q) => flotilla_isolate::cgroup::limits::parse_memory(q),
-        }?;
-        (bytes > 0).then_some(bytes)
-    }
-}
-
-/// `[runners.microvm]` (flotilla extension): each job's microVM at the `microvm` level.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct MicrovmConfig {
-    /// The image of jobs that name none (else `[runners.docker] image`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub image: Option<String>,
-    /// The guest kernel on the instances (default: the newest `/boot/vmlinuz-*`, cloud
-    /// kernels first).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub kernel: Option<String>,
-    /// The emulator on the instances (default `qemu-system-x86_64`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub qemu: Option<String>,
-    /// Use KVM; without it QEMU emulates (TCG).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub kvm: bool,
-    /// Virtual CPUs per VM (default 1).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cpus: Option<u32>,
-    /// Guest memory per VM, as a Kubernetes quantity (`"512Mi"`) or bytes (default 512 MiB).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub memory: Option<MemoryQuantity>,
-    /// Outbound network for jobs (QEMU user-mode networking; default on).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub network: Option<bool>,
-    /// Free space in each VM's root file system beyond the image's files (default 1 GiB;
-    /// sparse).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub disk_free: Option<MemoryQuantity>,
-    /// Where the level keeps its files on the instances (default `/var/lib/flotilla/microvm`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub state_dir: Option<String>,
-    /// Also keep each snapshot, self-contained, in the runner's cache store on the manager,
-    /// so a job on any instance (and `flotilla debug`) can start from it (default on; the
-    /// embedded default of `flotilla exec`, whose only instance is this host, turns it off).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub snapshot_store: Option<bool>,
-}
-
-/// `[runners.vm]` (flotilla extension): the full VMs of the `vm` level, one per slot.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct VmConfig {
-    /// Where VM image names are looked up on the instances (default `<state_dir>/images`):
-    /// raw ext4 root file systems, or qcow2 files holding one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub images_dir: Option<String>,
-    /// The guest kernel on the instances (default: the newest `/boot/vmlinuz-*`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub kernel: Option<String>,
-    /// The emulator on the instances (default `qemu-system-x86_64`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub qemu: Option<String>,
-    /// Use KVM; without it QEMU emulates (TCG).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub kvm: bool,
-    /// Virtual CPUs per VM (default 1).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub cpus: Option<u32>,
-    /// Guest memory per VM (default 1 GiB).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub memory: Option<MemoryQuantity>,
-    /// Outbound network for jobs (QEMU user-mode networking; default on).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub network: Option<bool>,
-    /// Where the level keeps its files on the instances (default `/var/lib/flotilla/vm`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub state_dir: Option<String>,
-}
-
 /// `[runners.instance]`: settings of the `instance` executor.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
@@ -910,42 +506,6 @@ mod tests {
         assert_eq!(
             expand_slot("runner-slot-$slot.slice", 0),
             "runner-slot-0.slice"
-        );
-    }
-
-    #[test]
-    fn pull_policy_string_or_list() {
-        let d: DockerConfig = toml::from_str("pull_policy = \"if-not-present\"").unwrap();
-        assert_eq!(d.pull_policy, vec![PullPolicy::IfNotPresent]);
-        let d: DockerConfig = toml::from_str("pull_policy = [\"never\", \"always\"]").unwrap();
-        assert_eq!(d.pull_policy, vec![PullPolicy::Never, PullPolicy::Always]);
-        let d = DockerConfig::default();
-        assert_eq!(d.effective_pull_policies(), vec![PullPolicy::Always]);
-        let e = toml::from_str::<DockerConfig>("pull_policy = [\"sometimes\"]").unwrap_err();
-        assert!(
-            e.message().contains("unknown pull_policy `sometimes`"),
-            "{e}"
-        );
-    }
-
-    /// Issue 32 (3): a job may ask only for what `allowed_pull_policies` lists, or else for
-    /// what the runner's `pull_policy` is (GitLab's `GetAllowedPullPolicies`); before, it
-    /// could ask for any.
-    #[test]
-    fn a_job_chooses_among_the_runners_pull_policies() {
-        let d: DockerConfig = toml::from_str("pull_policy = \"if-not-present\"").unwrap();
-        assert_eq!(d.allowed_pull_policies(), vec![PullPolicy::IfNotPresent]);
-        assert_eq!(
-            DockerConfig::default().allowed_pull_policies(),
-            vec![PullPolicy::Always]
-        );
-        let d: DockerConfig = toml::from_str(
-            "pull_policy = \"if-not-present\"\nallowed_pull_policies = [\"always\", \"if-not-present\"]",
-        )
-        .unwrap();
-        assert_eq!(
-            d.allowed_pull_policies(),
-            vec![PullPolicy::Always, PullPolicy::IfNotPresent]
         );
     }
 }

@@ -7,8 +7,9 @@
 use super::autoscaler::{AutoscalerConfig, Policy, ScaleThrottle, StateStorage, VmIsolation};
 use super::connector::ConnectorSettings;
 use super::global::{Config, FlotillaConfig};
-use super::runner::{DockerConfig, InstanceConfig, RunnerConfig};
+use super::runner::{InstanceConfig, RunnerConfig};
 use super::source::KeyPath;
+use flotilla_isolate::docker::DockerSettings;
 use serde::de::{self, DeserializeOwned, Visitor};
 use std::fmt;
 
@@ -80,7 +81,7 @@ pub(crate) fn table_at(path: &KeyPath) -> Option<TableSchema> {
         [] => (fields_of::<Config>(), false),
         ["flotilla"] => (fields_of::<FlotillaConfig>(), true),
         ["runners"] => (fields_of::<RunnerConfig>(), false),
-        ["runners", "docker"] => (fields_of::<DockerConfig>(), false),
+        ["runners", "docker"] => (fields_of::<DockerSettings>(), false),
         ["runners", "cache"] => (fields_of::<flotilla_cache::CacheConfig>(), false),
         ["runners", "cache", "s3"] => (
             fields_of::<flotilla_cache::s3::settings::S3Settings>(),
@@ -234,10 +235,10 @@ mod tests {
         assert_eq!(suggest("token_obtained_at", runner), None);
         assert_eq!(suggest("custom_build_dir", runner), None);
         assert_eq!(
-            suggest("imgae", fields_of::<DockerConfig>()).as_deref(),
+            suggest("imgae", fields_of::<DockerSettings>()).as_deref(),
             Some("image")
         );
-        assert_eq!(suggest("log_options", fields_of::<DockerConfig>()), None);
-        assert_eq!(suggest("volume_keep", fields_of::<DockerConfig>()), None);
+        assert_eq!(suggest("log_options", fields_of::<DockerSettings>()), None);
+        assert_eq!(suggest("volume_keep", fields_of::<DockerSettings>()), None);
     }
 }

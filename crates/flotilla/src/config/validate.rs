@@ -37,6 +37,24 @@ impl Findings {
         self.push(Severity::Warning, path, Target::Value, message);
     }
 
+    /// The errors a level's `build` found in its table at `table`.
+    fn level(
+        &mut self,
+        table: &KeyPath,
+        errors: Option<flotilla_isolate::settings::SettingErrors>,
+    ) {
+        for e in errors.map(|e| e.0).unwrap_or_default() {
+            let mut at = table.clone();
+            for step in &e.at {
+                at = match step {
+                    flotilla_isolate::settings::KeySegment::Key(k) => at.key(k),
+                    flotilla_isolate::settings::KeySegment::Index(i) => at.index(*i),
+                };
+            }
+            self.error(at, e.message);
+        }
+    }
+
     fn push(
         &mut self,
         severity: Severity,
@@ -170,79 +188,37 @@ fn check_runner(f: &mut Findings, path: &KeyPath, runner: &RunnerConfig) {
             format!("the cgroup level needs a slot cgroup per slot: {why}"),
         );
     }
+    // Each level's table is checked by the level's own `build`, with what it takes from
+    // the rest of the runner.
     if let Some(c) = &runner.cgroup {
-        let c_path = path.key("cgroup");
-        if c.cpu.as_ref().is_some_and(|q| q.millis().is_none()) {
-            f.error(
-                c_path.key("cpu"),
-                "cpu must be a positive number of CPUs (1.5) or a quantity such as \"500m\"",
-            );
-        }
-        if c.memory.as_ref().is_some_and(|q| q.bytes().is_none()) {
-            f.error(
-                c_path.key("memory"),
-                "memory must be a positive quantity such as \"512Mi\" or \"1G\", or bytes",
-            );
-        }
-        if c.root.as_ref().is_some_and(|r| !r.starts_with('/')) {
-            f.error(c_path.key("root"), "root must be an absolute path");
-        }
+        f.level(
+            &path.key("cgroup"),
+            c.build(&runner.slot_cgroup_template).err(),
+        );
         if !runner.isolation_levels().offers(IsolationLevel::Cgroup) {
             f.warn(
-                c_path.clone(),
+                path.key("cgroup"),
                 "[runners.cgroup] limits only the cgroup level, which this runner does not offer",
             );
         }
     }
     if let Some(m) = &runner.microvm {
-        let m_path = path.key("microvm");
-        if m.memory
-            .as_ref()
-            .is_some_and(|q| q.bytes().is_none_or(|b| b < 64 << 20))
-        {
-            f.error(
-                m_path.key("memory"),
-                "memory must be a quantity of at least 64 MiB, such as \"512Mi\"",
-            );
-        }
-        if m.cpus == Some(0) {
-            f.error(m_path.key("cpus"), "cpus must be 1 or more");
-        }
-        if m.state_dir.as_ref().is_some_and(|d| !d.starts_with('/')) {
-            f.error(
-                m_path.key("state_dir"),
-                "state_dir must be an absolute path",
-            );
-        }
+        f.level(
+            &path.key("microvm"),
+            m.build(&runner.microvm_context(false)).err(),
+        );
         if !runner.isolation_levels().offers(IsolationLevel::Microvm) {
             f.warn(
-                m_path.clone(),
+                path.key("microvm"),
                 "[runners.microvm] configures only the microvm level, which this runner does not offer",
             );
         }
     }
     if let Some(v) = &runner.vm {
-        let v_path = path.key("vm");
-        if v.memory
-            .as_ref()
-            .is_some_and(|q| q.bytes().is_none_or(|b| b < 64 << 20))
-        {
-            f.error(
-                v_path.key("memory"),
-                "memory must be a quantity of at least 64 MiB, such as \"1Gi\"",
-            );
-        }
-        if v.cpus == Some(0) {
-            f.error(v_path.key("cpus"), "cpus must be 1 or more");
-        }
-        for (key, dir) in [("state_dir", &v.state_dir), ("images_dir", &v.images_dir)] {
-            if dir.as_ref().is_some_and(|d| !d.starts_with('/')) {
-                f.error(v_path.key(key), format!("{key} must be an absolute path"));
-            }
-        }
+        f.level(&path.key("vm"), v.build(&runner.vm_context()).err());
         if !runner.isolation_levels().offers(IsolationLevel::Vm) {
             f.warn(
-                v_path.clone(),
+                path.key("vm"),
                 "[runners.vm] configures only the vm level, which this runner does not offer",
             );
         }
@@ -266,74 +242,7 @@ fn check_runner(f: &mut Findings, path: &KeyPath, runner: &RunnerConfig) {
                 ),
             );
         }
-        if docker.services_limit.is_some_and(|l| l < -1) {
-            f.error(
-                docker_path.key("services_limit"),
-                "services_limit must be -1 (no limit) or more",
-            );
-        }
-        if let Err(e) = flotilla_isolate::docker::limits::BuildLimits::parse(
-            docker.cpus.as_deref(),
-            docker.memory.as_deref(),
-        ) {
-            f.error(docker_path.key(e.key), e.to_string());
-        }
-        for (key, patterns) in [
-            ("allowed_images", &docker.allowed_images),
-            ("allowed_services", &docker.allowed_services),
-            (
-                "allowed_privileged_images",
-                &docker.allowed_privileged_images,
-            ),
-            (
-                "allowed_privileged_services",
-                &docker.allowed_privileged_services,
-            ),
-        ] {
-            for (j, pattern) in patterns.iter().enumerate() {
-                if let Err(e) = flotilla_isolate::docker::allowed::AllowedImages::new(
-                    std::slice::from_ref(pattern),
-                ) {
-                    f.error(docker_path.key(key).index(j), e.to_string());
-                }
-            }
-        }
-        for (j, entry) in docker.volumes.iter().enumerate() {
-            if let Err(e) = flotilla_isolate::docker::volumes::Volume::parse(entry) {
-                f.error(docker_path.key("volumes").index(j), e.to_string());
-            }
-        }
-        for (j, entry) in docker.devices.iter().enumerate() {
-            if let Err(e) = flotilla_isolate::docker::security::DeviceMapping::parse(entry) {
-                f.error(docker_path.key("devices").index(j), e.to_string());
-            }
-        }
-        for (pattern, devices) in &docker.services_devices {
-            let at = docker_path.key("services_devices").key(pattern);
-            if let Err(e) =
-                flotilla_isolate::docker::allowed::AllowedImages::new(std::slice::from_ref(pattern))
-            {
-                f.error(at.clone(), e.to_string());
-            }
-            for (j, entry) in devices.iter().enumerate() {
-                if let Err(e) = flotilla_isolate::docker::security::DeviceMapping::parse(entry) {
-                    f.error(at.clone().index(j), e.to_string());
-                }
-            }
-        }
-        for (j, service) in docker.services.iter().enumerate() {
-            if service.name.trim().is_empty() {
-                f.error(
-                    docker_path.key("services").index(j),
-                    "a [[runners.docker.services]] entry needs a `name` (its image)",
-                );
-            }
-        }
-        if let Err(e) =
-            flotilla_isolate::docker::options::ContainerOptions::parse(&docker.container_options())
-        {
-            f.error(docker_path.key(e.key()), e.to_string());
-        }
+        f.level(&docker_path, docker.build(&runner.docker_context()).err());
     }
     match (&runner.autoscaler, executor) {
         (None, e) if e.requires_autoscaler() => f.error(

@@ -5,7 +5,7 @@
 //! is missing.
 
 use crate::config::{
-    AutoscalerConfig, DockerConfig, IsolationLevel, IsolationLevels, MicrovmConfig, PullPolicy,
+    AutoscalerConfig, DockerSettings, IsolationLevel, IsolationLevels, MicrovmSettings, PullPolicy,
     RunnerConfig,
 };
 use std::io::{Read, Write};
@@ -212,23 +212,23 @@ pub fn runner(host: &HostLevels) -> RunnerConfig {
     }
     if host.docker.is_ok() {
         levels.push(IsolationLevel::Docker);
-        runner.docker = Some(DockerConfig {
+        runner.docker = Some(DockerSettings {
             // A local run uses what this host has: a missing image fails the job with the
             // `docker pull` to run, instead of reaching a registry.
             pull_policy: vec![PullPolicy::Never],
-            ..DockerConfig::default()
+            ..DockerSettings::default()
         });
     }
     if host.microvm.is_ok() {
         levels.push(IsolationLevel::Microvm);
-        runner.microvm = Some(MicrovmConfig {
+        runner.microvm = Some(MicrovmSettings {
             // Root keeps the level's files where a runner would; anyone else in their cache.
             state_dir: (!is_root()).then(user_state_dir).flatten(),
             // Off: a /dev/kvm that opens may still not run guests (nested virtualisation
             // off), and TCG works everywhere; a configuration turns KVM on.
             // The only instance is this host: its snapshots need no carrying.
             snapshot_store: Some(false),
-            ..MicrovmConfig::default()
+            ..MicrovmSettings::default()
         });
     }
     if levels.len() > 1 {

@@ -1,10 +1,11 @@
 //! A job's slot cgroup: what the `cgroup` level adds to a shell environment.
 
-use super::limits::{SlotLimits, show_memory};
+use super::limits::SlotLimits;
 use super::script::{CgroupVersion, LimitEvents, Prepared, SlotCgroup};
 use crate::command::helper_command;
 use crate::confinement::Confinement;
 use crate::exec::env_error;
+use crate::quantity::show_memory;
 use async_trait::async_trait;
 use flotilla_connect::{Connector, ConnectorExt};
 use flotilla_job::EnvError;

@@ -19,8 +19,10 @@ mod cleanup;
 mod environment;
 pub mod limits;
 pub mod script;
+pub mod settings;
 
 pub use limits::SlotLimits;
+pub use settings::CgroupSettings;
 
 use crate::layout::BuildLayout;
 use crate::shell::ShellEnvironment;

@@ -43,12 +43,14 @@ pub mod options;
 pub mod pull;
 pub mod security;
 pub mod services;
+pub mod settings;
 pub mod spec;
 pub mod volumes;
 mod warm;
 
 pub use environment::DockerEnvironment;
 pub use pull::PullPolicy;
+pub use settings::{DockerContext, DockerSettings, RunnerService};
 
 use crate::layout::{BuildLayout, cleanup_requested};
 use crate::{IsolateError, IsolatedEnvironment, Isolation, PrepareRequest};

@@ -16,7 +16,8 @@ use std::str::FromStr;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 /// One pull policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum PullPolicy {
     /// Pull every time.
     Always,

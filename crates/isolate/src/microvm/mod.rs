@@ -37,6 +37,7 @@ mod environment;
 mod restore;
 pub mod rootfs;
 pub mod services;
+pub mod settings;
 pub(crate) mod shipping;
 pub mod sizing;
 pub mod snapshot;

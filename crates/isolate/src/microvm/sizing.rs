@@ -3,7 +3,8 @@
 //! as the `cgroup` level reads them. A job never gets more than the level gives: a larger
 //! request is not applied, and the job's log says so.
 
-use crate::cgroup::limits::{CPU_LIMIT_VARIABLE, MEMORY_LIMIT_VARIABLE, parse_cpu, parse_memory};
+use crate::cgroup::limits::{CPU_LIMIT_VARIABLE, MEMORY_LIMIT_VARIABLE};
+use crate::quantity::{parse_cpu, parse_memory};
 use flotilla_job::JobPayload;
 
 /// The least memory a VM boots with, in MiB.

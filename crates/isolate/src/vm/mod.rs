@@ -24,6 +24,7 @@
 //! daemon (its gRPC protocol is not public; see docs/isolation.md).
 
 mod environment;
+pub mod settings;
 
 use crate::layout::BuildLayout;
 use crate::microvm::boot::BootCache;
