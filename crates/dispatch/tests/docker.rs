@@ -1113,3 +1113,98 @@ async fn infra_docker_the_runners_services_come_with_every_job() {
         "{t}"
     );
 }
+
+/// Issue 32: the `[runners.docker]` keys that were warned as not implemented, through the
+/// level's own settings type: `pid_mode` (the build container sees the instance's processes),
+/// `volume_driver` and `volume_driver_ops` (the cache volume is made with them: a tmpfs),
+/// `container_labels` (on the build container, `$VARIABLES` expanded with the job's),
+/// `log_options` (the json-file driver's options on every container), and a runner service's
+/// `environment`. The engine on the instance is asked what it made while the job runs.
+#[tokio::test]
+async fn infra_docker_pid_mode_volume_driver_labels_log_options_and_service_environment() {
+    if !require(Infra::Docker) {
+        return;
+    }
+    use flotilla_isolate::docker::{DockerContext, DockerSettings, RunnerService};
+    let settings = DockerSettings {
+        // The fleet's images are on its instances already.
+        pull_policy: vec![flotilla_isolate::docker::PullPolicy::IfNotPresent],
+        pid_mode: "host".into(),
+        volume_driver: "local".into(),
+        volume_driver_ops: HashMap::from([
+            ("type".into(), "tmpfs".into()),
+            ("device".into(), "tmpfs".into()),
+            ("o".into(), "size=16m".into()),
+        ]),
+        volumes: vec!["/fast-cache".into()],
+        container_labels: HashMap::from([("com.example.team".into(), "$TEAM".into())]),
+        log_options: HashMap::from([("max-size".into(), "10m".into())]),
+        services: vec![RunnerService {
+            name: busybox_image(),
+            alias: "envsvc".into(),
+            command: vec![
+                "sh".into(),
+                "-c".into(),
+                "mkdir -p /www && echo \"greeting=$SVC_GREETING\" > /www/index.html && exec httpd -f -p 6379 -h /www".into(),
+            ],
+            environment: vec!["SVC_GREETING=hello-from-the-runner".into()],
+            ..RunnerService::default()
+        }],
+        ..DockerSettings::default()
+    };
+    let config = settings
+        .build(&DockerContext {
+            owner: "flotilla-keys".into(),
+            ..DockerContext::default()
+        })
+        .expect("the settings build");
+    let f = docker_fleet("keys", config).await;
+    let mut j = job_at(
+        Level::Docker,
+        &[
+            "echo \"dockerd_seen=$(cat /proc/[0-9]*/comm 2>/dev/null | grep -c '^dockerd$')\"",
+            "echo \"cache_fs=$(grep ' /fast-cache ' /proc/mounts | cut -d' ' -f3)\"",
+            "wget -qO- http://envsvc:6379/",
+            // Time for the test to ask the engine about the build container.
+            "sleep 4",
+        ],
+    );
+    j.variables.push(Variable::new("TEAM", "blue"));
+    let inspect = async {
+        let filters = HashMap::from([(
+            "label".to_string(),
+            vec!["com.example.team".to_string()],
+        )]);
+        for _ in 0..120 {
+            for instance in f.instances() {
+                let docker = f.inner_docker(&instance).await;
+                let found = docker
+                    .list_containers(Some(bollard::query_parameters::ListContainersOptions {
+                        filters: Some(filters.clone()),
+                        ..Default::default()
+                    }))
+                    .await
+                    .unwrap_or_default();
+                if let Some(id) = found.into_iter().find_map(|c| c.id) {
+                    return docker.inspect_container(&id, None).await.ok();
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        None
+    };
+    let ((r, t), build) = tokio::join!(dispatch(&f.dispatcher, &j), inspect);
+    assert_eq!(r.outcome, Outcome::Success, "{t}");
+    let build = build.unwrap_or_else(|| panic!("no container labelled com.example.team: {t}"));
+    assert!(!t.contains("dockerd_seen=0\n"), "pid_mode host: {t}");
+    assert!(t.contains("cache_fs=tmpfs\n"), "volume_driver_ops: {t}");
+    assert!(t.contains("greeting=hello-from-the-runner"), "{t}");
+    let labels = build.config.and_then(|c| c.labels).unwrap_or_default();
+    assert_eq!(labels["com.example.team"], "blue");
+    let host = build.host_config.expect("a host config");
+    assert_eq!(host.pid_mode.as_deref(), Some("host"));
+    assert_eq!(host.volume_driver.as_deref(), Some("local"));
+    let log = host.log_config.expect("a log config");
+    assert_eq!(log.typ.as_deref(), Some("json-file"));
+    assert_eq!(log.config.unwrap_or_default()["max-size"], "10m");
+}

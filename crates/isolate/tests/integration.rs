@@ -7,6 +7,7 @@ mod vm_support;
 
 mod cgroup_slots;
 mod docker_cleanup;
+mod docker_gpus;
 mod microvm_slots;
 mod microvm_snapshot_store;
 mod microvm_snapshots;

@@ -238,7 +238,7 @@ mod tests {
             suggest("imgae", fields_of::<DockerSettings>()).as_deref(),
             Some("image")
         );
-        assert_eq!(suggest("log_options", fields_of::<DockerSettings>()), None);
+        assert_eq!(suggest("mac_address", fields_of::<DockerSettings>()), None);
         assert_eq!(suggest("volume_keep", fields_of::<DockerSettings>()), None);
     }
 }

@@ -80,6 +80,13 @@ pub struct DockerEnvironment {
     volume_binds: Vec<String>,
     /// The job's own cache volumes (`disable_cache`), made in `prepare` with its labels.
     own_volumes: Vec<String>,
+    /// The runner's kept cache volumes, made in `prepare` (without the job's labels, so that
+    /// they outlive it) when `volume_driver` or `volume_driver_ops` say how; else Docker makes
+    /// them on first use.
+    kept_volumes: Vec<String>,
+    /// `container_labels`, their values expanded with the job's variables (GitLab's
+    /// `prepareContainerLabels`).
+    container_labels: std::collections::HashMap<String, String>,
     /// The registry credentials the job's pulls use.
     registry_auth: super::auth::RegistryAuth,
     /// The job's slot directory, its project's own ([`super::spec::slot_bind`]).
@@ -194,6 +201,27 @@ impl DockerEnvironment {
         } else {
             Vec::new()
         };
+        let driver_set =
+            p.config.options.volume_driver().is_some() || !p.config.volume_driver_ops.is_empty();
+        let kept_volumes = if !p.config.disable_cache && cache_dir.is_none() && driver_set {
+            p.config
+                .volumes
+                .iter()
+                .filter_map(|v| v.cache_volume(&unique))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let container_labels = p.config.options.container_labels(|value| {
+            flotilla_job::vars::expand(value, |name| {
+                p.job
+                    .variables
+                    .iter()
+                    .rev()
+                    .find(|v| v.key == name)
+                    .map(|v| v.value.as_str())
+            })
+        });
         // The manager's own Docker configuration is read per job, as GitLab Runner reads it.
         let home = p.config.docker_config_file.as_ref().and_then(|path| {
             std::fs::read_to_string(path)
@@ -220,6 +248,8 @@ impl DockerEnvironment {
             service_env,
             volume_binds,
             own_volumes,
+            kept_volumes,
+            container_labels,
             registry_auth,
             slot_bind,
             entrypoint_kept,
@@ -229,6 +259,17 @@ impl DockerEnvironment {
             warm: tokio::sync::Mutex::new(None),
             _live: p.live,
         }
+    }
+
+    /// The build container's `body` with `container_labels` (flotilla's own labels, which its
+    /// cleanup goes by, are not among them: refused at load).
+    fn with_container_labels(&self, mut body: ContainerCreateBody) -> ContainerCreateBody {
+        if !self.container_labels.is_empty() {
+            body.labels
+                .get_or_insert_with(Default::default)
+                .extend(self.container_labels.clone());
+        }
+        body
     }
 
     fn made(&self) -> std::sync::MutexGuard<'_, Made> {
@@ -408,10 +449,15 @@ impl DockerEnvironment {
             );
         }
 
-        for name in &self.own_volumes {
+        let own = self.own_volumes.iter().map(|n| (n, true));
+        let kept = self.kept_volumes.iter().map(|n| (n, false));
+        for (name, own) in own.chain(kept) {
             let request = bollard::models::VolumeCreateRequest {
                 name: Some(name.clone()),
-                labels: Some(self.labels.labels(None)),
+                labels: own.then(|| self.labels.labels(None)),
+                driver: self.config.options.volume_driver().map(str::to_string),
+                driver_opts: (!self.config.volume_driver_ops.is_empty())
+                    .then(|| self.config.volume_driver_ops.clone()),
                 ..Default::default()
             };
             let docker = self.docker.clone();
@@ -517,6 +563,7 @@ impl DockerEnvironment {
             &self.labels,
             &build_settings,
         ));
+        let build_body = self.with_container_labels(build_body);
         let helper = self.start_helper(build_settings.cgroup_parent.clone());
         let build = self.create_and_start(Role::Build, build_body);
         let services = join_all(self.services.iter().enumerate().map(|(i, s)| {

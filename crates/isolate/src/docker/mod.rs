@@ -35,6 +35,7 @@ pub mod auth;
 mod cleanup;
 mod client;
 mod environment;
+pub mod gpus;
 pub mod helper;
 pub mod labels;
 pub mod limits;
@@ -126,6 +127,10 @@ pub struct DockerIsolationConfig {
     /// `[runners.docker] dns`, `shm_size`, `tmpfs`, `ulimit` and the other container options
     /// ([`options`]).
     pub options: options::ContainerOptions,
+    /// `volume_driver_ops`: options of `volume_driver` for the cache volumes; with either set,
+    /// the cache volumes are made with them before the containers, as GitLab's volumes
+    /// manager makes them.
+    pub volume_driver_ops: std::collections::HashMap<String, String>,
 }
 
 /// Where a job's containers go in the cgroup tree when slot cgroups are on (GitLab's
@@ -173,6 +178,7 @@ impl Default for DockerIsolationConfig {
             allowed_images: allowed::AllowedImages::default(),
             allowed_services: allowed::AllowedImages::default(),
             options: options::ContainerOptions::default(),
+            volume_driver_ops: std::collections::HashMap::new(),
             network_mode: network::NetworkMode::Default,
             services: Vec::new(),
             services_devices: Vec::new(),

@@ -13,9 +13,15 @@
 //! | `service_memory`, `service_memory_swap`, `service_memory_reservation`, `service_cpus`, `service_cpuset_cpus`, `service_cpu_shares` | no | yes |
 //! | `cgroup_parent` / `service_cgroup_parent` (when no slot cgroup is set) | `cgroup_parent` | `service_cgroup_parent` |
 //! | `volumes_from`, `links` | yes | no |
+//! | `pid_mode`, `volume_driver`, `container_labels` | yes | no |
+//! | `gpus` / `service_gpus` | `gpus` | `service_gpus` |
+//! | `log_options` (the `json-file` driver always, as GitLab sets it) | yes | yes |
 
+use super::gpus::{self, GpuError};
 use super::limits::{LimitError, nano_cpus_of, ram_in_bytes_of};
-use bollard::models::{ContainerCreateBody, HostConfig, ResourcesUlimits};
+use bollard::models::{
+    ContainerCreateBody, DeviceRequest, HostConfig, HostConfigLogConfig, ResourcesUlimits,
+};
 use std::collections::HashMap;
 
 /// The keys as written in `config.toml` (GitLab's names and types).
@@ -81,6 +87,19 @@ pub struct RawContainerOptions {
     pub volumes_from: Vec<String>,
     /// `links`: legacy links of the build container (`container:alias`).
     pub links: Vec<String>,
+    /// `pid_mode`: the build container's PID namespace (`host`, `container:<id>`).
+    pub pid_mode: String,
+    /// `volume_driver`: the driver of the volumes Docker makes for the build container.
+    pub volume_driver: String,
+    /// `container_labels`: labels of the build container, values expanded with the job's
+    /// variables when the container is made.
+    pub container_labels: HashMap<String, String>,
+    /// `gpus`: the build container's GPUs, as `docker run --gpus` reads them.
+    pub gpus: String,
+    /// `service_gpus`: the same for each service.
+    pub service_gpus: String,
+    /// `log_options`: options of the `json-file` log driver of every container.
+    pub log_options: HashMap<String, String>,
 }
 
 /// The same, checked and in Docker's terms.
@@ -94,6 +113,8 @@ pub struct ContainerOptions {
     services: Own,
     /// The build container's host name.
     hostname: Option<String>,
+    /// The build container's extra labels, unexpanded.
+    container_labels: HashMap<String, String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -103,6 +124,7 @@ struct Shared {
     extra_hosts: Vec<String>,
     runtime: Option<String>,
     shm_size: Option<i64>,
+    log_options: HashMap<String, String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -125,6 +147,9 @@ struct Own {
     cgroup_parent: Option<String>,
     volumes_from: Vec<String>,
     links: Vec<String>,
+    pid_mode: Option<String>,
+    volume_driver: Option<String>,
+    gpus: Option<DeviceRequest>,
 }
 
 /// A key whose value cannot be used.
@@ -147,6 +172,19 @@ pub enum OptionsError {
     /// A negative `shm_size`.
     #[error("shm_size {0} is negative")]
     ShmSize(i64),
+    /// A GPU request `docker run --gpus` would refuse.
+    #[error("{key} {value:?}: {source}")]
+    Gpus {
+        /// `gpus` or `service_gpus`.
+        key: &'static str,
+        /// The value as written.
+        value: String,
+        /// What is wrong.
+        source: GpuError,
+    },
+    /// A label in flotilla's own namespace, which marks what its cleanup may remove.
+    #[error("container_labels {0:?}: labels starting with \"flotilla.\" are flotilla's own")]
+    Label(String),
 }
 
 impl OptionsError {
@@ -156,6 +194,8 @@ impl OptionsError {
             OptionsError::Limit(e) => e.key,
             OptionsError::Ulimit { .. } => "ulimit",
             OptionsError::ShmSize(_) => "shm_size",
+            OptionsError::Gpus { key, .. } => key,
+            OptionsError::Label(_) => "container_labels",
         }
     }
 }
@@ -238,6 +278,18 @@ impl ContainerOptions {
         if raw.shm_size < 0 {
             return Err(OptionsError::ShmSize(raw.shm_size));
         }
+        let gpu = |key: &'static str, value: &str| {
+            gpus::parse(value).map_err(|source| OptionsError::Gpus {
+                key,
+                value: value.to_string(),
+                source,
+            })
+        };
+        let mut labels: Vec<&String> = raw.container_labels.keys().collect();
+        labels.sort();
+        if let Some(own) = labels.iter().find(|k| k.starts_with("flotilla.")) {
+            return Err(OptionsError::Label((*own).clone()));
+        }
         Ok(ContainerOptions {
             shared: Shared {
                 dns: raw.dns.clone(),
@@ -245,6 +297,7 @@ impl ContainerOptions {
                 extra_hosts: raw.extra_hosts.clone(),
                 runtime: trimmed(&raw.runtime),
                 shm_size: (raw.shm_size > 0).then_some(raw.shm_size),
+                log_options: raw.log_options.clone(),
             },
             build: Own {
                 tmpfs: raw.tmpfs.clone(),
@@ -265,6 +318,9 @@ impl ContainerOptions {
                 cgroup_parent: trimmed(&raw.cgroup_parent),
                 volumes_from: raw.volumes_from.clone(),
                 links: raw.links.clone(),
+                pid_mode: trimmed(&raw.pid_mode),
+                volume_driver: trimmed(&raw.volume_driver),
+                gpus: gpu("gpus", &raw.gpus)?,
             },
             services: Own {
                 tmpfs: raw.services_tmpfs.clone(),
@@ -278,10 +334,26 @@ impl ContainerOptions {
                 cpuset_cpus: trimmed(&raw.service_cpuset_cpus),
                 cpu_shares: (raw.service_cpu_shares != 0).then_some(raw.service_cpu_shares),
                 cgroup_parent: trimmed(&raw.service_cgroup_parent),
+                gpus: gpu("service_gpus", &raw.service_gpus)?,
                 ..Own::default()
             },
             hostname: trimmed(&raw.hostname),
+            container_labels: raw.container_labels.clone(),
         })
+    }
+
+    /// The build container's extra labels (`container_labels`), each value expanded with
+    /// `expand` (the job's variables, as GitLab's `prepareContainerLabels`).
+    pub fn container_labels(&self, expand: impl Fn(&str) -> String) -> HashMap<String, String> {
+        self.container_labels
+            .iter()
+            .map(|(k, v)| (k.clone(), expand(v)))
+            .collect()
+    }
+
+    /// The driver of the volumes made for the build container (`volume_driver`).
+    pub fn volume_driver(&self) -> Option<&str> {
+        self.build.volume_driver.as_deref()
     }
 
     /// The build container's `body` with what it gets.
@@ -317,6 +389,12 @@ impl Shared {
         host.extra_hosts = non_empty(&self.extra_hosts).or(host.extra_hosts);
         host.runtime = self.runtime.clone().or(host.runtime);
         host.shm_size = self.shm_size.or(host.shm_size);
+        // GitLab always names the json-file driver (its log reading needs it), with the
+        // operator's options.
+        host.log_config = Some(HostConfigLogConfig {
+            typ: Some("json-file".into()),
+            config: (!self.log_options.is_empty()).then(|| self.log_options.clone()),
+        });
         host
     }
 }
@@ -349,6 +427,13 @@ impl Own {
         host.cgroup_parent = host.cgroup_parent.or_else(|| self.cgroup_parent.clone());
         host.volumes_from = non_empty(&self.volumes_from).or(host.volumes_from);
         host.links = non_empty(&self.links).or(host.links);
+        host.pid_mode = self.pid_mode.clone().or(host.pid_mode);
+        host.volume_driver = self.volume_driver.clone().or(host.volume_driver);
+        if let Some(gpus) = &self.gpus {
+            host.device_requests
+                .get_or_insert_with(Vec::new)
+                .push(gpus.clone());
+        }
         host
     }
 }
@@ -432,14 +517,62 @@ mod tests {
     }
 
     #[test]
-    fn nothing_set_changes_nothing() {
+    fn nothing_set_changes_nothing_but_the_log_driver() {
         let o = ContainerOptions::parse(&RawContainerOptions::default()).unwrap();
         let with_host = || ContainerCreateBody {
             host_config: Some(HostConfig::default()),
             ..ContainerCreateBody::default()
         };
-        assert_eq!(o.build(with_host()), with_host());
-        assert_eq!(o.service(with_host()), with_host());
+        // GitLab names the json-file driver on every container, options or not.
+        let json_file = ContainerCreateBody {
+            host_config: Some(HostConfig {
+                log_config: Some(HostConfigLogConfig {
+                    typ: Some("json-file".into()),
+                    config: None,
+                }),
+                ..HostConfig::default()
+            }),
+            ..ContainerCreateBody::default()
+        };
+        assert_eq!(o.build(with_host()), json_file);
+        assert_eq!(o.service(with_host()), json_file);
+        assert!(o.container_labels(str::to_string).is_empty());
+        assert_eq!(o.volume_driver(), None);
+    }
+
+    /// `pid_mode`, `volume_driver`, `gpus`, `container_labels` are the build container's,
+    /// `service_gpus` the services', `log_options` everyone's.
+    #[test]
+    fn the_keys_of_the_build_container_and_of_every_container() {
+        let o = ContainerOptions::parse(&RawContainerOptions {
+            pid_mode: "host".into(),
+            volume_driver: "local".into(),
+            gpus: "all".into(),
+            service_gpus: "\"device=1\"".into(),
+            container_labels: HashMap::from([("team".into(), "$CI_PROJECT_NAME".into())]),
+            log_options: HashMap::from([("max-size".into(), "10m".into())]),
+            ..RawContainerOptions::default()
+        })
+        .unwrap();
+        let b = o.build(ContainerCreateBody::default()).host_config.unwrap();
+        assert_eq!(b.pid_mode.as_deref(), Some("host"));
+        assert_eq!(b.volume_driver.as_deref(), Some("local"));
+        assert_eq!(b.device_requests.unwrap()[0].count, Some(-1));
+        let log = b.log_config.unwrap();
+        assert_eq!(log.typ.as_deref(), Some("json-file"));
+        assert_eq!(log.config.unwrap()["max-size"], "10m");
+        let s = o
+            .service(ContainerCreateBody::default())
+            .host_config
+            .unwrap();
+        assert!(s.pid_mode.is_none() && s.volume_driver.is_none());
+        assert_eq!(
+            s.device_requests.unwrap()[0].device_ids.as_deref(),
+            Some(&["1".to_string()][..])
+        );
+        assert_eq!(s.log_config.unwrap().config.unwrap()["max-size"], "10m");
+        let labels = o.container_labels(|v| v.replace("$CI_PROJECT_NAME", "web"));
+        assert_eq!(labels["team"], "web");
     }
 
     #[test]
@@ -452,6 +585,14 @@ mod tests {
         assert!(
             bad(|r| r.ulimit = HashMap::from([("nofiles".into(), "1".into())]))
                 .contains("ulimit `nofiles = 1`: not a limit Docker knows")
+        );
+        assert!(
+            bad(|r| r.service_gpus = "count=some".into())
+                .starts_with("service_gpus \"count=some\": count must be an integer")
+        );
+        assert!(
+            bad(|r| r.container_labels = HashMap::from([("flotilla.owner".into(), "x".into())]))
+                .contains("flotilla's own")
         );
         assert!(
             bad(|r| r.ulimit = HashMap::from([("nofile".into(), "2:1".into())]))

@@ -216,6 +216,27 @@ pub struct DockerSettings {
     /// The service containers' relative CPU weight.
     #[serde(skip_serializing_if = "is_zero")]
     pub service_cpu_shares: i64,
+    /// The build container's PID namespace (`host`).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub pid_mode: String,
+    /// The driver of the volumes made for the job (`local` when empty).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub volume_driver: String,
+    /// Options of that driver for the cache volumes (`type`, `device`, `o` for `local`).
+    #[serde(skip_serializing_if = "HashMap::is_empty")]
+    pub volume_driver_ops: HashMap<String, String>,
+    /// Labels of the build container (`$VARIABLES` in values expanded with the job's).
+    #[serde(skip_serializing_if = "HashMap::is_empty")]
+    pub container_labels: HashMap<String, String>,
+    /// The build container's GPUs, as `docker run --gpus` reads them (`all`, `"device=0,1"`).
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub gpus: String,
+    /// The services' GPUs.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub service_gpus: String,
+    /// Options of the `json-file` log driver of the job's containers (`max-size`).
+    #[serde(skip_serializing_if = "HashMap::is_empty")]
+    pub log_options: HashMap<String, String>,
 }
 
 /// One `[[runners.docker.services]]` entry (GitLab's `Service`).
@@ -233,6 +254,9 @@ pub struct RunnerService {
     /// The entrypoint (the image's when empty).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub entrypoint: Vec<String>,
+    /// Variables of the service (`KEY=value`), beside the job's.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub environment: Vec<String>,
 }
 
 /// For `skip_serializing_if`: GitLab's zero default.
@@ -383,6 +407,13 @@ impl DockerSettings {
             service_cpus,
             service_cpuset_cpus,
             service_cpu_shares,
+            pid_mode,
+            volume_driver,
+            volume_driver_ops,
+            container_labels,
+            gpus,
+            service_gpus,
+            log_options,
         } = self.clone();
         let mut errors = SettingErrors::default();
 
@@ -453,6 +484,19 @@ impl DockerSettings {
                     .index(j),
                 );
             }
+            for (k, entry) in service.environment.iter().enumerate() {
+                if !entry.contains('=') {
+                    errors.push(
+                        SettingError::new(
+                            "services",
+                            format!("environment entry `{entry}` is not KEY=VALUE"),
+                        )
+                        .index(j)
+                        .key("environment")
+                        .index(k),
+                    );
+                }
+            }
         }
         let raw_options = RawContainerOptions {
             dns,
@@ -485,6 +529,12 @@ impl DockerSettings {
             service_cgroup_parent,
             volumes_from,
             links,
+            pid_mode,
+            volume_driver,
+            container_labels,
+            gpus,
+            service_gpus,
+            log_options,
         };
         let options = match ContainerOptions::parse(&raw_options) {
             Ok(o) => o,
@@ -551,10 +601,17 @@ impl DockerSettings {
                     alias: s.alias,
                     command: s.command,
                     entrypoint: s.entrypoint,
+                    variables: s
+                        .environment
+                        .iter()
+                        .filter_map(|e| e.split_once('='))
+                        .map(|(k, v)| flotilla_job::Variable::new(k, v))
+                        .collect(),
                     ..flotilla_job::model::Image::default()
                 })
                 .collect(),
             services_devices,
+            volume_driver_ops,
             ..DockerIsolationConfig::default()
         })
     }
