@@ -1171,10 +1171,7 @@ async fn infra_docker_pid_mode_volume_driver_labels_log_options_and_service_envi
     );
     j.variables.push(Variable::new("TEAM", "blue"));
     let inspect = async {
-        let filters = HashMap::from([(
-            "label".to_string(),
-            vec!["com.example.team".to_string()],
-        )]);
+        let filters = HashMap::from([("label".to_string(), vec!["com.example.team".to_string()])]);
         for _ in 0..120 {
             for instance in f.instances() {
                 let docker = f.inner_docker(&instance).await;
