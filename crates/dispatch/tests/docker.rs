@@ -1119,7 +1119,7 @@ async fn infra_docker_the_runners_services_come_with_every_job() {
 /// `volume_driver` and `volume_driver_ops` (the cache volume is made with them: a tmpfs),
 /// `container_labels` (on the build container, `$VARIABLES` expanded with the job's),
 /// `log_options` (the json-file driver's options on every container), and a runner service's
-/// `environment`. The engine on the instance is asked what it made while the job runs.
+/// `environment` and `entrypoint`. The engine on the instance is asked what it made while the job runs.
 #[tokio::test]
 async fn infra_docker_pid_mode_volume_driver_labels_log_options_and_service_environment() {
     if !require(Infra::Docker) {
@@ -1142,9 +1142,9 @@ async fn infra_docker_pid_mode_volume_driver_labels_log_options_and_service_envi
         services: vec![RunnerService {
             name: busybox_image(),
             alias: "envsvc".into(),
+            // The entrypoint is the runner's too: without it the command is no program.
+            entrypoint: vec!["sh".into(), "-c".into()],
             command: vec![
-                "sh".into(),
-                "-c".into(),
                 "mkdir -p /www && echo \"greeting=$SVC_GREETING\" > /www/index.html && exec httpd -f -p 6379 -h /www".into(),
             ],
             environment: vec!["SVC_GREETING=hello-from-the-runner".into()],
