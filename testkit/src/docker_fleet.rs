@@ -248,6 +248,7 @@ impl DockerFleet {
                 cache: cache.clone(),
                 run_options: options.run_options,
                 builds_dir: options.builds_dir,
+                custom_build_dir: None,
             },
         ));
         DockerFleet {

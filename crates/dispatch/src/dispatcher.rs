@@ -6,7 +6,7 @@ use crate::tally::Tally;
 use crate::{ConnectorFactory, LevelRefused, Levels, WatchedConnector};
 use flotilla_connect::Connector;
 use flotilla_fleet::ConnectInfo;
-use flotilla_isolate::{IsolatedEnvironment, Isolation, PrepareRequest};
+use flotilla_isolate::{IsolateError, IsolatedEnvironment, Isolation, PrepareRequest};
 use flotilla_job::vars::RunnerIdentity;
 use flotilla_job::{
     ArtifactStore, CacheStore, FailureReason, JobCancel, JobPayload, JobResult, JobRunner, Outcome,
@@ -38,6 +38,9 @@ pub struct DispatcherConfig {
     pub run_options: RunOptions,
     /// The base builds directory on every instance (absolute).
     pub builds_dir: String,
+    /// `[runners.custom_build_dir] enabled`: whether a job's `GIT_CLONE_PATH` may name its
+    /// project directory (unset: the level's default, as GitLab's executors differ).
+    pub custom_build_dir: Option<bool>,
 }
 
 impl fmt::Debug for DispatcherConfig {
@@ -46,6 +49,7 @@ impl fmt::Debug for DispatcherConfig {
             .field("isolation", &self.isolation)
             .field("run_options", &self.run_options)
             .field("builds_dir", &self.builds_dir)
+            .field("custom_build_dir", &self.custom_build_dir)
             .finish_non_exhaustive()
     }
 }
@@ -185,17 +189,9 @@ impl Dispatcher {
             .await
         {
             Ok(parts) => parts,
-            Err(why) => {
-                let message = format!("Job failed (system failure): {why}");
+            Err((reason, message)) => {
                 return self
-                    .fail_early(
-                        &mut tally,
-                        job,
-                        started,
-                        FailureReason::RunnerSystemFailure,
-                        &message,
-                        Some(started),
-                    )
+                    .fail_early(&mut tally, job, started, reason, &message, Some(started))
                     .await;
             }
         };
@@ -304,7 +300,8 @@ impl Dispatcher {
     }
 
     /// Connects to the acquired instance and prepares the job's environment there: the
-    /// connector, its failure count before preparing, and the environment; or why not.
+    /// connector, its failure count before preparing, and the environment; or why not, with
+    /// the failure reason and the job log's line.
     async fn environment(
         &self,
         acquisition: &Acquisition,
@@ -312,18 +309,27 @@ impl Dispatcher {
         job: &JobPayload,
         instance: &str,
         slot: usize,
-    ) -> Result<(Arc<WatchedConnector>, u64, Box<dyn IsolatedEnvironment>), String> {
+    ) -> Result<(Arc<WatchedConnector>, u64, Box<dyn IsolatedEnvironment>), (FailureReason, String)>
+    {
+        let system = |why: String| {
+            (
+                FailureReason::RunnerSystemFailure,
+                format!("Job failed (system failure): {why}"),
+            )
+        };
         // The connector kept for the instance needs no connection details: asking the
         // provider for them again (a Docker or cloud API call) for every job is waste.
         let connector = match self.cached_connector(instance) {
             Some(c) => c,
             None => match acquisition.connect_info().await {
-                Ok(info) => self.connector_for(&info).map_err(|e| e.to_string())?,
+                Ok(info) => self
+                    .connector_for(&info)
+                    .map_err(|e| system(e.to_string()))?,
                 Err(e) => {
                     self.scaler.report_failure(instance);
-                    return Err(format!(
+                    return Err(system(format!(
                         "getting the connection details of instance {instance}: {e}"
-                    ));
+                    )));
                 }
             },
         };
@@ -337,18 +343,25 @@ impl Dispatcher {
                 slot,
                 connector: shared,
                 builds_dir: self.config.builds_dir.clone(),
+                custom_build_dir: self.config.custom_build_dir,
             })
             .await;
         match prepared {
             Ok(env) => Ok((connector, failures_before, env)),
+            // What the job asked for and the runner does not allow: GitLab's configuration
+            // error, in its words ("Job failed: <why>").
+            Err(IsolateError::JobRefused(why)) => Err((
+                FailureReason::RunnerConfigurationError,
+                format!("Job failed: {why}"),
+            )),
             Err(e) => {
                 if e.is_instance_failure() || connector.failures() > failures_before {
                     self.instance_failed(instance, &connector);
                 }
-                Err(format!(
+                Err(system(format!(
                     "preparing the {} environment on instance {instance}: {e}",
                     level.name()
-                ))
+                )))
             }
         }
     }

@@ -56,6 +56,7 @@ async fn connection_details_are_asked_once_per_instance() {
                 ..RunOptions::default()
             },
             builds_dir: dir.path().join("builds").to_string_lossy().into_owned(),
+            custom_build_dir: None,
         },
     );
     for n in 0..4 {

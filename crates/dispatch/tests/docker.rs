@@ -243,6 +243,7 @@ async fn infra_docker_the_dispatcher_sweeps_what_a_crashed_manager_left() {
             slot: 3,
             connector: f.ssh(&instance).await,
             builds_dir: "/builds".into(),
+            custom_build_dir: None,
         })
         .await
         .unwrap();
@@ -846,6 +847,44 @@ async fn infra_docker_a_job_cannot_read_another_projects_directory() {
     let (r, t) = dispatch(&f.dispatcher, &again).await;
     assert_eq!(r.outcome, Outcome::Success, "{t}");
     assert!(t.contains("private-source"), "{t}");
+
+    // Issue 32: a `GIT_CLONE_PATH` outside the slot directory (custom_build_dir is on for
+    // docker, as GitLab's default): the helper and build containers both work there, the
+    // directory is the project's own on the slot (another project with the same path sees
+    // nothing of it), and the project finds it again.
+    let clone_path = Variable::new("GIT_CLONE_PATH", "$CI_BUILDS_DIR/go/src/app");
+    let mut custom = job_at(
+        Level::Docker,
+        &[
+            "echo \"dir=$CI_PROJECT_DIR pwd=$(pwd)\"",
+            "echo custom-source > custom-file",
+        ],
+    );
+    custom.variables.push(clone_path.clone());
+    let (r, t) = dispatch(&f.dispatcher, &custom).await;
+    assert_eq!(r.outcome, Outcome::Success, "{t}");
+    assert!(
+        t.contains("dir=/builds/go/src/app pwd=/builds/go/src/app\n"),
+        "{t}"
+    );
+    let mut stranger = job_at(
+        Level::Docker,
+        &["echo \"found=$(ls /builds/go/src/app 2>/dev/null | tr '\\n' ,)\""],
+    );
+    stranger.job_info.project_id = 8;
+    stranger.job_info.project_full_path = "other/b".into();
+    stranger.variables.push(clone_path.clone());
+    let (r, t) = dispatch(&f.dispatcher, &stranger).await;
+    assert_eq!(r.outcome, Outcome::Success, "{t}");
+    assert!(
+        t.contains("found=\n"),
+        "another project's file was visible: {t}"
+    );
+    let mut back = job_at(Level::Docker, &["cat custom-file"]);
+    back.variables.push(clone_path);
+    let (r, t) = dispatch(&f.dispatcher, &back).await;
+    assert_eq!(r.outcome, Outcome::Success, "{t}");
+    assert!(t.contains("custom-source"), "{t}");
 }
 
 /// Issue 32: `[runners.docker]` `shm_size`, `ulimit`, `tmpfs`, `extra_hosts`, `dns_search`,

@@ -46,6 +46,15 @@ async fn scaler(group: Arc<dyn InstanceGroup>, capacity: usize, acquire: Duratio
 }
 
 fn dispatcher(scaler: Scaler, dir: &tempfile::TempDir, builds_dir: String) -> Dispatcher {
+    dispatcher_with(scaler, dir, builds_dir, None)
+}
+
+fn dispatcher_with(
+    scaler: Scaler,
+    dir: &tempfile::TempDir,
+    builds_dir: String,
+    custom_build_dir: Option<bool>,
+) -> Dispatcher {
     Dispatcher::new(
         scaler,
         DispatcherConfig {
@@ -59,6 +68,7 @@ fn dispatcher(scaler: Scaler, dir: &tempfile::TempDir, builds_dir: String) -> Di
                 ..RunOptions::default()
             },
             builds_dir,
+            custom_build_dir,
         },
     )
 }
@@ -193,6 +203,78 @@ async fn a_relative_builds_dir_fails_the_job_before_it_runs() {
         d.scaler().snapshot().counts.acquired,
         0,
         "the slot is released"
+    );
+}
+
+/// Issue 32: `GIT_CLONE_PATH` as GitLab Runner's shell executor takes it. Without
+/// `[runners.custom_build_dir] enabled` (off for shell) the job fails before it runs with
+/// GitLab's configuration error and message; with it, the job runs in the directory it named
+/// (expanded with `CI_BUILDS_DIR`), and a directory outside the builds directory is refused in
+/// GitLab's words. Before, the variable was ignored and such jobs passed.
+#[tokio::test]
+async fn git_clone_path_needs_custom_build_dir_and_is_used_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let builds = dir.path().join("builds").to_string_lossy().into_owned();
+    let mut j = job(&["echo \"pwd=$(pwd) project_dir=$CI_PROJECT_DIR\""]);
+    j.variables.push(Variable::new(
+        "GIT_CLONE_PATH",
+        "$CI_BUILDS_DIR/go/src/example.com/app",
+    ));
+
+    let s = scaler(Arc::new(LocalGroup::new()), 1, Duration::from_secs(30)).await;
+    let off = dispatcher_with(s, &dir, builds.clone(), None);
+    let (r, t) = dispatch(&off, &j).await;
+    assert_eq!(
+        r.outcome,
+        Outcome::Failed {
+            reason: FailureReason::RunnerConfigurationError,
+            exit_code: None
+        },
+        "{t}"
+    );
+    assert!(
+        t.contains(
+            "Job failed: setting GIT_CLONE_PATH is not allowed, enable `custom_build_dir` feature"
+        ),
+        "{t}"
+    );
+    assert!(!t.contains("pwd="), "the script ran: {t}");
+    assert_eq!(
+        off.scaler().snapshot().counts.acquired,
+        0,
+        "the slot is released"
+    );
+
+    let s = scaler(Arc::new(LocalGroup::new()), 1, Duration::from_secs(30)).await;
+    let on = dispatcher_with(s, &dir, builds.clone(), Some(true));
+    let (r, t) = dispatch(&on, &j).await;
+    assert_eq!(r.outcome, Outcome::Success, "{t}");
+    let wanted = format!("{builds}/go/src/example.com/app");
+    assert!(
+        t.contains(&format!("pwd={wanted} project_dir={wanted}\n")),
+        "{t}"
+    );
+
+    let mut outside = job(&["echo never"]);
+    outside
+        .variables
+        .push(Variable::new("GIT_CLONE_PATH", "/tmp/elsewhere"));
+    let (r, t) = dispatch(&on, &outside).await;
+    assert!(
+        matches!(
+            r.outcome,
+            Outcome::Failed {
+                reason: FailureReason::RunnerConfigurationError,
+                ..
+            }
+        ),
+        "{t}"
+    );
+    assert!(
+        t.contains(&format!(
+            "Job failed: the GIT_CLONE_PATH=\"/tmp/elsewhere\" has to be within {builds:?}"
+        )),
+        "{t}"
     );
 }
 

@@ -71,6 +71,7 @@ async fn main() {
                 ..RunOptions::default()
             },
             builds_dir: dir.path().join("builds").to_string_lossy().into_owned(),
+            custom_build_dir: None,
         },
     );
     let client = Arc::new(

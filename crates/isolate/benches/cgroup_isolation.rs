@@ -55,6 +55,7 @@ async fn prepared(
             slot,
             connector,
             builds_dir: builds.to_str().unwrap().to_string(),
+            custom_build_dir: None,
         })
         .await
         .expect("prepare");

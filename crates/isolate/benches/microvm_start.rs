@@ -98,6 +98,7 @@ async fn first_line(
             slot: 0,
             connector: host.clone(),
             builds_dir: builds.into(),
+            custom_build_dir: None,
         })
         .await
         .unwrap();
@@ -179,6 +180,7 @@ async fn main() {
                 slot: 0,
                 connector: host.clone(),
                 builds_dir: builds.path().to_str().unwrap().into(),
+                custom_build_dir: None,
             })
             .await
             .unwrap();

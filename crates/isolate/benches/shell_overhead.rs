@@ -86,6 +86,7 @@ async fn main() {
             slot: 0,
             connector: connector.clone(),
             builds_dir: "/builds".into(),
+            custom_build_dir: None,
         })
         .await
         .expect("prepare");

@@ -27,6 +27,10 @@ pub enum IsolateError {
     /// The request or the configuration cannot work (a relative builds directory, say).
     #[error("invalid isolation setup: {0}")]
     Configuration(String),
+    /// The job asks for what the runner does not allow (a `GIT_CLONE_PATH` without
+    /// `custom_build_dir`): it fails with GitLab's runner configuration error, in GitLab's words.
+    #[error("{0}")]
+    JobRefused(String),
     /// Cleaning up left something behind.
     #[error("cleaning up on instance {instance}: {message}")]
     Cleanup {
@@ -35,6 +39,15 @@ pub enum IsolateError {
         /// What was left and why.
         message: String,
     },
+}
+
+impl From<crate::layout::LayoutError> for IsolateError {
+    fn from(e: crate::layout::LayoutError) -> Self {
+        match e {
+            crate::layout::LayoutError::Setup(m) => IsolateError::Configuration(m),
+            crate::layout::LayoutError::Refused(m) => IsolateError::JobRefused(m),
+        }
+    }
 }
 
 impl IsolateError {

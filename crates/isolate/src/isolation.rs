@@ -23,6 +23,10 @@ pub struct PrepareRequest<'a> {
     /// The base builds directory on the instance (an absolute path, e.g. `/builds`, or a
     /// temporary directory for the local instance).
     pub builds_dir: String,
+    /// `[runners.custom_build_dir] enabled` as the runner sets it: whether a job's
+    /// `GIT_CLONE_PATH` may name its project directory; unset, each level's default (GitLab's
+    /// for the executor it stands for: on for docker, off for the others).
+    pub custom_build_dir: Option<bool>,
 }
 
 impl fmt::Debug for PrepareRequest<'_> {
@@ -33,6 +37,7 @@ impl fmt::Debug for PrepareRequest<'_> {
             .field("slot", &self.slot)
             .field("connector", &self.connector)
             .field("builds_dir", &self.builds_dir)
+            .field("custom_build_dir", &self.custom_build_dir)
             .finish()
     }
 }

@@ -104,6 +104,7 @@ async fn prepared(
             slot,
             connector,
             builds_dir: builds.to_str().unwrap().to_string(),
+            custom_build_dir: None,
         })
         .await
         .unwrap();
@@ -365,6 +366,7 @@ async fn infra_cgroup_unusable_cgroups_fail_the_job_with_the_reason() {
             slot: 0,
             connector,
             builds_dir: dir.path().join("b").to_str().unwrap().to_string(),
+            custom_build_dir: None,
         })
         .await
         .unwrap();

@@ -50,6 +50,7 @@ async fn prepared(
             slot,
             connector,
             builds_dir: "/builds".into(),
+            custom_build_dir: None,
         })
         .await
         .unwrap();
@@ -131,6 +132,7 @@ async fn infra_an_interrupted_prepare_leaves_nothing_after_cleanup() {
             slot: 0,
             connector,
             builds_dir: "/builds".into(),
+            custom_build_dir: None,
         })
         .await
         .unwrap();

@@ -255,6 +255,10 @@ pub struct RunnerConfig {
     /// over the job's variables.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub feature_flags: BTreeMap<String, bool>,
+    /// `[runners.custom_build_dir]`: whether jobs may name their project directory with
+    /// `GIT_CLONE_PATH`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_build_dir: Option<CustomBuildDir>,
     /// `[runners.cache]`: GitLab's distributed cache (the `flotilla-cache` crate reads and
     /// checks it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -377,6 +381,7 @@ impl RunnerConfig {
             tls_cert_file: None,
             tls_key_file: None,
             feature_flags: BTreeMap::new(),
+            custom_build_dir: None,
             cache: None,
             docker: None,
             instance: None,
@@ -443,6 +448,17 @@ impl RunnerConfig {
 /// Replaces `${slot}` and `$slot` in a cgroup template.
 pub fn expand_slot(template: &str, slot: u32) -> String {
     flotilla_isolate::cgroup::expand_template(template, slot as usize)
+}
+
+/// `[runners.custom_build_dir]` (GitLab's `CustomBuildDir`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CustomBuildDir {
+    /// Whether a job's `GIT_CLONE_PATH` may name its project directory (within `builds_dir`).
+    /// Unset: GitLab's default for the executor each isolation level stands for, on for
+    /// `docker`, off for the others.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
 }
 
 /// `[runners.instance]`: settings of the `instance` executor.

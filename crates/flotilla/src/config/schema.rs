@@ -160,7 +160,6 @@ pub(crate) fn unused_reason(table: &str, key: &str) -> Option<&'static str> {
             "flotilla does not rotate runner authentication tokens: the token is used until \
              GitLab refuses it (`flotilla verify` says when)"
         }
-        ("runners", "custom_build_dir") => "builds_dir is used as configured",
         ("runners.docker", "tls_verify" | "tls_cert_path") => {
             "flotilla reaches the instance's dockerd through its connector, not over TCP"
         }
@@ -233,7 +232,6 @@ mod tests {
         let runner = fields_of::<RunnerConfig>();
         // Real GitLab keys that merely share a prefix with one of ours are not typos.
         assert_eq!(suggest("token_obtained_at", runner), None);
-        assert_eq!(suggest("custom_build_dir", runner), None);
         assert_eq!(
             suggest("imgae", fields_of::<DockerSettings>()).as_deref(),
             Some("image")

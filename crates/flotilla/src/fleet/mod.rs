@@ -341,6 +341,7 @@ pub async fn from_runner(
             cache: parts.cache,
             run_options,
             builds_dir,
+            custom_build_dir: runner.custom_build_dir.and_then(|c| c.enabled),
         },
     );
     Ok(Fleet {

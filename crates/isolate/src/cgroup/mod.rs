@@ -136,8 +136,12 @@ impl Isolation for CgroupIsolation {
         &self,
         req: PrepareRequest<'_>,
     ) -> Result<Box<dyn IsolatedEnvironment>, IsolateError> {
-        let layout = BuildLayout::new(&req.builds_dir, req.slot, req.job)
-            .map_err(IsolateError::Configuration)?;
+        let layout = BuildLayout::new(
+            &req.builds_dir,
+            req.slot,
+            req.job,
+            req.custom_build_dir.unwrap_or(false),
+        )?;
         let (limits, warnings) = self.config.limits.for_job(req.job);
         let path = expand_template(&self.config.template, req.slot);
         let cgroup = JobCgroup {

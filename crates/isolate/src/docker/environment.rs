@@ -89,8 +89,8 @@ pub struct DockerEnvironment {
     container_labels: std::collections::HashMap<String, String>,
     /// The registry credentials the job's pulls use.
     registry_auth: super::auth::RegistryAuth,
-    /// The job's slot directory, its project's own ([`super::spec::slot_bind`]).
-    slot_bind: String,
+    /// The job's directories, its project's own ([`super::spec::job_binds`]).
+    job_binds: Vec<String>,
     /// Whether `disable_entrypoint_overwrite` set aside an entrypoint the job asked for.
     entrypoint_kept: bool,
     /// How many of `services` are the runner's own (`[[runners.docker.services]]`, first).
@@ -233,7 +233,7 @@ impl DockerEnvironment {
             home.as_ref()
                 .map(|(path, text)| (path.as_str(), text.as_str())),
         );
-        let slot_bind = super::spec::slot_bind(&p.layout.slot_dir, p.job.job_info.project_id);
+        let job_binds = super::spec::job_binds(&p.layout, p.job.job_info.project_id);
         DockerEnvironment {
             docker: p.docker,
             helper_base: p.helper_base,
@@ -251,7 +251,7 @@ impl DockerEnvironment {
             kept_volumes,
             container_labels,
             registry_auth,
-            slot_bind,
+            job_binds,
             entrypoint_kept,
             runner_services,
             made: Arc::new(Mutex::new(Made::default())),
@@ -558,7 +558,7 @@ impl DockerEnvironment {
             image,
             &image_entrypoint,
             &build_user,
-            &self.slot_bind,
+            &self.job_binds,
             build_network.as_deref(),
             &self.labels,
             &build_settings,
@@ -621,7 +621,7 @@ impl DockerEnvironment {
                 Ok(system)
             })
             .await?;
-        let body = helper::helper_container(&self.slot_bind, system, &self.labels, cgroup_parent);
+        let body = helper::helper_container(&self.job_binds, system, &self.labels, cgroup_parent);
         let id = self.create_and_start(Role::Helper, body).await?;
         self.helper_ready(&id).await?;
         Ok(id)

@@ -78,16 +78,16 @@ pub fn existing_paths(output: &str) -> Vec<String> {
 }
 
 /// The helper container of one job: the root image kept alive by the instance's `sh`, the
-/// job's slot directory writable as the build container sees it (`slot_bind`, see
-/// [`super::spec::slot_bind`]), `system` read-only.
+/// job's directories writable as the build container sees them (`job_binds`, see
+/// [`super::spec::job_binds`]), `system` read-only.
 pub fn helper_container(
-    slot_bind: &str,
+    job_binds: &[String],
     system: &[String],
     labels: &JobLabels,
     cgroup_parent: Option<String>,
 ) -> ContainerCreateBody {
     let mut binds: Vec<String> = system.iter().map(|p| format!("{p}:{p}:ro")).collect();
-    binds.push(slot_bind.to_string());
+    binds.extend(job_binds.iter().cloned());
     ContainerCreateBody {
         image: Some(ROOT_IMAGE.to_string()),
         entrypoint: Some(vec!["/bin/sh".into(), "-c".into()]),
@@ -163,7 +163,7 @@ mod tests {
     #[test]
     fn only_the_slot_directory_is_writable() {
         let body = helper_container(
-            "/builds/2/.project-7:/builds/2",
+            &["/builds/2/.project-7:/builds/2".to_string()],
             &["/usr".into(), "/etc/ssl".into()],
             &labels(),
             None,

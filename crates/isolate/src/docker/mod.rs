@@ -298,8 +298,12 @@ impl Isolation for DockerIsolation {
         &self,
         req: PrepareRequest<'_>,
     ) -> Result<Box<dyn IsolatedEnvironment>, IsolateError> {
-        let layout = BuildLayout::new(&req.builds_dir, req.slot, req.job)
-            .map_err(IsolateError::Configuration)?;
+        let layout = BuildLayout::new(
+            &req.builds_dir,
+            req.slot,
+            req.job,
+            req.custom_build_dir.unwrap_or(true),
+        )?;
         let (docker, helper_base) = self
             .clients
             .get_with_helper(req.instance_id, &req.connector, &self.config)

@@ -2,6 +2,7 @@
 //! execs, and one container per service on the job's network.
 
 use super::labels::{JobLabels, Role};
+use crate::layout::BuildLayout;
 use bollard::models::{ContainerCreateBody, EndpointSettings, HostConfig, NetworkingConfig};
 use flotilla_job::model::Image;
 use std::collections::HashMap;
@@ -117,13 +118,32 @@ pub fn slot_bind(slot_dir: &str, project_id: i64) -> String {
     format!("{slot}/.project-{project_id}:{slot}")
 }
 
-/// The build container: the job's image kept alive, `slot_bind` (see [`slot_bind`]), on the
+/// The binds that give a job's containers its directories: the [`slot_bind`], and when the
+/// job's `GIT_CLONE_PATH` put its project outside the slot directory, first the whole builds
+/// directory from the instance's `<slot_dir>/.project-<id>.builds`, the project's own on this
+/// slot, as GitLab mounts a per-project builds volume at the builds directory. Docker mounts
+/// the slot's bind inside it.
+pub fn job_binds(layout: &BuildLayout, project_id: i64) -> Vec<String> {
+    let slot = layout.slot_dir.trim_end_matches('/');
+    let slot_bind = slot_bind(slot, project_id);
+    if layout.paths.project_dir.starts_with(&format!("{slot}/")) {
+        return vec![slot_bind];
+    }
+    let builds = layout.paths.builds_dir.trim_end_matches('/');
+    let builds = if builds.is_empty() { "/" } else { builds };
+    vec![
+        format!("{slot}/.project-{project_id}.builds:{builds}"),
+        slot_bind,
+    ]
+}
+
+/// The build container: the job's image kept alive, `job_binds` (see [`job_binds`]), on the
 /// job's network when there is one.
 pub fn build_container(
     image: &Image,
     image_entrypoint: &[String],
     user: &str,
-    slot_bind: &str,
+    job_binds: &[String],
     network: Option<&str>,
     labels: &JobLabels,
     settings: &HostSettings,
@@ -138,7 +158,7 @@ pub fn build_container(
         tty: Some(false),
         open_stdin: Some(false),
         host_config: Some(settings.apply(HostConfig {
-            binds: Some(vec![slot_bind.to_string()]),
+            binds: Some(job_binds.to_vec()),
             network_mode: network.map(str::to_string),
             ..Default::default()
         })),
@@ -240,6 +260,32 @@ mod tests {
         assert_eq!(slot_bind("/builds/1/", 8), "/builds/1/.project-8:/builds/1");
     }
 
+    /// A `GIT_CLONE_PATH` outside the slot directory gets the whole builds directory, the
+    /// project's own on the slot; one inside it needs only the slot's.
+    #[test]
+    fn a_custom_project_directory_gets_a_builds_directory_of_its_own() {
+        use flotilla_job::{JobPayload, Variable};
+        let mut job = JobPayload::default();
+        job.job_info.project_id = 7;
+        job.job_info.project_full_path = "g/p".into();
+        let plain = BuildLayout::new("/builds", 2, &job, true).unwrap();
+        assert_eq!(job_binds(&plain, 7), ["/builds/2/.project-7:/builds/2"]);
+        job.variables
+            .push(Variable::new("GIT_CLONE_PATH", "$CI_BUILDS_DIR/go/src/p"));
+        let custom = BuildLayout::new("/builds", 2, &job, true).unwrap();
+        assert_eq!(
+            job_binds(&custom, 7),
+            [
+                "/builds/2/.project-7.builds:/builds",
+                "/builds/2/.project-7:/builds/2"
+            ]
+        );
+        job.variables
+            .push(Variable::new("GIT_CLONE_PATH", "/builds/2/elsewhere"));
+        let inside = BuildLayout::new("/builds", 2, &job, true).unwrap();
+        assert_eq!(job_binds(&inside, 7), ["/builds/2/.project-7:/builds/2"]);
+    }
+
     #[test]
     fn the_build_container_sees_the_slot_directory_at_the_same_path() {
         let image = Image {
@@ -251,7 +297,7 @@ mod tests {
             &image,
             &[],
             "1000",
-            "/builds/1/.project-7:/builds/1",
+            &["/builds/1/.project-7:/builds/1".to_string()],
             Some("net"),
             &labels(),
             &plain,
@@ -263,7 +309,15 @@ mod tests {
         assert_eq!(host.network_mode.as_deref(), Some("net"));
         assert_eq!((host.privileged, host.cgroup_parent), (None, None));
         assert_eq!(b.labels.unwrap()["flotilla.role"], "build");
-        let b = build_container(&image, &[], "", "/b/0", None, &labels(), &plain);
+        let b = build_container(
+            &image,
+            &[],
+            "",
+            &["/b/0".to_string()],
+            None,
+            &labels(),
+            &plain,
+        );
         assert!(b.user.is_none() && b.host_config.unwrap().network_mode.is_none());
     }
 
@@ -282,7 +336,7 @@ mod tests {
             binds: vec!["vol:/certs/client".into()],
             ..HostSettings::default()
         };
-        let bind = slot_bind("/b/3", 1);
+        let bind = [slot_bind("/b/3", 1)];
         let b = build_container(&image, &[], "", &bind, Some("n"), &labels(), &settings);
         let s = service_container(&image, 0, vec![], "n", &labels(), &settings);
         let (bh, sh) = (b.host_config.unwrap(), s.host_config.unwrap());
@@ -300,7 +354,15 @@ mod tests {
             },
             ..settings.clone()
         };
-        let b = build_container(&image, &[], "", "/b/3", Some("n"), &labels(), &limited);
+        let b = build_container(
+            &image,
+            &[],
+            "",
+            &["/b/3".to_string()],
+            Some("n"),
+            &labels(),
+            &limited,
+        );
         let bh2 = b.host_config.unwrap();
         assert_eq!(
             (bh2.nano_cpus, bh2.memory),
@@ -327,9 +389,17 @@ mod tests {
             userns_mode: Some("host".into()),
             ..HostSettings::default()
         };
-        let host = build_container(&image, &[], "", "/b/3", None, &labels(), &settings)
-            .host_config
-            .unwrap();
+        let host = build_container(
+            &image,
+            &[],
+            "",
+            &["/b/3".to_string()],
+            None,
+            &labels(),
+            &settings,
+        )
+        .host_config
+        .unwrap();
         assert_eq!(host.cap_add, Some(v(&["NET_ADMIN"])));
         assert_eq!(host.cap_drop, Some(v(&["NET_RAW", "MKNOD"])));
         assert_eq!(host.security_opt, Some(v(&["no-new-privileges"])));
@@ -348,7 +418,7 @@ mod tests {
             &image,
             &[],
             "",
-            "/b/3",
+            &["/b/3".to_string()],
             None,
             &labels(),
             &HostSettings::default(),

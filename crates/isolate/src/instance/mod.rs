@@ -42,8 +42,12 @@ impl Isolation for InstanceIsolation {
         &self,
         req: PrepareRequest<'_>,
     ) -> Result<Box<dyn IsolatedEnvironment>, IsolateError> {
-        let layout = BuildLayout::new(&req.builds_dir, req.slot, req.job)
-            .map_err(IsolateError::Configuration)?;
+        let layout = BuildLayout::new(
+            &req.builds_dir,
+            req.slot,
+            req.job,
+            req.custom_build_dir.unwrap_or(false),
+        )?;
         Ok(Box::new(
             self.shell
                 .environment(&req, layout)

@@ -256,8 +256,12 @@ impl Isolation for MicrovmIsolation {
         &self,
         req: PrepareRequest<'_>,
     ) -> Result<Box<dyn IsolatedEnvironment>, IsolateError> {
-        let layout = BuildLayout::new(&req.builds_dir, req.slot, req.job)
-            .map_err(IsolateError::Configuration)?;
+        let layout = BuildLayout::new(
+            &req.builds_dir,
+            req.slot,
+            req.job,
+            req.custom_build_dir.unwrap_or(false),
+        )?;
         let helper = ShellEnvironment::unconfined(&req, layout.clone(), self.clean.clone());
         Ok(Box::new(MicrovmEnvironment::new(
             &req,

@@ -95,8 +95,12 @@ impl Isolation for ShellIsolation {
         &self,
         req: PrepareRequest<'_>,
     ) -> Result<Box<dyn IsolatedEnvironment>, IsolateError> {
-        let layout = BuildLayout::new(&req.builds_dir, req.slot, req.job)
-            .map_err(IsolateError::Configuration)?;
+        let layout = BuildLayout::new(
+            &req.builds_dir,
+            req.slot,
+            req.job,
+            req.custom_build_dir.unwrap_or(false),
+        )?;
         Ok(Box::new(self.environment(&req, layout)))
     }
 

@@ -72,6 +72,7 @@ impl VmEnvironment {
             slot: req.slot,
             connector: guest.clone(),
             builds_dir: super::VM_BUILDS_DIR.to_string(),
+            custom_build_dir: req.custom_build_dir,
         };
         let inner = ShellEnvironment::unconfined(&in_vm, layout, clean);
         VmEnvironment {

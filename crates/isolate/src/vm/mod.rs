@@ -233,8 +233,12 @@ impl Isolation for VmLevel {
         &self,
         req: PrepareRequest<'_>,
     ) -> Result<Box<dyn IsolatedEnvironment>, IsolateError> {
-        let layout = BuildLayout::new(VM_BUILDS_DIR, req.slot, req.job)
-            .map_err(IsolateError::Configuration)?;
+        let layout = BuildLayout::new(
+            VM_BUILDS_DIR,
+            req.slot,
+            req.job,
+            req.custom_build_dir.unwrap_or(false),
+        )?;
         Ok(Box::new(VmEnvironment::new(
             &req,
             layout,

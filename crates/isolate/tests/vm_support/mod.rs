@@ -26,6 +26,7 @@ pub(crate) async fn prepare(
             slot,
             connector,
             builds_dir: builds_dir.to_string(),
+            custom_build_dir: None,
         })
         .await
         .unwrap();
