@@ -45,8 +45,8 @@ const SWITCHES: &[&str] = &[
 
 /// The `GIT_*` settings GitLab Runner reads itself (docs.gitlab.com/ci/runners/configure_runners,
 /// "Git strategy" and the sections after it): they are the runner's, not git's, so they are
-/// not reported as held back. flotilla reads them all but `GIT_CLONE_PATH`, which GitLab
-/// Runner takes only with `[runners.custom_build_dir]`, a table flotilla warns is not used.
+/// not reported as held back. `GIT_CLONE_PATH` is read where a job's directories are laid
+/// out (`flotilla_isolate::layout`), with `[runners.custom_build_dir]`.
 const RUNNER_SETTINGS: &[&str] = &[
     "GIT_STRATEGY",
     "GIT_DEPTH",
