@@ -249,6 +249,7 @@ impl DockerFleet {
                 run_options: options.run_options,
                 builds_dir: options.builds_dir,
                 custom_build_dir: None,
+                log_addresses: flotilla_dispatch::LogAddresses::default(),
             },
         ));
         DockerFleet {

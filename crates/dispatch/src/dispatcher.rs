@@ -41,6 +41,40 @@ pub struct DispatcherConfig {
     /// `[runners.custom_build_dir] enabled`: whether a job's `GIT_CLONE_PATH` may name its
     /// project directory (unset: the level's default, as GitLab's executors differ).
     pub custom_build_dir: Option<bool>,
+    /// `log_internal_ip`, `log_external_ip`: the job's log names its instance's addresses.
+    pub log_addresses: LogAddresses,
+}
+
+/// Which of its instance's addresses a job's log names (GitLab's `log_internal_ip` and
+/// `log_external_ip`), on the line GitLab Runner writes: `Dialing instance <id>, <internal>,
+/// <external>...`, then `Instance <id> connected`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogAddresses {
+    /// The internal address.
+    pub internal: bool,
+    /// The external address.
+    pub external: bool,
+}
+
+impl LogAddresses {
+    /// The lines for instance `id` with these addresses; none when neither is asked for
+    /// (GitLab's ident list, an address that is empty left out).
+    pub fn lines(self, id: &str, internal: &str, external: &str) -> Vec<String> {
+        if !self.internal && !self.external {
+            return Vec::new();
+        }
+        let mut ident = vec![id];
+        if self.internal && !internal.is_empty() {
+            ident.push(internal);
+        }
+        if self.external && !external.is_empty() {
+            ident.push(external);
+        }
+        vec![
+            format!("Dialing instance {}...", ident.join(", ")),
+            format!("Instance {id} connected"),
+        ]
+    }
 }
 
 impl fmt::Debug for DispatcherConfig {
@@ -202,8 +236,14 @@ impl Dispatcher {
         let result = {
             // Stage scripts write stdout and stderr as one stream (see `merged_output`).
             let merged = MergedOutput::new(env.as_ref());
+            let mut options = self.run_options(slot, &*level);
+            let (internal, external) = connector.addresses();
+            options.prepare_lines = self
+                .config
+                .log_addresses
+                .lines(&instance, internal, external);
             let runner = JobRunner::new(&merged, &*self.config.artifacts, &*self.config.cache)
-                .with_options(self.run_options(slot, &*level));
+                .with_options(options);
             let run = runner.run(job, &mut tally, &run_cancel);
             tokio::pin!(run);
             tokio::select! {
@@ -381,9 +421,10 @@ impl Dispatcher {
         if let Some(c) = map.get(&info.id) {
             return Ok(c.clone());
         }
-        let c = Arc::new(WatchedConnector::new(
-            self.config.connectors.connector(info)?,
-        ));
+        let c = Arc::new(
+            WatchedConnector::new(self.config.connectors.connector(info)?)
+                .with_addresses(&info.internal_addr, &info.external_addr),
+        );
         map.insert(info.id.clone(), c.clone());
         Ok(c)
     }
@@ -505,5 +546,32 @@ mod tests {
         fn shared<T: Send + Sync>() {}
         shared::<Dispatcher>();
         shared::<DispatcherConfig>();
+    }
+
+    /// GitLab Runner's ident list (`acquisition.go`): the id, then each address asked for
+    /// that the instance has.
+    #[test]
+    fn the_dialing_line_names_the_addresses_asked_for() {
+        let none = LogAddresses::default();
+        assert!(none.lines("i-1", "10.0.0.5", "203.0.113.7").is_empty());
+        let both = LogAddresses {
+            internal: true,
+            external: true,
+        };
+        assert_eq!(
+            both.lines("i-1", "10.0.0.5", "203.0.113.7"),
+            [
+                "Dialing instance i-1, 10.0.0.5, 203.0.113.7...",
+                "Instance i-1 connected"
+            ]
+        );
+        let external = LogAddresses {
+            internal: false,
+            external: true,
+        };
+        assert_eq!(
+            external.lines("i-1", "10.0.0.5", "")[0],
+            "Dialing instance i-1..."
+        );
     }
 }

@@ -24,7 +24,7 @@ mod tally;
 mod watch;
 
 pub use connectors::{ConnectorFactory, LocalConnectors, SshConnectors};
-pub use dispatcher::{Dispatcher, DispatcherConfig};
+pub use dispatcher::{Dispatcher, DispatcherConfig, LogAddresses};
 pub use error::DispatchError;
 pub use levels::{
     ISOLATION_VARIABLE, LevelRefused, Levels, level_index, requested_level, requested_level_of,

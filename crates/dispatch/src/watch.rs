@@ -14,6 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct WatchedConnector {
     inner: Arc<dyn Connector>,
     failures: AtomicU64,
+    /// The instance's internal and external addresses, as its connection details gave them.
+    addresses: (String, String),
 }
 
 impl WatchedConnector {
@@ -22,7 +24,20 @@ impl WatchedConnector {
         WatchedConnector {
             inner,
             failures: AtomicU64::new(0),
+            addresses: (String::new(), String::new()),
         }
+    }
+
+    /// The same, knowing the instance's `internal` and `external` addresses.
+    #[must_use]
+    pub fn with_addresses(mut self, internal: &str, external: &str) -> WatchedConnector {
+        self.addresses = (internal.to_string(), external.to_string());
+        self
+    }
+
+    /// The instance's internal and external addresses (empty when unknown).
+    pub fn addresses(&self) -> (&str, &str) {
+        (&self.addresses.0, &self.addresses.1)
     }
 
     /// Instance failures seen so far.

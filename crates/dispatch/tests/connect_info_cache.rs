@@ -57,6 +57,7 @@ async fn connection_details_are_asked_once_per_instance() {
             },
             builds_dir: dir.path().join("builds").to_string_lossy().into_owned(),
             custom_build_dir: None,
+            log_addresses: flotilla_dispatch::LogAddresses::default(),
         },
     );
     for n in 0..4 {

@@ -46,31 +46,31 @@ async fn scaler(group: Arc<dyn InstanceGroup>, capacity: usize, acquire: Duratio
 }
 
 fn dispatcher(scaler: Scaler, dir: &tempfile::TempDir, builds_dir: String) -> Dispatcher {
-    dispatcher_with(scaler, dir, builds_dir, None)
+    dispatcher_with(scaler, dir, builds_dir, |_| {})
 }
 
 fn dispatcher_with(
     scaler: Scaler,
     dir: &tempfile::TempDir,
     builds_dir: String,
-    custom_build_dir: Option<bool>,
+    change: impl FnOnce(&mut DispatcherConfig),
 ) -> Dispatcher {
-    Dispatcher::new(
-        scaler,
-        DispatcherConfig {
-            isolation: Arc::new(ShellIsolation::new()).into(),
-            connectors: Arc::new(LocalConnectors),
-            artifacts: Arc::new(LocalArtifactStore::new(dir.path().join("artifacts"))),
-            cache: Arc::new(LocalCacheStore::new(dir.path().join("cache"))),
-            run_options: RunOptions {
-                stop_grace: Duration::from_secs(5),
-                scratch_dir: Some(dir.path().to_path_buf()),
-                ..RunOptions::default()
-            },
-            builds_dir,
-            custom_build_dir,
+    let mut config = DispatcherConfig {
+        isolation: Arc::new(ShellIsolation::new()).into(),
+        connectors: Arc::new(LocalConnectors),
+        artifacts: Arc::new(LocalArtifactStore::new(dir.path().join("artifacts"))),
+        cache: Arc::new(LocalCacheStore::new(dir.path().join("cache"))),
+        run_options: RunOptions {
+            stop_grace: Duration::from_secs(5),
+            scratch_dir: Some(dir.path().to_path_buf()),
+            ..RunOptions::default()
         },
-    )
+        builds_dir,
+        custom_build_dir: None,
+        log_addresses: flotilla_dispatch::LogAddresses::default(),
+    };
+    change(&mut config);
+    Dispatcher::new(scaler, config)
 }
 
 async fn local(capacity: usize) -> Local {
@@ -222,7 +222,7 @@ async fn git_clone_path_needs_custom_build_dir_and_is_used_with_it() {
     ));
 
     let s = scaler(Arc::new(LocalGroup::new()), 1, Duration::from_secs(30)).await;
-    let off = dispatcher_with(s, &dir, builds.clone(), None);
+    let off = dispatcher_with(s, &dir, builds.clone(), |_| {});
     let (r, t) = dispatch(&off, &j).await;
     assert_eq!(
         r.outcome,
@@ -246,7 +246,7 @@ async fn git_clone_path_needs_custom_build_dir_and_is_used_with_it() {
     );
 
     let s = scaler(Arc::new(LocalGroup::new()), 1, Duration::from_secs(30)).await;
-    let on = dispatcher_with(s, &dir, builds.clone(), Some(true));
+    let on = dispatcher_with(s, &dir, builds.clone(), |c| c.custom_build_dir = Some(true));
     let (r, t) = dispatch(&on, &j).await;
     assert_eq!(r.outcome, Outcome::Success, "{t}");
     let wanted = format!("{builds}/go/src/example.com/app");
@@ -276,6 +276,27 @@ async fn git_clone_path_needs_custom_build_dir_and_is_used_with_it() {
         )),
         "{t}"
     );
+}
+
+/// Issue 32: `log_internal_ip` names the instance's internal address in the job's log, on
+/// GitLab Runner's line; without it the log names no address (it was warned and ignored).
+#[tokio::test]
+async fn log_internal_ip_names_the_instance_address_in_the_job_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let builds = dir.path().join("builds").to_string_lossy().into_owned();
+    let s = scaler(Arc::new(LocalGroup::new()), 1, Duration::from_secs(30)).await;
+    let d = dispatcher_with(s, &dir, builds.clone(), |c| {
+        c.log_addresses.internal = true;
+        c.log_addresses.external = true;
+    });
+    let (r, t) = dispatch(&d, &job(&["true"])).await;
+    assert_eq!(r.outcome, Outcome::Success, "{t}");
+    // The local instance has an internal address and no external one.
+    assert!(t.contains("Dialing instance local, localhost...\n"), "{t}");
+    assert!(t.contains("Instance local connected\n"), "{t}");
+    let plain = local(1).await;
+    let (_, t) = dispatch(&plain.dispatcher, &job(&["true"])).await;
+    assert!(!t.contains("Dialing instance"), "{t}");
 }
 
 fn fake() -> Arc<FakeInstanceGroup> {

@@ -92,22 +92,18 @@ fn canonical_docker_autoscaler_on_aws() {
 #[test]
 fn full_docker_autoscaler_on_aws() {
     let loaded = load("docker-autoscaler-aws-full.toml");
-    // `reservation_throttling = false`, `log_internal_ip` and `state_storage` are read but
-    // not honoured: said, not dropped (`cache_dir` is honoured).
+    // `reservation_throttling = false` and `state_storage` are read but not honoured: said,
+    // not dropped (`cache_dir` and `log_internal_ip` are honoured).
     let warned: Vec<String> = loaded.warnings.iter().map(ToString::to_string).collect();
-    assert_eq!(warned.len(), 3, "{warned:?}");
+    assert_eq!(warned.len(), 2, "{warned:?}");
     assert!(
         warned[0].contains(":44:")
             && warned[0].contains("reservation_throttling = false has no effect"),
         "{warned:?}"
     );
     assert!(
-        warned[1].contains(":46:") && warned[1].contains("log_internal_ip is not used"),
-        "{warned:?}"
-    );
-    assert!(
-        warned[2].contains(":74:")
-            && warned[2].contains("state_storage] enabled and dir are not used"),
+        warned[1].contains(":74:")
+            && warned[1].contains("state_storage] enabled and dir are not used"),
         "{warned:?}"
     );
     let c = &loaded.config;
@@ -360,12 +356,11 @@ fn every_fixture_prints_redacted_and_reloads_identically() {
             .unwrap_or_else(|e| panic!("{name}: printed config does not load:\n{e}\n{printed}"));
         // gitlab-extras: the sizing, the listen_address and the feature flag warnings stay;
         // vm-isolation-macos: the unused nesting_host, nesting_config and connector_config;
-        // aws-full: reservation_throttling, log_internal_ip and state_storage (its unused
-        // cache_dir is not printed); aws: shell = "sh".
+        // aws-full: reservation_throttling and state_storage; aws: shell = "sh".
         assert_eq!(
             again.warnings.len(),
             3 * usize::from(name == "gitlab-extras.toml" || name == "vm-isolation-macos.toml")
-                + 3 * usize::from(name == "docker-autoscaler-aws-full.toml")
+                + 2 * usize::from(name == "docker-autoscaler-aws-full.toml")
                 + usize::from(name == "docker-autoscaler-aws.toml"),
             "{name}"
         );

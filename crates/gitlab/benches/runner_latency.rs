@@ -72,6 +72,7 @@ async fn main() {
             },
             builds_dir: dir.path().join("builds").to_string_lossy().into_owned(),
             custom_build_dir: None,
+            log_addresses: flotilla_dispatch::LogAddresses::default(),
         },
     );
     let client = Arc::new(

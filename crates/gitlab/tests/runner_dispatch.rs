@@ -31,6 +31,7 @@ async fn jobs_run_through_the_dispatcher_with_artifacts_passed_between_them() {
             },
             builds_dir: dir.path().join("builds").to_string_lossy().into_owned(),
             custom_build_dir: None,
+            log_addresses: flotilla_dispatch::LogAddresses::default(),
         },
     );
     let source = Arc::new(JobSource::new(c, Arc::new(dispatcher), source_config()));

@@ -331,20 +331,6 @@ fn check_shell_and_clone_url(f: &mut Findings, path: &KeyPath, runner: &RunnerCo
 }
 
 fn check_autoscaler(f: &mut Findings, path: &KeyPath, a: &AutoscalerConfig) {
-    for (key, on) in [
-        ("log_internal_ip", a.log_internal_ip),
-        ("log_external_ip", a.log_external_ip),
-    ] {
-        if on {
-            f.warn(
-                path.key(key),
-                format!(
-                    "{key} is not used: a job's log does not show its instance's addresses \
-                     (the manager's log names the instance)"
-                ),
-            );
-        }
-    }
     let storage = &a.state_storage;
     if storage.enabled || storage.dir.is_some() {
         f.warn(

@@ -342,6 +342,7 @@ pub async fn from_runner(
             run_options,
             builds_dir,
             custom_build_dir: runner.custom_build_dir.and_then(|c| c.enabled),
+            log_addresses: log_addresses(runner),
         },
     );
     Ok(Fleet {
@@ -350,6 +351,16 @@ pub async fn from_runner(
         capacity,
         description,
     })
+}
+
+/// Which of its instance's addresses a job's log names: `log_internal_ip` and
+/// `log_external_ip` of `[runners.autoscaler]`.
+fn log_addresses(runner: &RunnerConfig) -> flotilla_dispatch::LogAddresses {
+    let autoscaler = runner.autoscaler.as_ref();
+    flotilla_dispatch::LogAddresses {
+        internal: autoscaler.is_some_and(|a| a.log_internal_ip),
+        external: autoscaler.is_some_and(|a| a.log_external_ip),
+    }
 }
 
 #[cfg(test)]
@@ -384,5 +395,25 @@ mod tests {
         let o = run_options(&plain, "/s".into());
         assert_eq!(o.output_limit, RunOptions::default().output_limit);
         assert!(!o.debug_trace_disabled);
+        assert_eq!(
+            log_addresses(&plain),
+            flotilla_dispatch::LogAddresses::default()
+        );
+    }
+
+    #[test]
+    fn log_internal_ip_and_log_external_ip_reach_the_dispatcher() {
+        let runner: RunnerConfig = toml::from_str(
+            "executor = \"docker-autoscaler\"\n[autoscaler]\nplugin = \"docker\"\n\
+             log_internal_ip = true\n",
+        )
+        .unwrap();
+        assert_eq!(
+            log_addresses(&runner),
+            flotilla_dispatch::LogAddresses {
+                internal: true,
+                external: false
+            }
+        );
     }
 }

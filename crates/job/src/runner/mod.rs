@@ -59,6 +59,9 @@ pub struct RunOptions {
     /// Where archives are staged on the manager (the system's temporary directory when
     /// `None`).
     pub scratch_dir: Option<PathBuf>,
+    /// Lines the job's log shows first in its `prepare_executor` section (the instance's
+    /// addresses with `log_internal_ip`).
+    pub prepare_lines: Vec<String>,
 }
 
 impl Default for RunOptions {
@@ -77,6 +80,7 @@ impl Default for RunOptions {
             cleanup_timeout: Duration::from_secs(60),
             stop_grace: Duration::from_secs(30),
             scratch_dir: None,
+            prepare_lines: Vec::new(),
         }
     }
 }

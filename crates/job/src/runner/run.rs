@@ -468,6 +468,9 @@ impl Run<'_, '_> {
             self.runner.options.runner.executor
         );
         let since = self.begin("prepare_executor", &header).await;
+        for line in self.runner.options.prepare_lines.clone() {
+            self.say(&line).await;
+        }
         let env = self.runner.env;
         let mut log = self.log.clone();
         let r = guarded(
