@@ -1187,7 +1187,6 @@ async fn infra_docker_pid_mode_volume_driver_labels_log_options_and_service_envi
                 "mkdir -p /www && echo \"greeting=$SVC_GREETING\" > /www/index.html && exec httpd -f -p 6379 -h /www".into(),
             ],
             environment: vec!["SVC_GREETING=hello-from-the-runner".into()],
-            ..RunnerService::default()
         }],
         ..DockerSettings::default()
     };
