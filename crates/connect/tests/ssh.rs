@@ -590,3 +590,43 @@ async fn infra_ssh_dial_stdio_carries_the_inner_docker_api() {
     );
     assert_eq!(c.connections_opened(), 1);
 }
+
+/// `[runners.autoscaler.connector_config] timeout`: an instance that takes the TCP connection
+/// and never speaks SSH fails the connection with a timeout naming the configured time, and
+/// the attempt does not hang (only loopback is dialled: a listener of this test).
+#[tokio::test]
+async fn a_silent_instance_fails_after_the_connectors_timeout() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let silent = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    let info = ConnectInfo {
+        config: flotilla_fleet::ConnectorConfig {
+            protocol_port: Some(port),
+            username: "ci".into(),
+            password: Some(Secret::new("not-used".into())),
+            timeout: Duration::from_secs(1),
+            ..flotilla_fleet::ConnectorConfig::default()
+        },
+        id: "silent".into(),
+        external_addr: String::new(),
+        internal_addr: "127.0.0.1".into(),
+        expires: None,
+    };
+    let e = tokio::time::timeout(
+        Duration::from_secs(30),
+        SshConnector::new(info).output("true"),
+    )
+    .await
+    .expect("the connector gave up on its own")
+    .unwrap_err();
+    assert!(
+        matches!(e, ConnectError::Timeout { after, .. } if after == Duration::from_secs(1)),
+        "{e}"
+    );
+    silent.abort();
+}

@@ -231,4 +231,29 @@ mod tests {
              runner does not offer; it offers: docker, cgroup"
         );
     }
+
+    /// `image_isolation`: a job that names an image and no level runs at the runner's level
+    /// for images; a job without an image, or one that names its level, is not moved.
+    #[test]
+    fn jobs_with_an_image_go_to_the_image_level() {
+        let shell_first = || Levels::new(Arc::new(Named("shell")), vec![Arc::new(Named("docker"))]);
+        let with_image = |mut j: JobPayload| {
+            j.image = Some(flotilla_job::model::Image {
+                name: "alpine:3".into(),
+                ..Default::default()
+            });
+            j
+        };
+        let plain = shell_first();
+        assert_eq!(plain.choose(&with_image(job(&[]))).unwrap().name(), "shell");
+        let images = shell_first().with_image_level("docker").unwrap();
+        assert_eq!(
+            images.choose(&with_image(job(&[]))).unwrap().name(),
+            "docker"
+        );
+        assert_eq!(images.choose(&job(&[])).unwrap().name(), "shell");
+        let asked = with_image(job(&[(ISOLATION_VARIABLE, "shell")]));
+        assert_eq!(images.choose(&asked).unwrap().name(), "shell");
+        assert!(shell_first().with_image_level("microvm").is_none());
+    }
 }

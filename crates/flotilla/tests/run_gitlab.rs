@@ -128,6 +128,86 @@ async fn a_shell_runner_runs_concurrent_jobs_whatever_the_cores() {
     let _ = m.wait(Duration::from_secs(30)).await;
 }
 
+/// Issue 32: `limit` and `id` as GitLab Runner reads them: a runner with `limit = 1` runs one
+/// job at a time though `concurrent` allows four (each job marks its start and end; the marks
+/// do not interleave), and its jobs see the configured `id` as `CI_RUNNER_ID`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limit_and_id_as_gitlab_runner_reads_them() {
+    let gl = gitlab().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_local_config(dir.path(), gl.url(), TOKEN, 4);
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("  id = 4711\n  limit = 1\n");
+    std::fs::write(&config, text).unwrap();
+    let marks = dir.path().join("marks");
+    let mut m = Manager::start(&config, &[]);
+    let ids: Vec<i64> = (0..2)
+        .map(|i| {
+            gl.enqueue(
+                TOKEN,
+                JobBuilder::new(format!("one-at-a-time-{i}"))
+                    .variable("MARKS", marks.display().to_string())
+                    .script([
+                        "echo \"runner id=$CI_RUNNER_ID\"",
+                        "echo start >> \"$MARKS\"",
+                        "sleep 1",
+                        "echo end >> \"$MARKS\"",
+                    ]),
+            )
+        })
+        .collect();
+    assert!(
+        gl.wait_finished(&ids, Duration::from_secs(60)).await,
+        "jobs did not finish; manager log:\n{}",
+        m.log_tail()
+    );
+    for id in &ids {
+        let j = gl.job(*id).unwrap();
+        assert_eq!(j.final_update.clone().unwrap().state, "success");
+        assert!(
+            j.trace_text().contains("runner id=4711"),
+            "{}",
+            j.trace_text()
+        );
+    }
+    let written = std::fs::read_to_string(&marks).unwrap();
+    assert_eq!(
+        written.lines().collect::<Vec<_>>(),
+        ["start", "end", "start", "end"],
+        "the jobs overlapped"
+    );
+    m.signal(libc::SIGTERM);
+    let _ = m.wait(Duration::from_secs(30)).await;
+}
+
+/// Issue 32: `request_concurrency` bounds the job requests a runner has open at once: three,
+/// though its four free slots would each ask (GitLab's long polls keep each request open for
+/// two seconds here, so they overlap).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_concurrency_bounds_the_job_requests_in_flight() {
+    let gl = run_support::fake_gitlab(&[TOKEN], Duration::from_secs(2)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_local_config(dir.path(), gl.url(), TOKEN, 4);
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("  request_concurrency = 3\n");
+    std::fs::write(&config, text).unwrap();
+    let mut m = Manager::start(&config, &[]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while gl.most_job_requests_at_once() < 3 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A while longer: a fourth request would have come by now.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        gl.most_job_requests_at_once(),
+        3,
+        "manager log:\n{}",
+        m.log_tail()
+    );
+    m.signal(libc::SIGTERM);
+    let _ = m.wait(Duration::from_secs(30)).await;
+}
+
 /// Issue 32 (4): `log_level` and `log_format` of `config.toml` apply to `flotilla run`, in
 /// the spellings GitLab Runner takes (`Debug`); before, they were parsed and never applied.
 /// (`--log-level`, `--log-format` and `RUST_LOG` still win; this run sets none.)

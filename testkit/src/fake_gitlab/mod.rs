@@ -189,6 +189,7 @@ impl FakeGitLabBuilder {
             faults: Mutex::new(self.faults.map(Faults::new)),
             queue_changed: Notify::new(),
             scripted: Mutex::new(Vec::new()),
+            job_requests: server::InFlight::default(),
         });
         let stop = CancellationToken::new();
         let ca_pem = tls.as_ref().map(|t| t.ca_pem.clone());
@@ -281,6 +282,12 @@ impl FakeGitLab {
     /// Snapshots of every job.
     pub fn jobs(&self) -> Vec<FakeJob> {
         self.server.lock().jobs.values().cloned().collect()
+    }
+
+    /// The most job requests (`POST /api/v4/jobs/request`) that were being answered at
+    /// once, long polls included: what a runner's `request_concurrency` allows.
+    pub fn most_job_requests_at_once(&self) -> usize {
+        self.server.job_requests.most()
     }
 
     /// Every request received so far, in arrival order.

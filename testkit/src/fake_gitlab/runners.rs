@@ -51,6 +51,7 @@ fn workhorse_no_content() -> Resp {
 /// that already differs goes on to Rails; a change seen while waiting, or none within the
 /// poll duration, is answered 204 by Workhorse itself. Anything else goes to Rails at once.
 pub(crate) async fn request_job(server: &Arc<Server>, req: &Request<'_>, body: &[u8]) -> Resp {
+    let _counted = server.job_requests.enter();
     let poll = server.lock().behaviour.poll_duration;
     let is_json = req
         .header("content-type")

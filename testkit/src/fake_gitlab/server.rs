@@ -36,6 +36,39 @@ pub(crate) struct Server {
     pub queue_changed: Notify,
     /// Planned answers: (method, path prefix, answer), consumed first come first served.
     pub scripted: Mutex<Vec<(String, String, Scripted)>>,
+    /// Job requests being answered now (long polls waiting included), and the most ever.
+    pub job_requests: InFlight,
+}
+
+/// A count of requests being answered and its highest value.
+#[derive(Debug, Default)]
+pub(crate) struct InFlight {
+    now: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+impl InFlight {
+    /// Counts one request until the guard is dropped.
+    pub(crate) fn enter(&self) -> InFlightGuard<'_> {
+        use std::sync::atomic::Ordering;
+        let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+        InFlightGuard(self)
+    }
+
+    /// The most requests answered at once so far.
+    pub(crate) fn most(&self) -> usize {
+        self.most.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// Ends one request's count when dropped.
+pub(crate) struct InFlightGuard<'a>(&'a InFlight);
+
+impl Drop for InFlightGuard<'_> {
+    fn drop(&mut self) {
+        self.0.now.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl Server {

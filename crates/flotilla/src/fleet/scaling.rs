@@ -140,4 +140,31 @@ mod tests {
             Preexisting::Ignore
         );
     }
+
+    /// The listing intervals and the shutdown deletion checks reach the scaler as written.
+    #[test]
+    fn intervals_and_shutdown_checks_reach_the_scaler() {
+        let a: AutoscalerConfig = toml::from_str(
+            "plugin = \"docker\"\nupdate_interval = \"30s\"\n\
+             update_interval_when_expecting = \"1s\"\nshutdown_deletion_interval = \"5s\"\n\
+             shutdown_deletion_retries = 7\n",
+        )
+        .expect("an autoscaler table");
+        let c = scaler_config(&a, &info(5, Capabilities::remote()));
+        let secs = std::time::Duration::from_secs;
+        assert_eq!(c.update_interval, secs(30));
+        assert_eq!(c.update_interval_when_expecting, secs(1));
+        assert_eq!(c.shutdown_deletion_interval, secs(5));
+        assert_eq!(c.shutdown_deletion_retries, 7);
+        let defaults = scaler_config(
+            &AutoscalerConfig::default(),
+            &info(5, Capabilities::remote()),
+        );
+        assert_eq!(defaults.update_interval, secs(60), "GitLab's 1m");
+        assert_eq!(
+            defaults.update_interval_when_expecting,
+            secs(2),
+            "GitLab's 2s"
+        );
+    }
 }

@@ -317,4 +317,26 @@ mod tests {
         assert!(s.feed(b"no markers here at all").is_empty());
         assert!(s.carry.len() < MARKER.len());
     }
+
+    /// Each bucket key of `[runners.autoscaler]` lands in its own series, and the operation key
+    /// in those without one of their own.
+    #[test]
+    fn each_bucket_key_reaches_its_series() {
+        let a: AutoscalerConfig = toml::from_str(
+            "plugin = \"docker\"\ninstance_operation_time_buckets = [1.0, 2.0]\n\
+             instance_is_running_time_buckets = [3.0]\ninstance_deletion_time_buckets = [4.0]\n\
+             instance_readiness_time_buckets = [5.0]\ninstance_life_duration_buckets = [6.0]\n",
+        )
+        .expect("an autoscaler table");
+        let b = buckets(&a);
+        assert_eq!(
+            b.creation,
+            [1.0, 2.0],
+            "no key of its own: the operation key"
+        );
+        assert_eq!(b.is_running, [3.0]);
+        assert_eq!(b.deletion, [4.0]);
+        assert_eq!(b.readiness, [5.0]);
+        assert_eq!(b.life, [6.0]);
+    }
 }
