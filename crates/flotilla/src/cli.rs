@@ -387,19 +387,23 @@ pub(crate) fn load_config(path: &std::path::Path, err: &mut dyn Write) -> Option
     }
 }
 
-/// Whether this build has every provider the configuration names; each one it lacks is
-/// written to `err` with the cargo feature that brings it.
+/// Whether every runner's provider is in this build and takes its `plugin_config`, as `run`
+/// will build it (nothing is contacted); each one that does not is written to `err` (a
+/// provider this build lacks with the cargo feature that brings it). A connector key this
+/// machine cannot read is a warning: the file may be where the fleet runs, not here.
 pub(crate) fn providers_available(config: &Config, err: &mut dyn Write) -> bool {
     let mut ok = true;
     for runner in &config.runners {
-        let plugin = runner
-            .autoscaler
-            .as_ref()
-            .map(|a| a.plugin.as_str())
-            .unwrap_or_default();
-        if let Err(e) = crate::registry::provider(plugin) {
-            let _ = writeln!(err, "error: runner {:?}: {e}", runner.name);
+        if let Err(e) = crate::fleet::group(runner, config.flotilla.state_dir.as_deref()) {
+            let _ = writeln!(err, "error: {e:#}");
             ok = false;
+        }
+        if let Err(e) = crate::fleet::group_settings(runner) {
+            let _ = writeln!(
+                err,
+                "warning: {e:#} (flotilla run refuses to start the fleet on a machine where it \
+                 cannot be read)"
+            );
         }
     }
     ok

@@ -44,8 +44,13 @@ fn config_check_accepts_a_good_file_and_prints_it_redacted() {
     let stdout = text(&out.stdout);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "stderr: {stderr}");
-    // The two keys it does not honour are warned about, at their lines.
-    assert_eq!(stderr.lines().count(), 2, "{stderr}");
+    // The two keys it does not honour are warned about, at their lines, and the connector
+    // key this machine does not have.
+    assert_eq!(stderr.lines().count(), 3, "{stderr}");
+    assert!(
+        stderr.contains("ci-fleet.pem: cannot read connector key_path"),
+        "{stderr}"
+    );
     assert!(
         stderr.lines().all(|l| l.starts_with("warning: "))
             && stderr.contains("docker-autoscaler-aws-full.toml:44:30: reservation_throttling"),
@@ -339,4 +344,46 @@ fn man_pages_render_cleanly_in_groff() {
         assert!(out.status.success(), "{page}");
         assert_eq!(text(&out.stderr), "", "{page}: groff warned");
     }
+}
+
+/// Issue 32: `config check` refuses what `run` would refuse before it takes a job: a
+/// `plugin_config` key the provider does not know (named), WinRM (flotilla reaches instances
+/// over SSH only); and takes `region`, which public configs set for the aws provider.
+#[test]
+fn config_check_refuses_what_run_would() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |plugin_config: &str, connector: &str| {
+        let path = dir.path().join("config.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "concurrent = 2\n[[runners]]\n  name = \"asg\"\n  url = \"https://gitlab.example.com\"\n  \
+                 token = \"glrt-check-example\"\n  executor = \"docker-autoscaler\"\n  \
+                 [runners.docker]\n    image = \"alpine\"\n  [runners.autoscaler]\n    \
+                 plugin = \"aws\"\n    capacity_per_instance = 1\n    max_instances = 2\n    \
+                 [runners.autoscaler.plugin_config]\n      name = \"asg\"\n{plugin_config}    \
+                 [runners.autoscaler.connector_config]\n      username = \"ec2-user\"\n{connector}"
+            ),
+        )
+        .unwrap();
+        let out = flotilla(&["config", "check", path.to_str().unwrap()]);
+        (out.status.code(), text(&out.stderr))
+    };
+    let (code, stderr) = write("      region = \"us-east-1\"\n", "");
+    assert_eq!(code, Some(0), "{stderr}");
+    let (code, stderr) = write("      regoin = \"us-east-1\"\n", "");
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("[runners.autoscaler.plugin_config]") && stderr.contains("`regoin`"),
+        "{stderr}"
+    );
+    let (code, stderr) = write("", "      protocol = \"winrm\"\n");
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("the winrm protocol reaches Windows instances"),
+        "{stderr}"
+    );
+    let (code, stderr) = write("", "      os = \"windows\"\n");
+    assert_ne!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("winrm"), "{stderr}");
 }

@@ -93,10 +93,10 @@ impl ConnectorSettings {
     pub fn to_connector_config(&self) -> Result<ConnectorConfig, ConfigError> {
         let defaults = ConnectorConfig::default();
         let key = match &self.key_path {
-            Some(path) => Some(Secret::new(std::fs::read(path).map_err(|source| {
+            Some(path) => Some(Secret::new(std::fs::read(path).map_err(|error| {
                 ConfigError::KeyFile {
                     path: path.clone(),
-                    source,
+                    error,
                 }
             })?)),
             None => None,

@@ -92,13 +92,12 @@ pub enum ConfigError {
         message: String,
     },
     /// A `key_path` in a `connector_config` could not be read.
-    #[error("{}: cannot read connector key_path: {source}", path.display())]
+    #[error("{}: cannot read connector key_path: {error}", path.display())]
     KeyFile {
         /// The key file.
         path: PathBuf,
-        /// The I/O error.
-        #[source]
-        source: std::io::Error,
+        /// The I/O error (in the message, not a source: the message would say it twice).
+        error: std::io::Error,
     },
     /// Several of the above; each one is listed on its own line.
     #[error("{}", join_lines(errors))]

@@ -331,6 +331,27 @@ fn check_shell_and_clone_url(f: &mut Findings, path: &KeyPath, runner: &RunnerCo
 }
 
 fn check_autoscaler(f: &mut Findings, path: &KeyPath, a: &AutoscalerConfig) {
+    // WinRM reaches Windows instances; flotilla has no connector for it and writes POSIX
+    // scripts, so such a fleet would fail every job (it was accepted and failed at the first).
+    let protocol = a.connector_config.effective_protocol();
+    if matches!(
+        protocol,
+        flotilla_fleet::Protocol::WinRm | flotilla_fleet::Protocol::WinRmHttps
+    ) {
+        let key = if a.connector_config.protocol.is_some() {
+            "protocol"
+        } else {
+            "os"
+        };
+        f.error(
+            path.key("connector_config").key(key),
+            format!(
+                "the {} protocol reaches Windows instances, on which flotilla cannot run jobs: \
+                 it reaches instances over SSH only and writes POSIX shell scripts",
+                protocol.as_str()
+            ),
+        );
+    }
     let storage = &a.state_storage;
     if storage.enabled || storage.dir.is_some() {
         f.warn(

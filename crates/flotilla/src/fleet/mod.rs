@@ -119,9 +119,14 @@ impl std::fmt::Debug for Provider {
     }
 }
 
-/// Builds and initialises the instance group `runner`'s `plugin` names. `state_dir` is where
-/// the provider may keep what must survive a restart (`None` for a throw-away fleet).
-pub async fn provider(runner: &RunnerConfig, state_dir: Option<&Path>) -> Result<Provider> {
+/// The instance group `runner`'s `plugin` names, built from its `plugin_config` (read and
+/// checked by the provider, nothing contacted). `config check` and every command that starts
+/// a fleet go through here, so a `plugin_config` the provider refuses is refused before
+/// anything runs.
+pub fn group(
+    runner: &RunnerConfig,
+    state_dir: Option<&Path>,
+) -> Result<(registry::ProviderEntry, Arc<dyn InstanceGroup>)> {
     let default_autoscaler = AutoscalerConfig::default();
     let a = runner.autoscaler.as_ref().unwrap_or(&default_autoscaler);
     let entry =
@@ -138,12 +143,27 @@ pub async fn provider(runner: &RunnerConfig, state_dir: Option<&Path>) -> Result
             runner.name
         )
     })?;
-    let settings = Settings {
+    Ok((entry, group))
+}
+
+/// The settings `runner`'s instance group is initialised with: its connector, with the
+/// private key of `key_path` read (from this machine).
+pub fn group_settings(runner: &RunnerConfig) -> Result<Settings> {
+    let default_autoscaler = AutoscalerConfig::default();
+    let a = runner.autoscaler.as_ref().unwrap_or(&default_autoscaler);
+    Ok(Settings {
         connector: a
             .connector_config
             .to_connector_config()
             .with_context(|| format!("runner {:?}: connector_config", runner.name))?,
-    };
+    })
+}
+
+/// Builds and initialises the instance group `runner`'s `plugin` names. `state_dir` is where
+/// the provider may keep what must survive a restart (`None` for a throw-away fleet).
+pub async fn provider(runner: &RunnerConfig, state_dir: Option<&Path>) -> Result<Provider> {
+    let (entry, group) = group(runner, state_dir)?;
+    let settings = group_settings(runner)?;
     let info = group.init(&settings).await.with_context(|| {
         format!(
             "runner {:?}: initialising the {} instance group",

@@ -76,6 +76,9 @@ pub async fn load_config(settings: &AwsSettings) -> SdkConfig {
     if let Some(url) = &settings.endpoint_url {
         loader = loader.endpoint_url(url);
     }
+    if let Some(region) = &settings.region {
+        loader = loader.region(aws_sdk_autoscaling::config::Region::new(region.clone()));
+    }
     loader.load().await
 }
 
@@ -403,4 +406,21 @@ fn group_instance(
         lifecycle: d.lifecycle_state().unwrap_or_default().to_string(),
         health: d.health_status().unwrap_or_default().to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `region` in `plugin_config` is the region the clients use, over the chain's.
+    #[tokio::test]
+    async fn the_plugin_configs_region_wins() {
+        let mut settings = AwsSettings::new("group");
+        settings.region = Some("ap-southeast-2".into());
+        let config = load_config(&settings).await;
+        assert_eq!(
+            config.region().map(ToString::to_string).as_deref(),
+            Some("ap-southeast-2")
+        );
+    }
 }

@@ -25,6 +25,11 @@ pub struct AwsSettings {
     /// The shared credentials file (`~/.aws/credentials` when unset).
     #[serde(default)]
     pub credentials_file: Option<PathBuf>,
+    /// The group's region, over the standard chain's. fleeting-plugin-aws reads the region
+    /// from the chain only, yet public configs set `region` here (for the group they name):
+    /// flotilla uses it rather than refuse or drop it.
+    #[serde(default)]
+    pub region: Option<String>,
     /// flotilla's: one endpoint for every AWS API the provider calls, instead of AWS's. Meant
     /// for tests against moto's server (`http://127.0.0.1:PORT`); `AWS_ENDPOINT_URL` does the
     /// same through the standard chain.
@@ -91,6 +96,16 @@ impl AwsSettings {
         {
             return bad("test_address_override must not be empty".into());
         }
+        if let Some(region) = &self.region
+            && (region.is_empty()
+                || !region
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'))
+        {
+            return bad(format!(
+                "region must be an AWS region name such as \"eu-central-1\", got {region:?}"
+            ));
+        }
         Ok(())
     }
 }
@@ -128,6 +143,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("name must name"), "{e}");
+        let e = AwsSettings::from_plugin_config(&json!({"name": "g", "region": "EU Central"}))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("region must be an AWS region name"), "{e}");
         let e = AwsSettings::from_plugin_config(&json!({"name": "g", "config_file": "rel"}))
             .unwrap_err()
             .to_string();
