@@ -1177,7 +1177,7 @@ async fn infra_docker_pid_mode_volume_driver_labels_log_options_and_service_envi
         ]),
         volumes: vec!["/fast-cache".into()],
         container_labels: HashMap::from([("com.example.team".into(), "$TEAM".into())]),
-        log_options: HashMap::from([("max-size".into(), "10m".into())]),
+        log_options: HashMap::from([("labels".into(), "com.example.team".into())]),
         services: vec![RunnerService {
             name: busybox_image(),
             alias: "envsvc".into(),
@@ -1208,29 +1208,40 @@ async fn infra_docker_pid_mode_volume_driver_labels_log_options_and_service_envi
         ],
     );
     j.variables.push(Variable::new("TEAM", "blue"));
-    let inspect = async {
-        let filters = HashMap::from([("label".to_string(), vec!["com.example.team".to_string()])]);
-        for _ in 0..120 {
-            for instance in f.instances() {
-                let docker = f.inner_docker(&instance).await;
-                let found = docker
-                    .list_containers(Some(bollard::query_parameters::ListContainersOptions {
-                        filters: Some(filters.clone()),
-                        ..Default::default()
-                    }))
-                    .await
-                    .unwrap_or_default();
-                if let Some(id) = found.into_iter().find_map(|c| c.id) {
-                    return docker.inspect_container(&id, None).await.ok();
+    // The build container, and the service with GitLab's prefixed copy of the label.
+    let inspect = |label: &'static str| {
+        let f = &f;
+        async move {
+            let filters = HashMap::from([("label".to_string(), vec![label.to_string()])]);
+            for _ in 0..120 {
+                for instance in f.instances() {
+                    let docker = f.inner_docker(&instance).await;
+                    let found = docker
+                        .list_containers(Some(bollard::query_parameters::ListContainersOptions {
+                            filters: Some(filters.clone()),
+                            ..Default::default()
+                        }))
+                        .await
+                        .unwrap_or_default();
+                    if let Some(id) = found.into_iter().find_map(|c| c.id) {
+                        return docker.inspect_container(&id, None).await.ok();
+                    }
                 }
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            None
         }
-        None
     };
-    let ((r, t), build) = tokio::join!(dispatch(&f.dispatcher, &j), inspect);
+    let ((r, t), build, service) = tokio::join!(
+        dispatch(&f.dispatcher, &j),
+        inspect("flotilla.role=build"),
+        inspect("com.gitlab.gitlab-runner.com.example.team"),
+    );
     assert_eq!(r.outcome, Outcome::Success, "{t}");
-    let build = build.unwrap_or_else(|| panic!("no container labelled com.example.team: {t}"));
+    let build = build.unwrap_or_else(|| panic!("no build container seen: {t}"));
+    let service = service.unwrap_or_else(|| panic!("no labelled service container seen: {t}"));
+    let service_labels = service.config.and_then(|c| c.labels).unwrap_or_default();
+    assert_eq!(service_labels["com.example.team"], "blue");
     assert!(!t.contains("dockerd_seen=0\n"), "pid_mode host: {t}");
     assert!(t.contains("cache_fs=tmpfs\n"), "volume_driver_ops: {t}");
     assert!(t.contains("greeting=hello-from-the-runner"), "{t}");
@@ -1241,5 +1252,5 @@ async fn infra_docker_pid_mode_volume_driver_labels_log_options_and_service_envi
     assert_eq!(host.volume_driver.as_deref(), Some("local"));
     let log = host.log_config.expect("a log config");
     assert_eq!(log.typ.as_deref(), Some("json-file"));
-    assert_eq!(log.config.unwrap_or_default()["max-size"], "10m");
+    assert_eq!(log.config.unwrap_or_default()["labels"], "com.example.team");
 }

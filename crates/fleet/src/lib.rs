@@ -41,6 +41,8 @@ pub use error::FleetError;
 pub use exit::{ExitStatus, signal_name, signal_number};
 pub use group::{InstanceGroup, InstanceStatus};
 pub use info::{ConnectInfo, InstanceId, ProviderInfo, Settings};
-pub use redact::redact_url;
+pub use redact::{
+    REDACTED, debug_redacted, env_value_is_public, redact_url, serialize_environment,
+};
 pub use secret::Secret;
 pub use state::State;

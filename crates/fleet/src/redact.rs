@@ -1,5 +1,46 @@
-//! URLs made safe to show: one rule for every place a URL reaches a log, an error, `status`
-//! or a printed configuration.
+//! Values made safe to show: one rule for every place a URL, an environment entry or a
+//! settings value reaches a log, an error, `status` or a printed configuration.
+
+use serde::ser::SerializeSeq;
+use serde::{Serialize, Serializer};
+
+/// What a secret is printed as.
+pub const REDACTED: &str = "[REDACTED]";
+
+/// Whether an environment variable's value may be printed: only GitLab feature flags
+/// (`FF_*`), whose values are booleans. Everything else (`DOCKER_AUTH_CONFIG`, API tokens,
+/// `POSTGRES_PASSWORD`) may hold a secret.
+pub fn env_value_is_public(name: &str) -> bool {
+    name.starts_with("FF_")
+}
+
+/// Serialises `K=V` environment entries with every value except feature flags redacted (for
+/// `serialize_with`).
+pub fn serialize_environment<S: Serializer>(entries: &[String], s: S) -> Result<S::Ok, S::Error> {
+    let mut seq = s.serialize_seq(Some(entries.len()))?;
+    for entry in entries {
+        match entry.split_once('=') {
+            Some((name, _)) if !env_value_is_public(name) => {
+                seq.serialize_element(&format!("{name}={REDACTED}"))?;
+            }
+            _ => seq.serialize_element(entry)?,
+        }
+    }
+    seq.end()
+}
+
+/// `Debug` for settings that hold secrets: prints their redacted serialised form, so `{:?}`
+/// in a log line cannot leak one either.
+pub fn debug_redacted<T: Serialize>(
+    name: &str,
+    value: &T,
+    f: &mut std::fmt::Formatter<'_>,
+) -> std::fmt::Result {
+    match serde_json::to_value(value) {
+        Ok(v) => write!(f, "{name} {v}"),
+        Err(_) => write!(f, "{name} {{ .. }}"),
+    }
+}
 
 /// The URL without its user information, query or fragment: `https://user:pw@host/p?sig=..`
 /// becomes `https://host/p?[REDACTED]`. Everything else is kept as written, so a URL with

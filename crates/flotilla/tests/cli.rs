@@ -383,7 +383,14 @@ fn config_check_refuses_what_run_would() {
         stderr.contains("the winrm protocol reaches Windows instances"),
         "{stderr}"
     );
-    let (code, stderr) = write("", "      os = \"windows\"\n");
-    assert_ne!(code, Some(0), "{stderr}");
-    assert!(stderr.contains("winrm"), "{stderr}");
+    for windows in [
+        "      os = \"windows\"\n",
+        "      os = \"windows\"\n      protocol = \"ssh\"\n",
+    ] {
+        let (code, stderr) = write("", windows);
+        assert_ne!(code, Some(0), "{stderr}");
+        assert!(stderr.contains("Windows instances"), "{stderr}");
+    }
+    let (code, stderr) = write("", "      os = \"darwin\"\n");
+    assert_eq!(code, Some(0), "{stderr}");
 }

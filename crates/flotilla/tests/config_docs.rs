@@ -225,6 +225,7 @@ fn value_for(table: &str, key: &str, dir: &Path) -> Option<toml_edit::Item> {
         ("runners.docker", "ulimit") => "{ nofile = \"1024\" }".into(),
         ("runners.docker", "services_devices") => "{ \"pg*\" = [\"/dev/fuse\"] }".into(),
         ("runners.docker", "container_labels") => "{ team = \"ci\" }".into(),
+        ("runners.docker", "log_options") => "{ labels = \"team\" }".into(),
         ("runners.docker.services", "name") => "\"postgres:16\"".into(),
         ("runners.docker.services", "environment") => "[\"A=1\"]".into(),
         ("runners.autoscaler", "plugin") => "\"docker\"".into(),
@@ -360,14 +361,17 @@ fn load_with(table: &str, key: &str, dir: &Path) -> Result<Vec<String>, Vec<Stri
 /// documented as honoured loads with some value and is never said to be unused; a warned
 /// key loads and the warnings name it; a refused key loads with no value. Rows with more than
 /// one state (`warned / refused`) depend on the value or the executor and are not judged
-/// here. Nothing accepted and ignored can hide from this: a key that is read by no one and
-/// warned by no one fails as "honoured" or as "warned".
+/// here. What this proves and what it does not: a key GitLab documents that flotilla's
+/// configuration types do not have is warned as unused, so a row that calls it honoured fails,
+/// and a row that calls it warned fails unless some warning names it; a key that is a field
+/// of the types but that no code reads is not caught here (the per-level `build` functions
+/// destructure their tables for that, and each honoured row names a test of its effect).
 #[test]
 fn every_gitlab_key_does_what_its_row_says() {
     let rows = documented(&the_page());
     let dir = tempfile::tempdir().expect("a scratch directory");
     let mut wrong = Vec::new();
-    let mut judged = 0;
+    let mut judged = std::collections::BTreeMap::<&str, usize>::new();
     for (table, key) in gitlab_keys() {
         let Some(state) = rows.get(&table).and_then(|r| r.get(&key)) else {
             continue; // every_gitlab_key_has_a_row says so
@@ -377,16 +381,20 @@ fn every_gitlab_key_does_what_its_row_says() {
         let result = load_with(&table, &key, dir.path());
         let named = |warnings: &Vec<String>| {
             warnings.iter().any(|w| {
+                // The key by name (in backticks, or as the subject: `key = ...`, `key is`,
+                // `key:`), or the whole table it is in.
                 w.contains(&format!("`{key}`"))
-                    || w.contains(&format!("{key} "))
+                    || w.contains(&format!(": {key} "))
+                    || w.contains(&format!(" {key} "))
+                    || w.contains(&format!(".{key} "))
                     || w.contains(&format!("{key}:"))
-                    || w.contains(&format!("[{table}]"))
-                    || w.contains(&format!("`{table}`"))
                     || w.contains(&format!("[{table}.{key}]"))
+                    || w.contains(&format!("`{table}`"))
+                    || w.contains(&format!("[{table}] {key}"))
             })
         };
         if single("honoured") {
-            judged += 1;
+            *judged.entry("honoured").or_default() += 1;
             match &result {
                 Ok(warnings) => {
                     if let Some(w) = warnings
@@ -399,20 +407,25 @@ fn every_gitlab_key_does_what_its_row_says() {
                 Err(errors) => wrong.push(format!("{place}: no value loads: {errors:?}")),
             }
         } else if single("warned") {
-            judged += 1;
+            *judged.entry("warned").or_default() += 1;
             match &result {
                 Ok(warnings) if named(warnings) => {}
                 Ok(warnings) => wrong.push(format!("{place}: loads without a word: {warnings:?}")),
                 Err(errors) => wrong.push(format!("{place}: no value loads: {errors:?}")),
             }
         } else if single("refused") {
-            judged += 1;
+            *judged.entry("refused").or_default() += 1;
             if let Ok(warnings) = &result {
                 wrong.push(format!("{place}: loads: {warnings:?}"));
             }
         }
     }
-    assert!(judged > 180, "only {judged} keys judged");
+    // What the page says today: a page or a parse that went wrong would judge fewer.
+    assert!(
+        judged.get("honoured").copied().unwrap_or(0) >= 170
+            && judged.get("warned").copied().unwrap_or(0) >= 50,
+        "too few keys judged: {judged:?}"
+    );
     assert!(
         wrong.is_empty(),
         "{} keys do not do what docs/configuration.md says:\n{}",

@@ -246,7 +246,7 @@ pub(crate) fn is_empty_object(v: &serde_json::Value) -> bool {
 
 impl fmt::Debug for AutoscalerConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        redact::debug_redacted("AutoscalerConfig", self, f)
+        flotilla_fleet::debug_redacted("AutoscalerConfig", self, f)
     }
 }
 
@@ -455,7 +455,7 @@ pub struct VmIsolation {
 
 impl fmt::Debug for VmIsolation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        redact::debug_redacted("VmIsolation", self, f)
+        flotilla_fleet::debug_redacted("VmIsolation", self, f)
     }
 }
 

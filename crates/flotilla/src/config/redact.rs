@@ -9,7 +9,7 @@ use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
 
 /// What a secret is printed as.
-pub const REDACTED: &str = "[REDACTED]";
+pub use flotilla_fleet::REDACTED;
 
 /// Serialises an optional secret as `[REDACTED]` (or nothing when unset).
 pub(crate) fn secret_opt<S: Serializer>(
@@ -29,27 +29,6 @@ pub(crate) fn url_opt<S: Serializer>(value: &Option<String>, s: S) -> Result<S::
         Some(url) => s.serialize_str(&flotilla_fleet::redact_url(url)),
         None => s.serialize_none(),
     }
-}
-
-/// Whether an environment variable's value may be printed: only GitLab feature flags
-/// (`FF_*`), whose values are booleans. Everything else (`DOCKER_AUTH_CONFIG`, API tokens)
-/// may hold a secret.
-fn env_value_is_public(name: &str) -> bool {
-    name.starts_with("FF_")
-}
-
-/// Serialises `K=V` environment entries with every value except feature flags redacted.
-pub(crate) fn environment<S: Serializer>(entries: &[String], s: S) -> Result<S::Ok, S::Error> {
-    let mut seq = s.serialize_seq(Some(entries.len()))?;
-    for entry in entries {
-        match entry.split_once('=') {
-            Some((name, _)) if !env_value_is_public(name) => {
-                seq.serialize_element(&format!("{name}={REDACTED}"))?;
-            }
-            _ => seq.serialize_element(entry)?,
-        }
-    }
-    seq.end()
 }
 
 /// Whether a key of an opaque table (`plugin_config`, `nesting_config`) looks like it holds a
@@ -106,19 +85,6 @@ pub(crate) fn opaque_table<S: Serializer>(
         }
     }
     Redacted(value).serialize(s)
-}
-
-/// `Debug` for configuration structs that hold opaque tables or environment values: prints the
-/// redacted serialised form, so `{:?}` in a log line cannot leak a secret either.
-pub(crate) fn debug_redacted<T: Serialize>(
-    name: &str,
-    value: &T,
-    f: &mut std::fmt::Formatter<'_>,
-) -> std::fmt::Result {
-    match serde_json::to_value(value) {
-        Ok(v) => write!(f, "{name} {v}"),
-        Err(_) => write!(f, "{name} {{ .. }}"),
-    }
 }
 
 #[cfg(test)]

@@ -216,7 +216,7 @@ pub struct RunnerConfig {
     pub debug_trace_disabled: bool,
     /// Extra job variables as `KEY=VALUE`. Values other than `FF_*` feature flags are
     /// printed as `[REDACTED]`.
-    #[serde(default, serialize_with = "redact::environment")]
+    #[serde(default, serialize_with = "flotilla_fleet::serialize_environment")]
     pub environment: Vec<String>,
     /// Give each slot its own cgroup (`slot_cgroup_template`).
     #[serde(default)]
@@ -287,7 +287,7 @@ pub struct RunnerConfig {
 
 impl fmt::Debug for RunnerConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        redact::debug_redacted("RunnerConfig", self, f)
+        flotilla_fleet::debug_redacted("RunnerConfig", self, f)
     }
 }
 

@@ -331,25 +331,34 @@ fn check_shell_and_clone_url(f: &mut Findings, path: &KeyPath, runner: &RunnerCo
 }
 
 fn check_autoscaler(f: &mut Findings, path: &KeyPath, a: &AutoscalerConfig) {
-    // WinRM reaches Windows instances; flotilla has no connector for it and writes POSIX
-    // scripts, so such a fleet would fail every job (it was accepted and failed at the first).
-    let protocol = a.connector_config.effective_protocol();
-    if matches!(
+    // Windows instances (and WinRM, which reaches them): flotilla has no connector for WinRM
+    // and writes POSIX scripts, so such a fleet would fail every job (it was accepted and failed
+    // at the first).
+    let connector = &a.connector_config;
+    let windows = connector
+        .os
+        .as_deref()
+        .is_some_and(|os| os.eq_ignore_ascii_case("windows"));
+    let protocol = connector.effective_protocol();
+    let winrm = matches!(
         protocol,
         flotilla_fleet::Protocol::WinRm | flotilla_fleet::Protocol::WinRmHttps
-    ) {
-        let key = if a.connector_config.protocol.is_some() {
-            "protocol"
-        } else {
-            "os"
-        };
+    );
+    if winrm && connector.protocol.is_some() {
         f.error(
-            path.key("connector_config").key(key),
+            path.key("connector_config").key("protocol"),
             format!(
                 "the {} protocol reaches Windows instances, on which flotilla cannot run jobs: \
                  it reaches instances over SSH only and writes POSIX shell scripts",
                 protocol.as_str()
             ),
+        );
+    } else if windows {
+        f.error(
+            path.key("connector_config").key("os"),
+            "os = \"windows\": flotilla cannot run jobs on Windows instances: it reaches \
+             instances over SSH only (GitLab's default for Windows is WinRM) and writes POSIX \
+             shell scripts",
         );
     }
     let storage = &a.state_storage;

@@ -201,8 +201,8 @@ impl DockerEnvironment {
         } else {
             Vec::new()
         };
-        let driver_set =
-            p.config.options.volume_driver().is_some() || !p.config.volume_driver_ops.is_empty();
+        let driver_set = p.config.options.volume_driver().is_some()
+            || !p.config.volume_driver_ops.expose().is_empty();
         let kept_volumes = if !p.config.disable_cache && cache_dir.is_none() && driver_set {
             p.config
                 .volumes
@@ -233,7 +233,8 @@ impl DockerEnvironment {
             home.as_ref()
                 .map(|(path, text)| (path.as_str(), text.as_str())),
         );
-        let job_binds = super::spec::job_binds(&p.layout, p.job.job_info.project_id);
+        let job_binds =
+            super::spec::job_binds(&p.layout, p.job.job_info.project_id, &p.config.volumes);
         DockerEnvironment {
             docker: p.docker,
             helper_base: p.helper_base,
@@ -456,8 +457,8 @@ impl DockerEnvironment {
                 name: Some(name.clone()),
                 labels: own.then(|| self.labels.labels(None)),
                 driver: self.config.options.volume_driver().map(str::to_string),
-                driver_opts: (!self.config.volume_driver_ops.is_empty())
-                    .then(|| self.config.volume_driver_ops.clone()),
+                driver_opts: (!self.config.volume_driver_ops.expose().is_empty())
+                    .then(|| self.config.volume_driver_ops.expose().clone()),
                 ..Default::default()
             };
             let docker = self.docker.clone();
@@ -566,8 +567,10 @@ impl DockerEnvironment {
         let build_body = self.with_container_labels(build_body);
         let helper = self.start_helper(build_settings.cgroup_parent.clone());
         let build = self.create_and_start(Role::Build, build_body);
+        let service_labels =
+            super::options::ContainerOptions::service_labels(&self.container_labels);
         let services = join_all(self.services.iter().enumerate().map(|(i, s)| {
-            let body = self.config.options.service(service_container(
+            let mut body = self.config.options.service(service_container(
                 s,
                 i,
                 self.service_env[i].clone(),
@@ -575,6 +578,11 @@ impl DockerEnvironment {
                 &self.labels,
                 &service_settings(s),
             ));
+            if !service_labels.is_empty() {
+                body.labels
+                    .get_or_insert_with(Default::default)
+                    .extend(service_labels.clone());
+            }
             self.create_and_start(Role::Service(i), body)
         }));
         let (helper, build, services) = tokio::join!(helper, build, services);

@@ -130,7 +130,8 @@ pub struct DockerIsolationConfig {
     /// `volume_driver_ops`: options of `volume_driver` for the cache volumes; with either set,
     /// the cache volumes are made with them before the containers, as GitLab's volumes
     /// manager makes them.
-    pub volume_driver_ops: std::collections::HashMap<String, String>,
+    /// (In a `Secret`: the options may carry a password, and this configuration is debugged.)
+    pub volume_driver_ops: flotilla_fleet::Secret<std::collections::HashMap<String, String>>,
 }
 
 /// Where a job's containers go in the cgroup tree when slot cgroups are on (GitLab's
@@ -178,7 +179,7 @@ impl Default for DockerIsolationConfig {
             allowed_images: allowed::AllowedImages::default(),
             allowed_services: allowed::AllowedImages::default(),
             options: options::ContainerOptions::default(),
-            volume_driver_ops: std::collections::HashMap::new(),
+            volume_driver_ops: flotilla_fleet::Secret::default(),
             network_mode: network::NetworkMode::Default,
             services: Vec::new(),
             services_devices: Vec::new(),

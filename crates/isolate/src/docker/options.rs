@@ -182,6 +182,10 @@ pub enum OptionsError {
         /// What is wrong.
         source: GpuError,
     },
+    /// `log_options` keys GitLab Runner does not allow (`GetLogConfig`: `env` and `labels`
+    /// only).
+    #[error("invalid log options: only [\"env\" \"labels\"] are allowed, but found: {0}")]
+    LogOptions(String),
     /// A label in flotilla's own namespace, which marks what its cleanup may remove.
     #[error("container_labels {0:?}: labels starting with \"flotilla.\" are flotilla's own")]
     Label(String),
@@ -196,6 +200,7 @@ impl OptionsError {
             OptionsError::ShmSize(_) => "shm_size",
             OptionsError::Gpus { key, .. } => key,
             OptionsError::Label(_) => "container_labels",
+            OptionsError::LogOptions(_) => "log_options",
         }
     }
 }
@@ -285,6 +290,16 @@ impl ContainerOptions {
                 source,
             })
         };
+        let mut unknown: Vec<&String> = raw
+            .log_options
+            .keys()
+            .filter(|k| !matches!(k.as_str(), "env" | "labels"))
+            .collect();
+        if !unknown.is_empty() {
+            unknown.sort();
+            let quoted: Vec<String> = unknown.iter().map(|k| format!("{k:?}")).collect();
+            return Err(OptionsError::LogOptions(format!("[{}]", quoted.join(" "))));
+        }
         let mut labels: Vec<&String> = raw.container_labels.keys().collect();
         labels.sort();
         if let Some(own) = labels.iter().find(|k| k.starts_with("flotilla.")) {
@@ -342,12 +357,27 @@ impl ContainerOptions {
         })
     }
 
-    /// The build container's extra labels (`container_labels`), each value expanded with
+    /// The extra labels of the job's containers (`container_labels`), each value expanded with
     /// `expand` (the job's variables, as GitLab's `prepareContainerLabels`).
     pub fn container_labels(&self, expand: impl Fn(&str) -> String) -> HashMap<String, String> {
         self.container_labels
             .iter()
             .map(|(k, v)| (k.clone(), expand(v)))
+            .collect()
+    }
+
+    /// A service container's extra labels: the build container's, and each again under
+    /// `com.gitlab.gitlab-runner.`, as GitLab Runner's `createServiceContainerConfig` adds them
+    /// for compatibility.
+    pub fn service_labels(labels: &HashMap<String, String>) -> HashMap<String, String> {
+        labels
+            .iter()
+            .flat_map(|(k, v)| {
+                [
+                    (k.clone(), v.clone()),
+                    (format!("com.gitlab.gitlab-runner.{k}"), v.clone()),
+                ]
+            })
             .collect()
     }
 
@@ -550,7 +580,7 @@ mod tests {
             gpus: "all".into(),
             service_gpus: "\"device=1\"".into(),
             container_labels: HashMap::from([("team".into(), "$CI_PROJECT_NAME".into())]),
-            log_options: HashMap::from([("max-size".into(), "10m".into())]),
+            log_options: HashMap::from([("labels".into(), "team".into())]),
             ..RawContainerOptions::default()
         })
         .unwrap();
@@ -560,7 +590,7 @@ mod tests {
         assert_eq!(b.device_requests.unwrap()[0].count, Some(-1));
         let log = b.log_config.unwrap();
         assert_eq!(log.typ.as_deref(), Some("json-file"));
-        assert_eq!(log.config.unwrap()["max-size"], "10m");
+        assert_eq!(log.config.unwrap()["labels"], "team");
         let s = o
             .service(ContainerCreateBody::default())
             .host_config
@@ -570,7 +600,7 @@ mod tests {
             s.device_requests.unwrap()[0].device_ids.as_deref(),
             Some(&["1".to_string()][..])
         );
-        assert_eq!(s.log_config.unwrap().config.unwrap()["max-size"], "10m");
+        assert_eq!(s.log_config.unwrap().config.unwrap()["labels"], "team");
         let labels = o.container_labels(|v| v.replace("$CI_PROJECT_NAME", "web"));
         assert_eq!(labels["team"], "web");
     }
@@ -593,6 +623,15 @@ mod tests {
         assert!(
             bad(|r| r.container_labels = HashMap::from([("flotilla.owner".into(), "x".into())]))
                 .contains("flotilla's own")
+        );
+        assert_eq!(
+            bad(|r| r.log_options = HashMap::from([
+                ("max-size".into(), "10m".into()),
+                ("env".into(), "A".into()),
+                ("labels-regex".into(), "x".into()),
+            ])),
+            "invalid log options: only [\"env\" \"labels\"] are allowed, but found: \
+             [\"labels-regex\" \"max-size\"]"
         );
         assert!(
             bad(|r| r.ulimit = HashMap::from([("nofile".into(), "2:1".into())]))

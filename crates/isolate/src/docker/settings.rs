@@ -20,7 +20,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 /// `[runners.docker]`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct DockerSettings {
     /// The default job image.
@@ -222,8 +222,13 @@ pub struct DockerSettings {
     /// The driver of the volumes made for the job (`local` when empty).
     #[serde(skip_serializing_if = "String::is_empty")]
     pub volume_driver: String,
-    /// Options of that driver for the cache volumes (`type`, `device`, `o` for `local`).
-    #[serde(skip_serializing_if = "HashMap::is_empty")]
+    /// Options of that driver for the cache volumes (`type`, `device`, `o` for `local`);
+    /// printed with every value but `type`'s and `device`'s redacted (`o` may carry a CIFS
+    /// password).
+    #[serde(
+        skip_serializing_if = "HashMap::is_empty",
+        serialize_with = "driver_options"
+    )]
     pub volume_driver_ops: HashMap<String, String>,
     /// Labels of the build container (`$VARIABLES` in values expanded with the job's).
     #[serde(skip_serializing_if = "HashMap::is_empty")]
@@ -234,13 +239,14 @@ pub struct DockerSettings {
     /// The services' GPUs.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub service_gpus: String,
-    /// Options of the `json-file` log driver of the job's containers (`max-size`).
+    /// Options of the `json-file` log driver of the job's containers (`env` and `labels`
+    /// only, as GitLab Runner allows).
     #[serde(skip_serializing_if = "HashMap::is_empty")]
     pub log_options: HashMap<String, String>,
 }
 
 /// One `[[runners.docker.services]]` entry (GitLab's `Service`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct RunnerService {
     /// The image.
@@ -254,9 +260,45 @@ pub struct RunnerService {
     /// The entrypoint (the image's when empty).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub entrypoint: Vec<String>,
-    /// Variables of the service (`KEY=value`), beside the job's.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    /// Variables of the service (`KEY=value`), beside the job's; printed with their values
+    /// redacted, as `[[runners]] environment` is.
+    #[serde(
+        skip_serializing_if = "Vec::is_empty",
+        serialize_with = "flotilla_fleet::serialize_environment"
+    )]
     pub environment: Vec<String>,
+}
+
+impl fmt::Debug for DockerSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        flotilla_fleet::debug_redacted("DockerSettings", self, f)
+    }
+}
+
+impl fmt::Debug for RunnerService {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        flotilla_fleet::debug_redacted("RunnerService", self, f)
+    }
+}
+
+/// Serialises a volume driver's options with every value but `type`'s and `device`'s
+/// redacted, in key order.
+fn driver_options<S: serde::Serializer>(
+    options: &HashMap<String, String>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut keys: Vec<&String> = options.keys().collect();
+    keys.sort();
+    let mut map = s.serialize_map(Some(keys.len()))?;
+    for key in keys {
+        if matches!(key.as_str(), "type" | "device") {
+            map.serialize_entry(key, &options[key])?;
+        } else {
+            map.serialize_entry(key, flotilla_fleet::REDACTED)?;
+        }
+    }
+    map.end()
 }
 
 /// For `skip_serializing_if`: GitLab's zero default.
@@ -605,13 +647,17 @@ impl DockerSettings {
                         .environment
                         .iter()
                         .filter_map(|e| e.split_once('='))
-                        .map(|(k, v)| flotilla_job::Variable::new(k, v))
+                        // Not public: a service's password stays out of `Debug`.
+                        .map(|(k, v)| flotilla_job::Variable {
+                            public: false,
+                            ..flotilla_job::Variable::new(k, v)
+                        })
                         .collect(),
                     ..flotilla_job::model::Image::default()
                 })
                 .collect(),
             services_devices,
-            volume_driver_ops,
+            volume_driver_ops: flotilla_fleet::Secret::new(volume_driver_ops),
             ..DockerIsolationConfig::default()
         })
     }
@@ -754,6 +800,41 @@ mod tests {
         assert_eq!(
             config.slot_cgroups, None,
             "slot cgroups only when the runner uses them"
+        );
+    }
+
+    /// A service's variables and a driver's options may hold passwords: printed and debugged
+    /// redacted, used as written.
+    #[test]
+    fn secrets_in_the_table_are_printed_redacted() {
+        let settings: DockerSettings = toml::from_str(
+            "volume_driver = \"local\"\n[volume_driver_ops]\ntype = \"cifs\"\n\
+             o = \"username=ci,password=cifs-secret\"\n[[services]]\nname = \"postgres:16\"\n\
+             environment = [\"POSTGRES_PASSWORD=pg-secret\", \"FF_X=true\"]\n",
+        )
+        .unwrap();
+        let printed = toml::to_string(&settings).unwrap();
+        let debug = format!("{settings:?}");
+        for text in [&printed, &debug] {
+            assert!(
+                !text.contains("cifs-secret") && !text.contains("pg-secret"),
+                "{text}"
+            );
+            assert!(
+                text.contains("cifs") && text.contains("FF_X=true"),
+                "{text}"
+            );
+        }
+        let config = settings.build(&DockerContext::default()).unwrap();
+        assert_eq!(
+            config.volume_driver_ops.expose()["o"],
+            "username=ci,password=cifs-secret"
+        );
+        assert_eq!(config.services[0].variables[0].value, "pg-secret");
+        let debug = format!("{config:?}");
+        assert!(
+            !debug.contains("cifs-secret") && !debug.contains("pg-secret"),
+            "{debug}"
         );
     }
 

@@ -2,6 +2,7 @@
 //! execs, and one container per service on the job's network.
 
 use super::labels::{JobLabels, Role};
+use super::volumes::Volume;
 use crate::layout::BuildLayout;
 use bollard::models::{ContainerCreateBody, EndpointSettings, HostConfig, NetworkingConfig};
 use flotilla_job::model::Image;
@@ -122,15 +123,19 @@ pub fn slot_bind(slot_dir: &str, project_id: i64) -> String {
 /// job's `GIT_CLONE_PATH` put its project outside the slot directory, first the whole builds
 /// directory from the instance's `<slot_dir>/.project-<id>.builds`, the project's own on this
 /// slot, as GitLab mounts a per-project builds volume at the builds directory. Docker mounts
-/// the slot's bind inside it.
-pub fn job_binds(layout: &BuildLayout, project_id: i64) -> Vec<String> {
+/// the slot's bind inside it. Not when one of the runner's `volumes` is mounted at the builds
+/// directory already (Docker refuses two mounts at one place; GitLab's builds directory is
+/// then the operator's, shared) or the builds directory is `/`.
+pub fn job_binds(layout: &BuildLayout, project_id: i64, volumes: &[Volume]) -> Vec<String> {
     let slot = layout.slot_dir.trim_end_matches('/');
     let slot_bind = slot_bind(slot, project_id);
-    if layout.paths.project_dir.starts_with(&format!("{slot}/")) {
+    let builds = layout.paths.builds_dir.trim_end_matches('/');
+    let covered = volumes
+        .iter()
+        .any(|v| v.destination().trim_end_matches('/') == builds);
+    if layout.paths.project_dir.starts_with(&format!("{slot}/")) || builds.is_empty() || covered {
         return vec![slot_bind];
     }
-    let builds = layout.paths.builds_dir.trim_end_matches('/');
-    let builds = if builds.is_empty() { "/" } else { builds };
     vec![
         format!("{slot}/.project-{project_id}.builds:{builds}"),
         slot_bind,
@@ -269,21 +274,33 @@ mod tests {
         job.job_info.project_id = 7;
         job.job_info.project_full_path = "g/p".into();
         let plain = BuildLayout::new("/builds", 2, &job, true).unwrap();
-        assert_eq!(job_binds(&plain, 7), ["/builds/2/.project-7:/builds/2"]);
+        assert_eq!(
+            job_binds(&plain, 7, &[]),
+            ["/builds/2/.project-7:/builds/2"]
+        );
         job.variables
             .push(Variable::new("GIT_CLONE_PATH", "$CI_BUILDS_DIR/go/src/p"));
         let custom = BuildLayout::new("/builds", 2, &job, true).unwrap();
         assert_eq!(
-            job_binds(&custom, 7),
+            job_binds(&custom, 7, &[]),
             [
                 "/builds/2/.project-7.builds:/builds",
                 "/builds/2/.project-7:/builds/2"
             ]
         );
+        // The operator's own volume at the builds directory: it is the builds directory.
+        let theirs = [Volume::parse("/srv/builds:/builds").unwrap()];
+        assert_eq!(
+            job_binds(&custom, 7, &theirs),
+            ["/builds/2/.project-7:/builds/2"]
+        );
         job.variables
             .push(Variable::new("GIT_CLONE_PATH", "/builds/2/elsewhere"));
         let inside = BuildLayout::new("/builds", 2, &job, true).unwrap();
-        assert_eq!(job_binds(&inside, 7), ["/builds/2/.project-7:/builds/2"]);
+        assert_eq!(
+            job_binds(&inside, 7, &[]),
+            ["/builds/2/.project-7:/builds/2"]
+        );
     }
 
     #[test]

@@ -40,6 +40,15 @@ pub enum Volume {
     },
 }
 
+impl Volume {
+    /// Where the containers see it.
+    pub fn destination(&self) -> &str {
+        match self {
+            Volume::Bind { destination, .. } | Volume::Cache { destination, .. } => destination,
+        }
+    }
+}
+
 /// Why an entry is not a volume GitLab Runner would take.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("volume `{entry}`: {reason}")]
