@@ -68,7 +68,19 @@ missing-image:
     assert!(log.contains("\nfrom the repository"), "{log}");
     let missing = p.log("missing-image");
     assert!(
-        missing.contains("`docker pull local/flotilla-not-built:nope` there puts it on it"),
+        run.stdout
+            .lines()
+            .any(|l| l.starts_with("missing-image failed: ") && l.contains("No such image")),
+        "the summary says why: {}",
+        run.stdout
+    );
+    // The engine's words, and the command that puts the image there.
+    assert!(
+        missing.contains("(the engine says: ")
+            && missing.contains("No such image: local/flotilla-not-built:nope")
+            && missing.contains(
+                "`docker pull local/flotilla-not-built:nope` on the instance puts it there"
+            ),
         "{missing}"
     );
 

@@ -750,6 +750,14 @@ slow:
     assert!(log.contains("\nstarted\n"), "{log}");
     assert!(!log.contains("\nnever printed"), "{log}");
     assert!(log.contains("took longer than"), "{log}");
+    // The summary says why, not only that it failed.
+    assert!(
+        run.stdout
+            .lines()
+            .any(|l| l.starts_with("slow failed: ") && l.contains("took longer than")),
+        "{}",
+        run.stdout
+    );
 }
 
 #[test]
@@ -1004,6 +1012,14 @@ boxed:
         "{log}"
     );
     assert!(!log.contains("must not run"), "it never ran: {log}");
+    assert!(
+        run.stdout
+            .lines()
+            .any(|l| l.starts_with("boxed failed: ")
+                && l.contains("asks for isolation level \"vm\"")),
+        "the summary says why: {}",
+        run.stdout
+    );
     // The same level named on the command line is honoured the same way.
     let run = p.exec(&["--variable", "FLOTILLA_ISOLATION=shell", "plain"]);
     run.expect_code(0);

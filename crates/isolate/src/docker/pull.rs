@@ -66,6 +66,14 @@ impl FromStr for PullPolicy {
     }
 }
 
+/// What the engine said, without bollard's framing ("Docker responded with status code 404:").
+fn engine_message(e: &bollard::errors::Error) -> String {
+    match e {
+        bollard::errors::Error::DockerResponseServerError { message, .. } => message.clone(),
+        other => other.to_string(),
+    }
+}
+
 fn names(p: &[PullPolicy]) -> String {
     p.iter().map(|p| p.as_str()).collect::<Vec<_>>().join(", ")
 }
@@ -193,9 +201,12 @@ pub async fn ensure_image(
                 }
                 Err(e) if is_not_found(&e) => {
                     if *policy == PullPolicy::Never {
+                        // The engine's own words, and what puts the image there.
                         failures.push(format!(
                             "{policy}: the image is not on the instance and may not be pulled \
-                             (`docker pull {image}` there puts it on it)"
+                             (the engine says: {}); `docker pull {image}` on the instance puts \
+                             it there",
+                            engine_message(&e)
                         ));
                         continue;
                     }
