@@ -20,10 +20,15 @@ fn infra_docker_exec_runs_image_jobs_in_containers_with_no_configuration() {
         r#"
 in-the-image:
   image: {image}
+  services:
+    - name: {image}
+      alias: web
+      command: ["sh", "-c", "mkdir -p /www && echo from-the-service > /www/index.html && exec httpd -f -p 8080 -h /www"]
   script:
     - echo "container $(hostname)"
     - test -f /.dockerenv && echo "in docker"
     - cat checked-out.txt
+    - for i in $(seq 1 100); do nslookup web >/dev/null 2>&1 || break; wget -qO- http://web:8080/ && break; sleep 0.1; done
 on-the-host:
   script:
     - echo "host $(hostname)"
@@ -66,6 +71,8 @@ missing-image:
     let log = p.log("in-the-image");
     assert!(log.contains("\nin docker"), "{log}");
     assert!(log.contains("\nfrom the repository"), "{log}");
+    // Its service, from this host's engine too, reached by its alias.
+    assert!(log.contains("\nfrom-the-service"), "{log}");
     let missing = p.log("missing-image");
     assert!(
         run.stdout
