@@ -38,6 +38,7 @@ fn main() {
         start,
         sample_every: Duration::from_secs(60),
         seed: 1,
+        pending_timeout: flotilla_sim::GITLAB_PENDING_TIMEOUT,
     };
     println!(
         "{:>10} {:>8} {:>10} {:>12} {:>10} {:>10}",

@@ -17,5 +17,7 @@ pub mod simulation;
 pub mod workload;
 
 pub use fake_group::{FakeConfig, FakeInstance, FakeInstanceGroup};
-pub use simulation::{Outcome, ProviderProfile, RunnerModel, Sample, SimError, Spec, run};
+pub use simulation::{
+    GITLAB_PENDING_TIMEOUT, Outcome, ProviderProfile, RunnerModel, Sample, SimError, Spec, run,
+};
 pub use workload::{DailyPattern, JobSpec, Synthetic, WorkloadError, parse_csv};

@@ -10,7 +10,11 @@
 //! reserve waits `check_interval`, or less when one of its own jobs frees a slot. A job
 //! then acquires its slot (waiting up to `instance_acquire_timeout`), runs for its
 //! duration, and releases it. A job's *wait* is from its arrival in GitLab's queue to the
-//! moment it has its slot: what GitLab shows as its queued time, plus the slot wait.
+//! moment it has its slot: what GitLab shows as its queued time, plus the slot wait. A job
+//! still in GitLab's queue [`Spec::pending_timeout`] after it arrived is dropped there, as
+//! GitLab fails it ([`GITLAB_PENDING_TIMEOUT`]): it is never served, and its slot time and
+//! instance-hours are not spent, so an overloaded fleet's waits and cost are what they would
+//! be, not those of a queue that grows for ever.
 //!
 //! Everything runs on one thread with tokio's clock paused, so a week takes seconds and a
 //! seed replays exactly.
@@ -27,6 +31,12 @@ use tokio::time::Instant;
 
 /// How long GitLab (Workhorse) holds a job request open when no job comes.
 pub const LONG_POLL: Duration = Duration::from_secs(50);
+
+/// How long a job may stay pending in GitLab's queue: GitLab then fails it
+/// (`Ci::StuckBuilds::DropPendingService`, `BUILD_PENDING_OUTDATED_TIMEOUT = 1.day`, failure
+/// reason `stuck_or_timeout_failure`). GitLab's cron worker looks hourly, so a job may stay up
+/// to an hour longer; the simulation drops it at the day.
+pub const GITLAB_PENDING_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
 /// The provider's latencies.
 #[derive(Debug, Clone, PartialEq)]
@@ -105,6 +115,9 @@ pub struct Spec {
     pub sample_every: Duration,
     /// The provider's seed.
     pub seed: u64,
+    /// How long a job stays in GitLab's queue before GitLab fails it
+    /// ([`GITLAB_PENDING_TIMEOUT`]).
+    pub pending_timeout: Duration,
 }
 
 /// The fleet at one moment.
@@ -131,6 +144,9 @@ pub struct Outcome {
     pub served: u64,
     /// Jobs whose slot did not come within `instance_acquire_timeout`.
     pub timed_out: u64,
+    /// Jobs GitLab failed while they were still in its queue, after
+    /// [`Spec::pending_timeout`]: never taken by the runner.
+    pub dropped_pending: u64,
     /// Each served job's wait, in seconds (arrival to slot), in arrival order.
     pub waits: Vec<f32>,
     /// Instance-seconds paid for (creation to deletion, as the provider bills).
@@ -194,6 +210,7 @@ struct World {
     concurrent: Option<Arc<Semaphore>>,
     waits: Mutex<Vec<(usize, f32)>>,
     timed_out: Mutex<u64>,
+    dropped_pending: Mutex<u64>,
     busy_secs: Mutex<f64>,
     all_done: Notify,
 }
@@ -239,6 +256,7 @@ async fn simulate(spec: Spec, jobs: Vec<JobSpec>) -> Result<Outcome, SimError> {
         freed: Notify::new(),
         waits: Mutex::new(Vec::with_capacity(jobs.len())),
         timed_out: Mutex::new(0),
+        dropped_pending: Mutex::new(0),
         busy_secs: Mutex::new(0.0),
         all_done: Notify::new(),
         spec,
@@ -263,8 +281,10 @@ async fn simulate(spec: Spec, jobs: Vec<JobSpec>) -> Result<Outcome, SimError> {
             }
         })
     };
-    // The job source's workers.
     let stop = tokio_util::sync::CancellationToken::new();
+    // GitLab failing the jobs that stayed too long in its queue.
+    let dropper = tokio::spawn(drop_pending(world.clone(), stop.clone()));
+    // The job source's workers.
     let mut workers = Vec::new();
     for n in 0..world.spec.runner.request_concurrency.max(1) {
         workers.push(tokio::spawn(worker(
@@ -321,6 +341,7 @@ async fn simulate(spec: Spec, jobs: Vec<JobSpec>) -> Result<Outcome, SimError> {
     stop.cancel();
     world.arrived.notify_waiters();
     let _ = feeder.await;
+    let _ = dropper.await;
     for w in workers {
         let _ = w.await;
     }
@@ -334,11 +355,16 @@ async fn simulate(spec: Spec, jobs: Vec<JobSpec>) -> Result<Outcome, SimError> {
     let mut waits = std::mem::take(&mut *world.waits.lock().unwrap_or_else(|e| e.into_inner()));
     waits.sort_by_key(|(i, _)| *i);
     let timed_out = *world.timed_out.lock().unwrap_or_else(|e| e.into_inner());
+    let dropped_pending = *world
+        .dropped_pending
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     let busy_slot_seconds = *world.busy_secs.lock().unwrap_or_else(|e| e.into_inner());
     Ok(Outcome {
         jobs: total as u64,
         served: waits.len() as u64,
         timed_out,
+        dropped_pending,
         waits: waits.into_iter().map(|(_, w)| w).collect(),
         instance_seconds: billed.as_secs_f64(),
         idle_slot_seconds,
@@ -348,6 +374,42 @@ async fn simulate(spec: Spec, jobs: Vec<JobSpec>) -> Result<Outcome, SimError> {
         peak_instances,
         increases: group.call_count("increase"),
     })
+}
+
+/// Fails each job still in GitLab's queue [`Spec::pending_timeout`] after its arrival, as
+/// GitLab does: the queue is in arrival order, so only its front can be due.
+async fn drop_pending(world: Arc<World>, stop: tokio_util::sync::CancellationToken) {
+    let timeout = world.spec.pending_timeout;
+    loop {
+        // A job arriving from now on is due no earlier than a timeout from now.
+        let next = world
+            .queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .jobs
+            .front()
+            .map_or_else(|| Instant::now() + timeout, |(_, at)| *at + timeout);
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep_until(next) => {}
+        }
+        let now = Instant::now();
+        let mut q = world.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let mut dropped = 0;
+        while q.jobs.front().is_some_and(|(_, at)| *at + timeout <= now) {
+            q.jobs.pop_front();
+            dropped += 1;
+        }
+        q.done += dropped;
+        drop(q);
+        if dropped > 0 {
+            *world
+                .dropped_pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) += dropped as u64;
+            world.all_done.notify_waiters();
+        }
+    }
 }
 
 /// Permits held for one job, from before its request to its end.
@@ -498,6 +560,7 @@ mod tests {
             start: Utc.with_ymd_and_hms(2026, 11, 23, 0, 0, 0).unwrap(),
             sample_every: Duration::from_secs(10),
             seed: 3,
+            pending_timeout: GITLAB_PENDING_TIMEOUT,
         }
     }
 
@@ -548,6 +611,28 @@ mod tests {
         let b = run(&s, work).unwrap();
         assert_eq!(a.waits, b.waits);
         assert_eq!(a.instance_seconds, b.instance_seconds);
+    }
+
+    #[test]
+    fn gitlab_fails_the_jobs_left_in_its_queue_past_the_pending_timeout() {
+        // One instance of two slots runs 12 ten-minute jobs an hour; 360 arrive an hour.
+        let mut s = spec(0);
+        s.scaler.max_instances = 1;
+        s.pending_timeout = Duration::from_secs(3600);
+        let work = jobs(400, Duration::from_secs(10), Duration::from_secs(600));
+        let o = run(&s, work).unwrap();
+        assert!(o.dropped_pending > 300, "{}", o.dropped_pending);
+        assert_eq!(o.served + o.timed_out + o.dropped_pending, o.jobs);
+        // No job that ran waited longer than GitLab keeps it: the queue is bounded, and its
+        // samples say so.
+        assert!(o.wait_quantile(1.0) <= 3600.0, "{}", o.wait_quantile(1.0));
+        let most_waiting = o.samples.iter().map(|x| x.waiting).max().unwrap_or(0);
+        assert!(most_waiting <= 361, "{most_waiting}");
+        // The same jobs with a queue GitLab never empties: they all run, hours late.
+        s.pending_timeout = Duration::from_secs(1_000_000);
+        let o = run(&s, jobs(400, Duration::from_secs(10), Duration::from_secs(600))).unwrap();
+        assert_eq!((o.served, o.dropped_pending), (400, 0));
+        assert!(o.wait_quantile(1.0) > 30.0 * 3600.0, "{}", o.wait_quantile(1.0));
     }
 
     #[test]

@@ -11,6 +11,7 @@
 //! cost-versus-wait table and its plot.
 
 mod capacity;
+mod labels;
 mod plot;
 mod spec;
 mod sweep;
@@ -221,15 +222,15 @@ fn simulate(args: &SimulateArgs, out: &mut dyn Write, err: &mut dyn Write) -> Re
             let w = key.name().len().max(12);
             let _ = writeln!(
                 out,
-                "\n{:>w$}  {:>14}  {:>15}  {:>9}  {:>9}  {:>9}  {:>9}  {:>10}  {:>7}",
+                "\n{:>w$}  {:>14}  {:>15}  {:>9}  {:>9}  {:>9}  {:>11}  {:>7}  {:>7}",
                 key.name(),
                 "instance-hours",
                 "idle slot-hours",
                 "wait p50",
                 "wait p95",
                 "wait p99",
-                "past 24 h",
-                "not served",
+                "failed 24 h",
+                "no slot",
                 "wall s"
             );
             let mut rows = Vec::new();
@@ -241,15 +242,15 @@ fn simulate(args: &SimulateArgs, out: &mut dyn Write, err: &mut dyn Write) -> Re
                 let wall = t.elapsed();
                 let _ = writeln!(
                     out,
-                    "{:>w$}  {:>14.1}  {:>15.1}  {:>8.1}s  {:>8.1}s  {:>8.1}s  {:>9}  {:>10}  {:>7.1}",
+                    "{:>w$}  {:>14.1}  {:>15.1}  {:>8.1}s  {:>8.1}s  {:>8.1}s  {:>11}  {:>7}  {:>7.1}",
                     point.text,
                     o.instance_seconds / 3600.0,
                     o.idle_slot_seconds / 3600.0,
                     o.wait_quantile(0.5),
                     o.wait_quantile(0.95),
                     o.wait_quantile(0.99),
-                    capacity::dropped_by_gitlab(&o.waits),
-                    o.jobs - o.served,
+                    o.dropped_pending,
+                    o.timed_out,
                     wall.as_secs_f64()
                 );
                 if let Some((slots, what)) = capacity::most_at_once(&spec) {
@@ -309,18 +310,18 @@ fn print_capacity(
         let _ = writeln!(
             out,
             "the fleet cannot keep up: jobs arrive at {:.0} an hour, and its {slots} slots \
-             ({what}) run at most {:.0} an hour at the mean job duration; the queue grows for \
-             as long as the workload lasts",
+             ({what}) run at most {:.0} an hour at the mean job duration; jobs queue up in \
+             GitLab until it fails those pending for a day",
             t.arriving_per_hour, t.most_per_hour
         );
     }
-    let dropped = capacity::dropped_by_gitlab(&o.waits);
-    if dropped > 0 {
+    if o.dropped_pending > 0 {
         let _ = writeln!(
             out,
-            "{dropped} of {} jobs waited longer than GitLab's pending timeout (24 h): GitLab \
-             fails such jobs (stuck_or_timeout_failure) before a runner takes them",
-            o.jobs
+            "{} of {} jobs failed: still in GitLab's queue after its pending timeout (24 h), \
+             GitLab fails them (stuck_or_timeout_failure) before a runner takes them; the \
+             waits and the cost above are those of the jobs that ran",
+            o.dropped_pending, o.jobs
         );
     }
 }
@@ -358,13 +359,16 @@ fn print_outcome(out: &mut dyn Write, o: &Outcome, wall: Duration, start: DateTi
     );
     let _ = writeln!(
         out,
-        "job wait (queued to slot): p50 {:.1} s, p95 {:.1} s, p99 {:.1} s, max {:.1} s; {} of {} jobs got no slot within instance_acquire_timeout",
+        "job wait (queued to slot) of the {} jobs that got a slot: p50 {:.1} s, p95 {:.1} s, \
+         p99 {:.1} s, max {:.1} s; {} of the {} jobs taken from GitLab's queue got no slot \
+         within instance_acquire_timeout",
+        o.served,
         o.wait_quantile(0.5),
         o.wait_quantile(0.95),
         o.wait_quantile(0.99),
         o.wait_quantile(1.0),
-        o.jobs - o.served,
-        o.jobs
+        o.timed_out,
+        o.served + o.timed_out
     );
 }
 

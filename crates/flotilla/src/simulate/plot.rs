@@ -4,6 +4,7 @@
 //! Text is drawn with a TrueType font found on the system (Debian's fonts-dejavu-core);
 //! without one the plots cannot be labelled, and that is an error that names the package.
 
+use super::labels;
 use anyhow::{Result, anyhow};
 use chrono::{DateTime, Utc};
 use flotilla_sim::{Outcome, Sample};
@@ -116,13 +117,16 @@ where
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("drawing the plot: {e}");
     root.fill(&WHITE).map_err(e)?;
     let days = (o.span.as_secs_f64() / 86400.0).max(1.0 / 24.0);
-    let caption = format!(
+    let mut caption = format!(
         "{title}: {} jobs from {}, {:.0} instance-hours, wait p95 {:.1} s",
         o.jobs,
         start.format("%Y-%m-%d"),
         o.instance_seconds / 3600.0,
         o.wait_quantile(0.95)
     );
+    if o.dropped_pending > 0 {
+        caption.push_str(&format!(", {} failed pending", o.dropped_pending));
+    }
     let body = root.titled(&caption, ("sans-serif", 20)).map_err(e)?;
     let (fleet, queue) = body.split_vertically(body.dim_in_pixel().1 * 3 / 5);
     let fleet_series: [Line<Sample, u32>; 3] = [
@@ -258,11 +262,9 @@ where
         x0 -= 1.0;
         x1 += 1.0;
     }
-    // Room for the labels: each is written beside its point, to the left of the points in
-    // the right half, so none runs past the plot's edge.
+    // Room for the labels beside the outermost points.
     let pad = (x1 - x0) * 0.12;
     let ymax = rows.iter().map(|r| r.p99).fold(1.0, f64::max) * 1.2;
-    let middle = (x0 + x1) / 2.0;
     let mut chart = ChartBuilder::on(root)
         .caption(
             format!("{runner}: cost against job wait, sweeping {key}"),
@@ -304,23 +306,30 @@ where
             )
             .map_err(e)?;
     }
-    chart
-        .draw_series(rows.iter().map(|r| {
-            let h = if r.instance_hours > middle {
-                HPos::Right
-            } else {
-                HPos::Left
-            };
-            Text::new(
-                r.label.clone(),
-                (r.instance_hours, r.p99),
-                ("sans-serif", 13)
-                    .into_font()
-                    .into_text_style(root)
-                    .pos(Pos::new(h, VPos::Bottom)),
-            )
-        }))
-        .map_err(e)?;
+    // Each point's label beside it, where no other label is (`labels::place`).
+    let style = ("sans-serif", 13)
+        .into_font()
+        .into_text_style(root)
+        .pos(Pos::new(HPos::Left, VPos::Top));
+    let points: Vec<(i32, i32)> = rows
+        .iter()
+        .map(|r| chart.backend_coord(&(r.instance_hours, r.p99)))
+        .collect();
+    let sizes = rows
+        .iter()
+        .map(|r| root.estimate_text_size(&r.label, &style).map_err(e))
+        .collect::<Result<Vec<_>>>()?;
+    let (xs, ys) = chart.plotting_area().get_pixel_range();
+    let area = labels::Area {
+        left: xs.start,
+        right: xs.end,
+        top: ys.start,
+        bottom: ys.end,
+    };
+    for (r, at) in rows.iter().zip(labels::place(&points, &sizes, area)) {
+        root.draw(&Text::new(r.label.clone(), at, style.clone()))
+            .map_err(e)?;
+    }
     chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.85))

@@ -71,6 +71,7 @@ pub(crate) fn from_config(
         start,
         sample_every: Duration::from_secs(10),
         seed,
+        pending_timeout: flotilla_sim::GITLAB_PENDING_TIMEOUT,
     };
     Ok((
         Chosen {
