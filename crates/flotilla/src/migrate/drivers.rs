@@ -300,11 +300,12 @@ impl Cloud {
                         .into(),
                 )
             }
-            (Cloud::Aws, "amazonec2-region") => OptionOutcome::Dropped(
-                "the region comes from the AWS profile the plugin reads (plugin_config.profile \
-                 and config_file) and is the autoscaling group's"
-                    .into(),
-            ),
+            (Cloud::Aws, "amazonec2-region") => {
+                // The aws provider takes the group's region in plugin_config, over the
+                // standard chain's (fleeting-plugin-aws reads it from the chain only).
+                set(&mut p.plugin_config, "region", value_str.into());
+                OptionOutcome::Carried("plugin_config.region".into())
+            }
             (Cloud::Aws, _) => OptionOutcome::Dropped(format!(
                 "belongs to the autoscaling group or its launch template ({})",
                 aws_place(name)

@@ -10,7 +10,8 @@ use std::path::PathBuf;
 /// documentation, "Example: AWS autoscaling for 1 job per instance"): `name` is the Auto
 /// Scaling group; `profile`, `config_file` and `credentials_file` choose the shared AWS
 /// configuration the standard credential and region chain reads. The region comes from that
-/// chain (`AWS_REGION`, the profile's `region`), as it does for the plugin.
+/// chain (`AWS_REGION`, the profile's `region`), as it does for the plugin, unless `region`
+/// names it here.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AwsSettings {
