@@ -219,8 +219,11 @@ fn the_cattle_ops_rendering_keeps_its_schedule_and_spot_settings_go_to_the_group
     // The machine's region is the group's: the aws provider reads it from plugin_config.
     assert_eq!(a.plugin_config["region"], "eu-west-1", "{out}");
     assert!(
-        report.items.iter().any(|i| i.what.contains("amazonec2-region")
-            && matches!(&i.outcome, Outcome::Carried(to) if to == "plugin_config.region")),
+        report
+            .items
+            .iter()
+            .any(|i| i.what.contains("amazonec2-region")
+                && matches!(&i.outcome, Outcome::Carried(to) if to == "plugin_config.region")),
         "{report}"
     );
     let spot = report

@@ -468,6 +468,20 @@ async fn run_serves_gitlab_metrics_that_real_parsers_accept() {
     assert!(ops("release") >= 2.0, "{text}");
     assert!(ops("reserve") >= 2.0, "{text}");
     assert!(!text.contains(TOKEN), "the runner token is in /metrics");
+    // The build, labelled as GitLab labels its own (`common/version.go`).
+    let build = text
+        .lines()
+        .find(|l| l.starts_with("gitlab_runner_version_info{"))
+        .unwrap_or_else(|| panic!("no version_info:\n{text}"));
+    for label in [
+        format!(r#"revision="{}""#, env!("FLOTILLA_COMMIT")),
+        format!(r#"built_at="{}""#, env!("FLOTILLA_COMMIT_DATE")),
+        format!(r#"version="{}""#, env!("CARGO_PKG_VERSION")),
+        r#"go_version="rustc "#.to_string(),
+        r#"branch=""#.to_string(),
+    ] {
+        assert!(build.contains(&label), "{label} not in {build}");
+    }
 
     // Two parsers that are not ours accept it.
     if infra::require(Infra::Promtool) {
@@ -485,6 +499,12 @@ async fn run_serves_gitlab_metrics_that_real_parsers_accept() {
             "gitlab_runner_job_duration_seconds histogram",
             "gitlab_runner_api_request_statuses counter",
             "flotilla_instance_removals counter",
+            "gitlab_runner_failed_jobs counter",
+            "gitlab_runner_version_info gauge",
+            "gitlab_runner_job_stage_duration_seconds histogram",
+            "process_resident_memory_bytes gauge",
+            "process_open_fds gauge",
+            "process_cpu_seconds counter",
         ] {
             assert!(
                 said.lines().any(|l| l.starts_with(&format!("{family} "))),

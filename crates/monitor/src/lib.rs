@@ -14,6 +14,7 @@
 #![warn(missing_docs)]
 
 pub mod buckets;
+mod build;
 pub mod chart;
 mod error;
 pub mod jobs;
@@ -26,6 +27,7 @@ pub mod server;
 pub mod status;
 
 pub use buckets::InstanceBuckets;
+pub use build::BuildInfo;
 pub use error::MonitorError;
 pub use labels::{RunnerLabels, short_token};
 pub use monitor::{FOLLOW_INTERVAL, Health, Monitor, RunnerHealth};

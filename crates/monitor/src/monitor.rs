@@ -1,6 +1,7 @@
 //! The monitor: one Prometheus registry for every runner, the status page's model, and the
 //! health answer; refreshed from the scalers every second and at every scrape.
 
+use crate::build::BuildInfo;
 use crate::error::MonitorError;
 use crate::runner::{RunnerHandle, RunnerSpec, RunnerState};
 use crate::status::{Phase, StatusView};
@@ -65,8 +66,15 @@ impl Health {
 
 impl Monitor {
     /// A monitor for a process with `concurrent` (`gitlab_runner_concurrent`), reporting
-    /// `version`.
+    /// `version` and nothing else of its build.
     pub fn new(concurrent: u32, version: &str) -> Result<Monitor, MonitorError> {
+        Monitor::with_build(concurrent, &BuildInfo::of_version(version))
+    }
+
+    /// A monitor for a process with `concurrent` (`gitlab_runner_concurrent`) built as
+    /// `build` says.
+    pub fn with_build(concurrent: u32, build: &BuildInfo) -> Result<Monitor, MonitorError> {
+        let version = build.version.as_str();
         let registry = Registry::new();
         let gauge = IntGauge::with_opts(Opts::new(
             "gitlab_runner_concurrent",
@@ -77,22 +85,19 @@ impl Monitor {
         registry
             .register(Box::new(gauge))
             .map_err(MonitorError::Metrics)?;
-        // `gitlab_runner_version_info` (`commands/multi.go` registers GitLab's), always 1.
+        // `gitlab_runner_version_info` (`commands/multi.go` registers GitLab's), always 1,
+        // with GitLab's labels.
+        let labels = build.labels();
         let version_info = IntGaugeVec::new(
             Opts::new(
                 "gitlab_runner_version_info",
                 "A metric with a constant '1' value labeled by different build stats fields.",
             ),
-            &["name", "version", "os", "architecture"],
+            &labels.map(|(name, _)| name),
         )
         .map_err(MonitorError::Metrics)?;
         version_info
-            .with_label_values(&[
-                "flotilla",
-                version,
-                std::env::consts::OS,
-                std::env::consts::ARCH,
-            ])
+            .with_label_values(&labels.map(|(_, value)| value))
             .set(1);
         registry
             .register(Box::new(version_info))

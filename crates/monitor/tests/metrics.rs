@@ -393,7 +393,7 @@ async fn two_runners_share_one_exposition_and_the_parser_accepts_it() {
         "{text}"
     );
     let version = format!(
-        "gitlab_runner_version_info{{architecture=\"{}\",name=\"flotilla\",os=\"{}\",version=\"test\"}}",
+        "gitlab_runner_version_info{{architecture=\"{}\",branch=\"unknown\",built_at=\"unknown\",go_version=\"unknown\",name=\"flotilla\",os=\"{}\",revision=\"unknown\",version=\"test\"}}",
         std::env::consts::ARCH,
         std::env::consts::OS
     );

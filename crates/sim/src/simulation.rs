@@ -630,9 +630,17 @@ mod tests {
         assert!(most_waiting <= 361, "{most_waiting}");
         // The same jobs with a queue GitLab never empties: they all run, hours late.
         s.pending_timeout = Duration::from_secs(1_000_000);
-        let o = run(&s, jobs(400, Duration::from_secs(10), Duration::from_secs(600))).unwrap();
+        let o = run(
+            &s,
+            jobs(400, Duration::from_secs(10), Duration::from_secs(600)),
+        )
+        .unwrap();
         assert_eq!((o.served, o.dropped_pending), (400, 0));
-        assert!(o.wait_quantile(1.0) > 30.0 * 3600.0, "{}", o.wait_quantile(1.0));
+        assert!(
+            o.wait_quantile(1.0) > 30.0 * 3600.0,
+            "{}",
+            o.wait_quantile(1.0)
+        );
     }
 
     #[test]

@@ -26,6 +26,18 @@ pub(super) struct Served {
     pub done: CancellationToken,
 }
 
+/// This binary's build, as `gitlab_runner_version_info` labels it (`build.rs` records the
+/// commit, its date and branch, and the compiler).
+pub(crate) fn build_info() -> flotilla_monitor::BuildInfo {
+    flotilla_monitor::BuildInfo {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        revision: env!("FLOTILLA_COMMIT").to_string(),
+        branch: env!("FLOTILLA_BRANCH").to_string(),
+        built_at: env!("FLOTILLA_COMMIT_DATE").to_string(),
+        compiler: env!("FLOTILLA_RUSTC").to_string(),
+    }
+}
+
 /// Binds `listen_address` and serves the monitor on it, with its follower, as tasks of
 /// `tasks`; `None` when no `listen_address` is set.
 pub(super) async fn serve(config: &Config, tasks: &TaskTracker) -> Result<Option<Served>> {
@@ -33,7 +45,7 @@ pub(super) async fn serve(config: &Config, tasks: &TaskTracker) -> Result<Option
         tracing::info!("listen_address not defined, metrics, health and status page disabled");
         return Ok(None);
     };
-    let monitor = Monitor::new(config.concurrent, env!("CARGO_PKG_VERSION"))?;
+    let monitor = Monitor::with_build(config.concurrent, &build_info())?;
     let listener = server::bind(address).await.context("listen_address")?;
     let token = config
         .flotilla
