@@ -6,7 +6,9 @@
 // shows the fleet; then reads `JOB <id>` from stdin, waits until the page shows that job
 // running (printing `RUNNING <id> <isolation> <where>` and taking a screenshot), then until
 // it has left the running jobs for the last hour's ended ones (printing `FINISHED <id>
-// result=<result> link=<its GitLab page> ...` and taking a second screenshot). The page is
+// result=<result> link=<its GitLab page> level=<isolation> ran_on=<instance #slot>
+// took=<duration> decisions=<rows> collapsed=<the largest run of one decision shown as one
+// row> errors=<page errors>` and taking a second screenshot). The page is
 // loaded once: everything after the first load must come from its own live refresh.
 import { chromium } from "playwright-core";
 import readline from "node:readline";
@@ -82,8 +84,27 @@ try {
   const link = (await endedRow.locator("a").first().getAttribute("href")) || "none";
   const reloaded = !(await page.evaluate(() => window.__loadedOnce === true));
   if (reloaded) throw new Error("the page was reloaded; the refresh must be live");
+  const ended = await endedRow.locator("td").allTextContents();
+  // The idle fleet's scaler holds, the same way, every second: within a few seconds that is
+  // one row with its count.
+  await page
+    .waitForFunction(
+      () => [...document.querySelectorAll('[data-testid="decision"] td:first-child')].some((td) =>
+        /×\d+/.test(td.textContent),
+      ),
+      null,
+      { timeout: 15_000 },
+    )
+    .catch(() => {});
   const decisions = await page.getByTestId("decision").count();
-  say(`FINISHED ${id} result=${result} link=${link} decisions=${decisions} errors=${errors.length}`);
+  // A run of the same decision is one row, "(×N since ...)": the largest N shown.
+  const times = await page.getByTestId("decision").locator("td:first-child").allTextContents();
+  const collapsed = Math.max(1, ...times.map((t) => Number((/×(\d+)/.exec(t) || [0, 1])[1])));
+  const word = (t) => t.trim().replaceAll(" ", "_") || "none";
+  say(
+    `FINISHED ${id} result=${result} link=${link} level=${word(ended[3])} ran_on=${word(ended[4])} ` +
+      `took=${word(ended[5])} decisions=${decisions} collapsed=${collapsed} errors=${errors.length}`,
+  );
   await page.screenshot({ path: `${shots}/status-page-after.png`, fullPage: true });
   for (const e of errors) say(`PAGE-ERROR ${e}`);
 } catch (e) {

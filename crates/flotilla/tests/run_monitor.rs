@@ -608,6 +608,22 @@ async fn infra_status_page_in_chromium() {
         .and_then(|d| d.parse().ok())
         .unwrap_or(0);
     assert!(decisions >= 1, "no decision shown: {finished}");
+    // The same decision taken again and again (the idle fleet held) is one row with its
+    // count, not a row a second.
+    let collapsed: usize = finished
+        .split("collapsed=")
+        .nth(1)
+        .and_then(|d| d.split(' ').next())
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(0);
+    assert!(collapsed >= 2, "no run of one decision shown: {finished}");
+    // The ended job says where it ran and how long it took.
+    assert!(
+        finished.contains(" level=shell ")
+            && finished.contains(&format!(" ran_on={} ", words[3]))
+            && !finished.contains(" took=none "),
+        "{finished}"
+    );
     // The job stays on the page after it ended, with its result and a link to its page on
     // GitLab (the payload's CI_JOB_URL).
     assert!(

@@ -335,16 +335,23 @@ impl RunnerState {
             ("requested", snapshot.ledger.requested_in_flight()),
         ]);
         view.instances = status::instances(&snapshot.ledger, &keys, tokio::time::Instant::now());
-        view.decisions = status::collapse(scaler.recent_decisions().into_iter().rev().map(|d| {
-            let at = d.at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-            DecisionView {
-                since: at.clone(),
-                at,
-                kind: d.kind.as_str(),
-                explanation: d.explanation.to_string(),
-                count: 1,
-            }
-        }));
+        // The scaler keeps a run of one decision once, with its count: shown as one row.
+        let time =
+            |t: chrono::DateTime<chrono::Utc>| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        view.decisions =
+            status::collapse(
+                scaler
+                    .recent_decisions()
+                    .into_iter()
+                    .rev()
+                    .map(|d| DecisionView {
+                        since: time(d.at),
+                        at: time(d.last_at),
+                        kind: d.kind.as_str(),
+                        explanation: d.explanation.to_string(),
+                        count: d.repeated.saturating_add(1),
+                    }),
+            );
         view.decisions.truncate(DECISIONS_SHOWN);
         view
     }

@@ -385,6 +385,8 @@ fn plan(shared: &Shared) -> Plan {
         requested: increase,
         removed,
         explanation: decision.explanation.clone(),
+        repeated: 0,
+        last_at: utc,
     });
     inner.last = Some(decision.explanation);
     Plan {

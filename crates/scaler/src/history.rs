@@ -89,6 +89,11 @@ pub struct DecisionRecord {
     pub removed: usize,
     /// Why.
     pub explanation: Explanation,
+    /// How many times the same decision (kind and explanation) was made again right after
+    /// this one: kept once, counted here.
+    pub repeated: u32,
+    /// When it was last made (`at` when it never was again).
+    pub last_at: DateTime<Utc>,
 }
 
 /// Something that happened to the fleet.
@@ -268,7 +273,8 @@ impl History {
         self.next_seq += 1;
     }
 
-    /// Counts a decision, and keeps it when it differs from the last one kept.
+    /// Counts a decision, and keeps it when it differs from the last one kept; else the last
+    /// one counts it as repeated, at its time.
     pub(crate) fn decided(&mut self, record: DecisionRecord) {
         *self.counters.decisions.entry(record.kind).or_default() += 1;
         if record.requested > 0 {
@@ -277,11 +283,13 @@ impl History {
         if record.kind == DecisionKind::ScaleDown {
             self.counters.scale_down_operations += 1;
         }
-        let same = self
+        if let Some(last) = self
             .decisions
-            .back()
-            .is_some_and(|last| last.kind == record.kind && last.explanation == record.explanation);
-        if same {
+            .back_mut()
+            .filter(|last| last.kind == record.kind && last.explanation == record.explanation)
+        {
+            last.repeated = last.repeated.saturating_add(1);
+            last.last_at = record.at;
             return;
         }
         if self.decisions.len() == DECISIONS_KEPT {
@@ -364,20 +372,34 @@ mod tests {
     #[test]
     fn repeated_decisions_are_counted_but_kept_once() {
         let mut h = History::new();
-        let record = |kind, action: &str| DecisionRecord {
-            at: DateTime::<Utc>::UNIX_EPOCH,
+        let record = |secs, kind, action: &str| DecisionRecord {
+            at: DateTime::<Utc>::UNIX_EPOCH + chrono::Duration::seconds(secs),
             kind,
             requested: usize::from(kind == DecisionKind::ScaleUp),
             removed: 0,
             explanation: explanation(action),
+            repeated: 0,
+            last_at: DateTime::<Utc>::UNIX_EPOCH + chrono::Duration::seconds(secs),
         };
-        h.decided(record(DecisionKind::Hold, "hold"));
-        h.decided(record(DecisionKind::Hold, "hold"));
-        h.decided(record(DecisionKind::ScaleUp, "scale up by 1"));
-        h.decided(record(DecisionKind::Hold, "hold"));
-        assert_eq!(h.decisions().len(), 3);
+        h.decided(record(1, DecisionKind::Hold, "hold"));
+        h.decided(record(2, DecisionKind::Hold, "hold"));
+        h.decided(record(3, DecisionKind::Hold, "hold"));
+        h.decided(record(4, DecisionKind::ScaleUp, "scale up by 1"));
+        h.decided(record(5, DecisionKind::Hold, "hold"));
+        let kept = h.decisions();
+        assert_eq!(kept.len(), 3);
+        // The run of three holds is one, with its count and its first and last times.
+        assert_eq!(
+            (
+                kept[0].repeated,
+                kept[0].at.timestamp(),
+                kept[0].last_at.timestamp()
+            ),
+            (2, 1, 3)
+        );
+        assert_eq!((kept[1].repeated, kept[2].repeated), (0, 0));
         let c = h.counters();
-        assert_eq!(c.decisions[&DecisionKind::Hold], 3);
+        assert_eq!(c.decisions[&DecisionKind::Hold], 4);
         assert_eq!(c.scale_up_operations, 1);
     }
 
