@@ -53,6 +53,83 @@ fn without_a_configuration_it_says_what_it_needs() {
     assert!(stderr.contains("--config"), "{stderr}");
 }
 
+/// Without `--config`, `status` reads the configuration where a user's is found: flotilla's
+/// own place (`$XDG_CONFIG_HOME/flotilla/config.toml`) first, then gitlab-runner's
+/// (`~/.gitlab-runner/config.toml`). Run as `nobody` with a home of its own, since as root the
+/// places are under `/etc`, where a test writes nothing.
+#[test]
+fn without_config_it_reads_the_one_found_where_a_user_keeps_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = tempfile::tempdir().unwrap();
+    let runner_dir = home.path().join(".gitlab-runner");
+    std::fs::create_dir_all(&runner_dir).unwrap();
+    let gitlab_runners = config(&runner_dir);
+    let xdg = home.path().join("xdg");
+    let status_as_user = |with_xdg: bool| {
+        let mut cmd = if nix::unistd::geteuid().is_root() {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+                .arg(env!("CARGO_BIN_EXE_flotilla"));
+            c
+        } else {
+            Command::new(env!("CARGO_BIN_EXE_flotilla"))
+        };
+        cmd.arg("status")
+            .env_remove("RUST_LOG")
+            .env_remove("FLOTILLA_CONFIG")
+            .env_remove("FLOTILLA_STATE_DIR")
+            .env("HOME", home.path());
+        if with_xdg {
+            cmd.env("XDG_CONFIG_HOME", &xdg);
+        } else {
+            cmd.env_remove("XDG_CONFIG_HOME");
+        }
+        cmd.output().unwrap()
+    };
+    let open_up = |path: &Path| {
+        for entry in walk(path) {
+            let mode = if entry.is_dir() { 0o755 } else { 0o644 };
+            std::fs::set_permissions(&entry, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+    };
+    open_up(home.path());
+    let out = status_as_user(false);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let runner_state = runner_dir.join("state");
+    assert!(
+        stdout.contains(&format!("no state at {}", runner_state.display())),
+        "not gitlab-runner's file ({gitlab_runners}):\n{stdout}"
+    );
+    // flotilla's own place comes first.
+    let own = xdg.join("flotilla");
+    std::fs::create_dir_all(&own).unwrap();
+    config(&own);
+    open_up(home.path());
+    let out = status_as_user(true);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!("no state at {}", own.join("state").display())),
+        "not flotilla's own file:\n{stdout}"
+    );
+}
+
+/// `path` and everything under it.
+fn walk(path: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = vec![path.to_path_buf()];
+    if path.is_dir() {
+        for entry in std::fs::read_dir(path).unwrap() {
+            out.extend(walk(&entry.unwrap().path()));
+        }
+    }
+    out
+}
+
 #[test]
 fn without_state_it_says_so_and_creates_nothing() {
     let dir = tempfile::tempdir().unwrap();
