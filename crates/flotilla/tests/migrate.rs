@@ -297,6 +297,15 @@ fn the_cli_prints_and_never_writes_over_the_old_file() {
     assert!(stderr.contains("not carried over:"), "{stderr}");
     assert!(stderr.contains("(unchanged)"), "{stderr}");
     assert_eq!(std::fs::read(&old).unwrap(), before);
+    // -c names the old file as the other commands name their configuration: the same answer.
+    let with_c = Command::new(bin)
+        .args(["migrate", "-c"])
+        .arg(&old)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&with_c.stdout), stdout);
+    let neither = Command::new(bin).arg("migrate").output().unwrap();
+    assert_eq!(neither.status.code(), Some(2));
     // --output never names the old file nor an existing one.
     for target in [old.clone(), dir.path().join("config.toml")] {
         let o = Command::new(bin)

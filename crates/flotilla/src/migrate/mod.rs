@@ -33,8 +33,11 @@ use toml::de::DeTable;
 #[derive(Debug, Clone, clap::Args)]
 pub struct MigrateArgs {
     /// The GitLab Runner configuration with `docker+machine` runners (read, never written).
-    #[arg(value_name = "OLD.toml")]
-    pub file: PathBuf,
+    #[arg(value_name = "OLD.toml", required_unless_present = "config")]
+    pub file: Option<PathBuf>,
+    /// The same, as the other commands take their configuration.
+    #[arg(short, long, value_name = "OLD.toml", conflicts_with = "file")]
+    pub config: Option<PathBuf>,
     /// Which provider the migrated runners use: the fleeting plugin matching each
     /// `MachineDriver` (`matching`: amazonec2 → aws, google → googlecloud, azure → azure),
     /// or flotilla's `docker` provider, to try the configuration on this machine.
@@ -458,12 +461,20 @@ fn unused_reason(table: &str, key: &str) -> &'static str {
 
 /// `flotilla migrate`.
 pub fn run(args: &MigrateArgs, out: &mut dyn Write, err: &mut dyn Write) -> ExitCode {
-    let file = args.file.display().to_string();
-    let text = match std::fs::read_to_string(&args.file) {
+    // clap requires one of the two.
+    let Some(old) = args.file.as_ref().or(args.config.as_ref()) else {
+        let _ = writeln!(
+            err,
+            "error: no configuration to migrate: give OLD.toml or --config"
+        );
+        return ExitCode::from(2);
+    };
+    let file = old.display().to_string();
+    let text = match std::fs::read_to_string(old) {
         Ok(t) => t,
         Err(source) => {
             let e = MigrateError::Read {
-                path: args.file.clone(),
+                path: old.clone(),
                 source,
             };
             let _ = writeln!(err, "error: {e}");
@@ -480,7 +491,7 @@ pub fn run(args: &MigrateArgs, out: &mut dyn Write, err: &mut dyn Write) -> Exit
     };
     let written = match &args.output {
         None => out.write_all(output.as_bytes()).map_err(|e| e.to_string()),
-        Some(path) => write_new(path, &args.file, &output),
+        Some(path) => write_new(path, old, &output),
     };
     if let Err(e) = written {
         let _ = writeln!(err, "error: {e}");

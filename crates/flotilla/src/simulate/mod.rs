@@ -28,9 +28,10 @@ use std::time::{Duration, Instant};
 /// Options of `flotilla simulate`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct SimulateArgs {
-    /// The configuration whose runner is simulated.
+    /// The configuration whose runner is simulated [default: found as `flotilla run` finds
+    /// it].
     #[arg(short, long, value_name = "FILE", env = "FLOTILLA_CONFIG")]
-    pub config: PathBuf,
+    pub config: Option<PathBuf>,
     /// A CSV of `arrival,duration` lines (seconds from the start or RFC 3339 times; seconds
     /// or Go durations), or `synthetic` to generate one.
     #[arg(long, value_name = "FILE|synthetic")]
@@ -147,7 +148,10 @@ fn next_monday() -> DateTime<Utc> {
 }
 
 fn simulate(args: &SimulateArgs, out: &mut dyn Write, err: &mut dyn Write) -> Result<()> {
-    let Some(config) = crate::cli::load_config(&args.config, err) else {
+    let Some(path) = crate::cli::config_path(args.config.as_deref(), err) else {
+        bail!("no configuration to simulate");
+    };
+    let Some(config) = crate::cli::load_config(&path, err) else {
         bail!("the configuration does not load");
     };
     let start = match &args.start {
