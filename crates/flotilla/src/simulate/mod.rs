@@ -6,8 +6,8 @@
 //! from `--provider-profile` or `--create-latency`/`--delete-latency`, fed by a workload
 //! from a CSV file or generated ([`flotilla_sim`]). It prints instance-hours (the cost),
 //! idle slot-hours and the job wait p50/p95/p99, and writes plots of the fleet over time.
-//! With `--sweep KEY=V1,V2,...` (any policy key, limit of `[runners.autoscaler]`, `limit`,
-//! `request_concurrency` or `concurrent`: [`sweep`]) it runs once per value and prints a
+//! With `--sweep KEY=V1,V2,...` (any policy key, limit of `[runners.autoscaler]`,
+//! `instance_acquire_timeout`, `limit`, `request_concurrency` or `concurrent`: [`sweep`]) it runs once per value and prints a
 //! cost-versus-wait table and its plot.
 
 mod capacity;
@@ -77,9 +77,10 @@ pub struct SimulateArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Run once per value and print a cost-versus-wait table: a policy key
-    /// (`idle_count=0,2,4`, `idle_time=5m,30m`, `scale_factor=0,0.5`, `scale_factor_limit`:
-    /// set in every policy), a limit (`max_instances`, `capacity_per_instance`,
-    /// `max_use_count`), or `limit`, `request_concurrency`, `concurrent`.
+    /// (`idle_count=0,2,4`, `idle_time=5m,30m`, `scale_factor=0,0.5`, `scale_factor_limit`,
+    /// `preemptive_mode=true,false`: set in every policy), a limit (`max_instances`,
+    /// `capacity_per_instance`, `max_use_count`), `instance_acquire_timeout=5m,15m`, or
+    /// `limit`, `request_concurrency`, `concurrent`.
     #[arg(long, value_name = "KEY=V1,V2,...")]
     pub sweep: Option<String>,
     /// Where the plots go (created if missing).

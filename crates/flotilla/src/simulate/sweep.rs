@@ -21,12 +21,16 @@ pub(crate) enum SweepKey {
     ScaleFactor,
     /// `[[runners.autoscaler.policy]] scale_factor_limit`.
     ScaleFactorLimit,
+    /// `[[runners.autoscaler.policy]] preemptive_mode` (`true` or `false`).
+    PreemptiveMode,
     /// `[runners.autoscaler] max_instances` (0: unlimited).
     MaxInstances,
     /// `[runners.autoscaler] capacity_per_instance`.
     CapacityPerInstance,
     /// `[runners.autoscaler] max_use_count` (0: unlimited).
     MaxUseCount,
+    /// `[runners.autoscaler] instance_acquire_timeout` (a Go duration).
+    InstanceAcquireTimeout,
     /// `[[runners]] limit` (0: none).
     Limit,
     /// `[[runners]] request_concurrency`.
@@ -36,14 +40,16 @@ pub(crate) enum SweepKey {
 }
 
 /// Every key, by its name in `config.toml`.
-const KEYS: [(SweepKey, &str); 10] = [
+const KEYS: [(SweepKey, &str); 12] = [
     (SweepKey::IdleCount, "idle_count"),
     (SweepKey::IdleTime, "idle_time"),
     (SweepKey::ScaleFactor, "scale_factor"),
     (SweepKey::ScaleFactorLimit, "scale_factor_limit"),
+    (SweepKey::PreemptiveMode, "preemptive_mode"),
     (SweepKey::MaxInstances, "max_instances"),
     (SweepKey::CapacityPerInstance, "capacity_per_instance"),
     (SweepKey::MaxUseCount, "max_use_count"),
+    (SweepKey::InstanceAcquireTimeout, "instance_acquire_timeout"),
     (SweepKey::Limit, "limit"),
     (SweepKey::RequestConcurrency, "request_concurrency"),
     (SweepKey::Concurrent, "concurrent"),
@@ -86,6 +92,7 @@ enum Value {
     Count(u32),
     Factor(f64),
     Duration(Duration),
+    Flag(bool),
 }
 
 /// Parses `--sweep KEY=V1,V2,...`.
@@ -105,7 +112,15 @@ pub(crate) fn parse(s: &str) -> Result<(SweepKey, Vec<SweepPoint>)> {
         let text = v.trim();
         let bad = || anyhow!("--sweep value `{text}` is not a valid {}", key.name());
         let value = match key {
-            SweepKey::IdleTime => Value::Duration(parse_go_duration(text).map_err(|_| bad())?),
+            SweepKey::IdleTime | SweepKey::InstanceAcquireTimeout => {
+                let d = parse_go_duration(text).map_err(|_| bad())?;
+                // An acquire timeout of nothing fails every job that waits at all.
+                if key == SweepKey::InstanceAcquireTimeout && d.is_zero() {
+                    return Err(bad());
+                }
+                Value::Duration(d)
+            }
+            SweepKey::PreemptiveMode => Value::Flag(text.parse().map_err(|_| bad())?),
             SweepKey::ScaleFactor => {
                 let x: f64 = text.parse().map_err(|_| bad())?;
                 if !(x.is_finite() && x >= 0.0) {
@@ -157,6 +172,12 @@ pub(crate) fn apply(
         (SweepKey::ScaleFactorLimit, _) => {
             policies(autoscaler, &|p| p.scale_factor_limit = count);
         }
+        (SweepKey::PreemptiveMode, Value::Flag(on)) => {
+            policies(autoscaler, &|p| p.preemptive_mode = Some(on));
+        }
+        (SweepKey::InstanceAcquireTimeout, Value::Duration(d)) => {
+            autoscaler.instance_acquire_timeout = d;
+        }
         (SweepKey::MaxInstances, _) => autoscaler.max_instances = count,
         (SweepKey::CapacityPerInstance, _) => autoscaler.capacity_per_instance = count,
         (SweepKey::MaxUseCount, _) => autoscaler.max_use_count = count,
@@ -164,7 +185,13 @@ pub(crate) fn apply(
         (SweepKey::RequestConcurrency, _) => runner.request_concurrency = count as usize,
         (SweepKey::Concurrent, _) => runner.concurrent = count as usize,
         // `parse` reads each key's values in its own kind.
-        (SweepKey::IdleTime | SweepKey::ScaleFactor, _) => {}
+        (
+            SweepKey::IdleTime
+            | SweepKey::ScaleFactor
+            | SweepKey::PreemptiveMode
+            | SweepKey::InstanceAcquireTimeout,
+            _,
+        ) => {}
     }
 }
 
@@ -188,7 +215,11 @@ mod tests {
             Value::Factor(0.5)
         );
         for (key, name) in KEYS {
-            let one = if key == SweepKey::IdleTime { "1s" } else { "1" };
+            let one = match key {
+                SweepKey::IdleTime | SweepKey::InstanceAcquireTimeout => "1s",
+                SweepKey::PreemptiveMode => "true",
+                _ => "1",
+            };
             assert!(parse(&format!("{name}={one}")).is_ok(), "{name}");
         }
         assert!(parse("idle_count=1.5").is_err());
@@ -198,6 +229,8 @@ mod tests {
         assert!(parse("concurrent=0").is_err(), "run would take no job");
         assert!(parse("max_instances=-1").is_err());
         assert!(parse("idle_count").is_err());
+        assert!(parse("preemptive_mode=yes").is_err());
+        assert!(parse("instance_acquire_timeout=0s").is_err());
         let unknown = parse("idle_tim=1").unwrap_err().to_string();
         assert!(
             unknown.contains("idle_time") && unknown.contains("max_instances"),
@@ -220,7 +253,11 @@ mod tests {
                 ..AutoscalerConfig::default()
             };
             let mut r = model.clone();
-            let value = if key == SweepKey::IdleTime { "7s" } else { "7" };
+            let value = match key {
+                SweepKey::IdleTime | SweepKey::InstanceAcquireTimeout => "7s",
+                SweepKey::PreemptiveMode => "true",
+                _ => "7",
+            };
             let (_, points) = parse(&format!("{name}={value}")).unwrap();
             apply(key, &points[0], &mut a, &mut r);
             let got = match key {
@@ -231,6 +268,12 @@ mod tests {
                     .all(|p| p.idle_time == Duration::from_secs(7)),
                 SweepKey::ScaleFactor => a.policy.iter().all(|p| p.scale_factor == 7.0),
                 SweepKey::ScaleFactorLimit => a.policy.iter().all(|p| p.scale_factor_limit == 7),
+                SweepKey::PreemptiveMode => {
+                    a.policy.iter().all(|p| p.preemptive_mode == Some(true))
+                }
+                SweepKey::InstanceAcquireTimeout => {
+                    a.instance_acquire_timeout == Duration::from_secs(7)
+                }
                 SweepKey::MaxInstances => a.max_instances == 7,
                 SweepKey::CapacityPerInstance => a.capacity_per_instance == 7,
                 SweepKey::MaxUseCount => a.max_use_count == 7,
