@@ -68,6 +68,13 @@ pub trait Connector: Send + Sync + fmt::Debug {
 
     /// Closes any connection held; later calls may open a new one.
     async fn close(&self) {}
+
+    /// Whether the instance is this process's own host, its commands running with this
+    /// process's rights (the local connector): what they would do to files, this process may
+    /// do itself. The default is no.
+    fn is_this_process(&self) -> bool {
+        false
+    }
 }
 
 /// Conveniences on top of [`Connector`].

@@ -181,6 +181,10 @@ fn spawn_error(e: std::io::Error) -> ConnectError {
 
 #[async_trait]
 impl Connector for LocalConnector {
+    fn is_this_process(&self) -> bool {
+        true
+    }
+
     async fn exec(&self, request: ExecRequest<'_>) -> Result<ExitStatus, ConnectError> {
         shell::check_env(&request.env)?;
         let ExecRequest {

@@ -72,6 +72,10 @@ impl Connector for WatchedConnector {
     async fn close(&self) {
         self.inner.close().await;
     }
+
+    fn is_this_process(&self) -> bool {
+        self.inner.is_this_process()
+    }
 }
 
 #[cfg(test)]

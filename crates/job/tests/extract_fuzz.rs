@@ -94,8 +94,15 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// Runs the archives in turn; the files outside the project afterwards.
+/// Runs the archives in turn, once with the helper's file work as commands and once in this
+/// process; the files outside the project afterwards, of either.
 fn extract_all(archives: &[Vec<Entry>]) -> Vec<PathBuf> {
+    let mut escaped = extract_all_in(archives, false);
+    escaped.extend(extract_all_in(archives, true));
+    escaped
+}
+
+fn extract_all_in(archives: &[Vec<Entry>], files_here: bool) -> Vec<PathBuf> {
     let root = tempfile::tempdir().unwrap();
     let builds = root.path().join("builds");
     let project = builds.join("p");
@@ -103,7 +110,7 @@ fn extract_all(archives: &[Vec<Entry>]) -> Vec<PathBuf> {
     std::fs::create_dir_all(&project).unwrap();
     std::fs::create_dir_all(&outside).unwrap();
     std::fs::write(outside.join("sentinel"), "untouched").unwrap();
-    let env = LocalEnvironment::new(&builds, &project);
+    let env = LocalEnvironment::new(&builds, &project).with_helper_files_here(files_here);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

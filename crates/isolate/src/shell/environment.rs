@@ -137,6 +137,16 @@ impl Environment for ShellEnvironment {
         &self.layout.paths
     }
 
+    fn helper_files_here(&self) -> bool {
+        // Unconfined: the helper place is this host's shell with this process's rights.
+        // Confined stages may run as another user or where this process cannot write.
+        // Paths relative to the connector's working directory would be read against this
+        // process's own: absolute ones only.
+        self.confinement.is_none()
+            && self.connector.is_this_process()
+            && std::path::Path::new(&self.layout.paths.builds_dir).is_absolute()
+    }
+
     fn variables(&self) -> Vec<Variable> {
         self.slot_cgroup
             .iter()

@@ -1,5 +1,6 @@
 //! Collecting files from the environment into a zip archive on the manager.
 
+use super::here;
 use super::paths::{PathFilter, normalize_relative};
 use super::ziptime::zip_time;
 use super::{ArchiveError, capture};
@@ -64,14 +65,24 @@ pub async fn collect_zip(
     let mut wanted: BTreeSet<String> = BTreeSet::new();
     let qdir = quote(dir);
     if !filter.is_empty() {
-        let listing = capture(
-            env,
-            "listing files",
-            format!("cd {qdir} && find . ! -type d -print0"),
-            log,
-            cancel,
-        )
-        .await?;
+        let listing = if env.helper_files_here() {
+            let dir = std::path::PathBuf::from(dir);
+            tokio::task::spawn_blocking(move || here::list_files(&dir))
+                .await
+                .map_err(|e| ArchiveError::Io {
+                    context: "listing files".into(),
+                    source: io::Error::other(e.to_string()),
+                })??
+        } else {
+            capture(
+                env,
+                "listing files",
+                format!("cd {qdir} && find . ! -type d -print0"),
+                log,
+                cancel,
+            )
+            .await?
+        };
         for name in listing.split(|&b| b == 0).filter(|n| !n.is_empty()) {
             add_candidate(name, &filter, false, &mut wanted, log).await;
         }
@@ -114,7 +125,11 @@ pub async fn collect_zip(
             end += 1;
         }
         let batch = &names[start..end];
-        state = tar_batch(env, &qdir, batch, state, log, cancel).await?;
+        state = if env.helper_files_here() {
+            tar_batch_here(dir, batch, state).await?
+        } else {
+            tar_batch(env, &qdir, batch, state, log, cancel).await?
+        };
         start = end;
     }
     for w in std::mem::take(&mut state.warnings) {
@@ -219,6 +234,35 @@ async fn tar_batch(
         });
     }
     Ok(state)
+}
+
+/// [`tar_batch`] in this process: the batch's tar stream made by [`here::tar_files`].
+async fn tar_batch_here(
+    dir: &str,
+    batch: &[String],
+    mut state: ZipState,
+) -> Result<ZipState, ArchiveError> {
+    let dir = std::path::PathBuf::from(dir);
+    let batch = batch.to_vec();
+    let requested: HashSet<String> = batch.iter().cloned().collect();
+    tokio::task::spawn_blocking(move || {
+        let (reader, writer) = io::pipe().map_err(ArchiveError::io("making a pipe"))?;
+        let read = std::thread::scope(|scope| {
+            let writing = scope.spawn(move || here::tar_files(&dir, &batch, writer));
+            let read = tar_into_zip(reader, &requested, &mut state);
+            let written = writing.join().map_err(|_| ArchiveError::Io {
+                context: "reading the files".into(),
+                source: io::Error::other("the reader panicked"),
+            })?;
+            read.and(written)
+        });
+        read.map(|()| state)
+    })
+    .await
+    .map_err(|e| ArchiveError::Io {
+        context: "reading the tar stream".into(),
+        source: io::Error::other(e.to_string()),
+    })?
 }
 
 /// Reads a tar stream and adds the requested entries to the zip (blocking).

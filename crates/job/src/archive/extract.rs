@@ -1,6 +1,7 @@
 //! Extracting a zip archive from the manager into a directory of the environment.
 
 use super::ArchiveError;
+use super::here;
 use super::on_disk;
 use super::paths::{PathRejection, ancestors, normalize_relative};
 use super::ziptime::unix_time;
@@ -210,6 +211,16 @@ pub async fn extract_zip(
             .map(|e| (e.name.as_str(), matches!(e.kind, Kind::Dir))),
     );
     on_disk::check(env, dir, &through, log, cancel).await?;
+    if env.helper_files_here() {
+        let (path, dir) = (zip_path.to_path_buf(), PathBuf::from(dir));
+        tokio::task::spawn_blocking(move || extract_here(path, entries, &dir))
+            .await
+            .map_err(|e| ArchiveError::Io {
+                context: "extracting the archive".into(),
+                source: io::Error::other(e.to_string()),
+            })??;
+        return Ok(ExtractReport { entries: count });
+    }
     let (our_side, env_side) = tokio::io::duplex(256 * 1024);
     let writer = SyncIoBridge::new(our_side);
     let path = zip_path.to_path_buf();
@@ -241,4 +252,23 @@ pub async fn extract_zip(
         source: io::Error::other(e.to_string()),
     })??;
     Ok(ExtractReport { entries: count })
+}
+
+/// Extracts the planned entries into `dir` in this process (blocking): the tar stream the
+/// helper place's `tar -x` would read, read by [`here::untar_into`] instead.
+fn extract_here(
+    zip_path: PathBuf,
+    entries: Vec<PlannedEntry>,
+    dir: &Path,
+) -> Result<(), ArchiveError> {
+    let (reader, writer) = io::pipe().map_err(ArchiveError::io("making a pipe"))?;
+    std::thread::scope(|scope| {
+        let writing = scope.spawn(move || write_tar(zip_path, entries, writer));
+        let extracted = here::untar_into(dir, reader);
+        let written = writing.join().map_err(|_| ArchiveError::Io {
+            context: "writing the tar stream".into(),
+            source: io::Error::other("the writer panicked"),
+        })?;
+        extracted.and(written)
+    })
 }

@@ -10,6 +10,7 @@
 
 mod collect;
 mod extract;
+mod here;
 mod on_disk;
 mod paths;
 mod report;

@@ -40,7 +40,7 @@ pub(super) fn directories<'a>(entries: impl Iterator<Item = (&'a str, bool)>) ->
 }
 
 /// The directories from just below `builds_dir` down to `dir`, when `dir` is below it.
-fn own_path(builds_dir: &str, dir: &str) -> Vec<String> {
+pub(super) fn own_path(builds_dir: &str, dir: &str) -> Vec<String> {
     let base = builds_dir.trim_end_matches('/');
     let Some(rest) = dir.strip_prefix(base).and_then(|r| r.strip_prefix('/')) else {
         return Vec::new();
@@ -83,6 +83,21 @@ pub(super) async fn check(
     log: &TraceWriter,
     cancel: &CancellationToken,
 ) -> Result<(), ArchiveError> {
+    if env.helper_files_here() {
+        let (builds_dir, dir, names) = (
+            env.paths().builds_dir.clone(),
+            dir.to_owned(),
+            names.clone(),
+        );
+        return tokio::task::spawn_blocking(move || {
+            super::here::check_destination(&builds_dir, &dir, &names)
+        })
+        .await
+        .map_err(|e| ArchiveError::Io {
+            context: "checking the destination".into(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+    }
     let mut input = Vec::new();
     for n in names {
         input.extend_from_slice(n.as_bytes());

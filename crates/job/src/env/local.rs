@@ -25,6 +25,7 @@ pub struct LocalEnvironment {
     shell: Vec<String>,
     kill_grace: Duration,
     extra_env: Vec<(String, String)>,
+    files_here: bool,
 }
 
 impl LocalEnvironment {
@@ -39,6 +40,7 @@ impl LocalEnvironment {
             shell: vec!["bash".into()],
             kill_grace: Duration::from_secs(5),
             extra_env: Vec::new(),
+            files_here: false,
         }
     }
 
@@ -48,6 +50,13 @@ impl LocalEnvironment {
         if !argv.is_empty() {
             self.shell = argv;
         }
+        self
+    }
+
+    /// Whether the helper stages' file work is done in this process
+    /// ([`Environment::helper_files_here`]) instead of by commands (the default).
+    pub fn with_helper_files_here(mut self, here: bool) -> LocalEnvironment {
+        self.files_here = here;
         self
     }
 
@@ -137,6 +146,10 @@ async fn pump(mut from: impl AsyncRead + Unpin, to: &mut (dyn AsyncWrite + Send 
 impl Environment for LocalEnvironment {
     fn paths(&self) -> &EnvPaths {
         &self.paths
+    }
+
+    fn helper_files_here(&self) -> bool {
+        self.files_here
     }
 
     async fn exec(&self, spec: ExecSpec<'_>) -> Result<ExitStatus, EnvError> {

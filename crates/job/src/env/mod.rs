@@ -160,6 +160,15 @@ pub trait Environment: Send + Sync {
         false
     }
 
+    /// Whether the helper place's files are this process's own, with its rights (the shell
+    /// level on the manager's own host): the helper stages' file work (checking, extracting and
+    /// collecting archives) is then done in this process, with the same checks, instead of by
+    /// `find`, `tar` and `xargs` in the helper place. A local job starts a few processes fewer
+    /// (the `exec_vs_gitlab_ci_local` bench). The default is no.
+    fn helper_files_here(&self) -> bool {
+        false
+    }
+
     /// Gets the environment ready (pull images, start services...), writing progress lines to
     /// `log`. Runs inside the job's `prepare_executor` section. The default does nothing.
     async fn prepare(

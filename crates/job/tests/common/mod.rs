@@ -18,6 +18,9 @@ pub(crate) struct Harness {
     pub root: tempfile::TempDir,
     pub artifacts: LocalArtifactStore,
     pub cache: LocalCacheStore,
+    /// Whether helper file work is done in the test's process
+    /// (`LocalEnvironment::with_helper_files_here`).
+    pub files_here: bool,
 }
 
 impl Harness {
@@ -30,7 +33,16 @@ impl Harness {
             root,
             artifacts,
             cache,
+            files_here: false,
         }
+    }
+
+    /// One harness whose helper file work runs as commands, one where it runs in the test's
+    /// process: every check must hold for both.
+    pub(crate) fn both() -> [Harness; 2] {
+        let mut here = Harness::new();
+        here.files_here = true;
+        [Harness::new(), here]
     }
 
     pub(crate) fn builds(&self) -> PathBuf {
@@ -45,6 +57,7 @@ impl Harness {
     pub(crate) fn env(&self, name: &str) -> LocalEnvironment {
         LocalEnvironment::new(self.builds(), self.project(name))
             .with_kill_grace(Duration::from_secs(2))
+            .with_helper_files_here(self.files_here)
     }
 
     /// Runs `job` in the environment `name`; returns the result and the trace.
