@@ -46,6 +46,8 @@ pub struct LocalConnector {
     clean_env: Option<Vec<String>>,
     /// Let the watchdog stop commands that outlive flotilla (else: parent-death signal).
     use_watchdog: bool,
+    /// `shell` found on this process's `PATH`, once.
+    program: std::sync::OnceLock<PathBuf>,
 }
 
 impl Default for LocalConnector {
@@ -55,6 +57,7 @@ impl Default for LocalConnector {
             working_dir: None,
             clean_env: None,
             use_watchdog: true,
+            program: std::sync::OnceLock::new(),
         }
     }
 }
@@ -68,7 +71,17 @@ impl LocalConnector {
     /// Uses another shell (it must accept `-c <command line>`).
     pub fn with_shell(mut self, shell: impl Into<PathBuf>) -> Self {
         self.shell = shell.into();
+        self.program = std::sync::OnceLock::new();
         self
+    }
+
+    /// The shell as a path: a bare name is looked up once on this process's `PATH`, which is
+    /// the one commands get (kept or inherited). Started by path, a command is spawned with
+    /// `posix_spawn` (a `vfork`); by a bare name in a changed environment, the standard
+    /// library must `fork` this whole process to search the new `PATH`, which cost a local
+    /// job most of its kernel time (`exec_vs_gitlab_ci_local` bench).
+    fn program(&self) -> &std::path::Path {
+        self.program.get_or_init(|| find_on_path(&self.shell))
     }
 
     /// Runs commands in `dir`.
@@ -98,7 +111,7 @@ impl LocalConnector {
     /// `dial_stdio` keeps this process's environment, where `DOCKER_HOST` and the like live).
     fn command(&self, line: &str, clean: bool) -> Result<(Command, bool), ConnectError> {
         let watched = self.use_watchdog && flotilla_reaper::available();
-        let mut cmd = Command::new(&self.shell);
+        let mut cmd = Command::new(self.program());
         cmd.arg("-c").arg(line);
         if let Some(keep) = self.clean_env.as_ref().filter(|_| clean) {
             cmd.env_clear();
@@ -129,6 +142,23 @@ impl LocalConnector {
         }
         Ok((cmd, watched))
     }
+}
+
+/// `name` found as an executable file in a directory of this process's `PATH`; a name with a
+/// `/`, or one not found, as it is (spawning it then fails as it would have).
+fn find_on_path(name: &std::path::Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    if name.components().count() != 1 || name.is_absolute() {
+        return name.to_path_buf();
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .filter(|dir| dir.is_absolute())
+        .map(|dir| dir.join(name))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+        .unwrap_or_else(|| name.to_path_buf())
 }
 
 /// Kills a process group when dropped, unless disarmed; lists it with the watchdog while it
@@ -349,5 +379,28 @@ impl AsyncWrite for ChildStream {
         }
         self.stdin = None;
         Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn the_shell_is_started_by_its_path_on_this_processs_path() {
+        let sh = find_on_path(Path::new("sh"));
+        assert!(sh.is_absolute() && sh.ends_with("sh"), "{}", sh.display());
+        // A path, or a name found nowhere, stays as it is.
+        assert_eq!(find_on_path(Path::new("./x/sh")), Path::new("./x/sh"));
+        assert_eq!(
+            find_on_path(Path::new("no-such-shell-here")),
+            Path::new("no-such-shell-here")
+        );
+        assert!(LocalConnector::new().program().is_absolute());
+        assert_eq!(
+            LocalConnector::new().with_shell("/bin/sh").program(),
+            Path::new("/bin/sh")
+        );
     }
 }

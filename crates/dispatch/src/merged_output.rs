@@ -53,6 +53,10 @@ impl Environment for MergedOutput<'_> {
         self.inner.disposable()
     }
 
+    fn helper_files_here(&self) -> bool {
+        self.inner.helper_files_here()
+    }
+
     async fn prepare(
         &self,
         log: &mut (dyn AsyncWrite + Send + Unpin),

@@ -184,7 +184,8 @@ impl SourcesPlan {
             for notice in &local.notices {
                 w.notice(notice);
             }
-            w.line(&format!("rm -rf {qdir}"));
+            // `rm` only for what an earlier job left: a process less on a fresh slot.
+            w.line(&format!("[ ! -e {qdir} ] || rm -rf {qdir}"));
             w.line(&format!("mkdir -p {qdir}"));
             return;
         }

@@ -77,12 +77,11 @@ impl ScriptWriter {
         self.export(key, path);
     }
 
-    /// Makes a private directory (0700) unless it exists: no process when it does.
+    /// Makes a private directory (0700: `-m` gives the last directory its mode, in the same
+    /// process) unless it exists: no process when it does.
     pub fn private_dir(&mut self, dir: &str) {
         let d = quote(dir);
-        self.line(&format!(
-            "[ -d {d} ] || {{ mkdir -p {d} && chmod 700 {d}; }}"
-        ));
+        self.line(&format!("[ -d {d} ] || mkdir -p -m 700 {d}"));
     }
 
     /// Exports `KEY` as the path of a dotenv file that later commands and stages may append
@@ -117,7 +116,7 @@ impl ScriptWriter {
         // `true`, not `:`: a redirection that fails on a special built-in ends a POSIX shell
         // (dash, busybox), whatever `||` follows.
         self.line(&format!(
-            "{{ [ -d {d} ] || {{ mkdir -p {d} && chmod 700 {d}; }}; true {open} {p}; }} 2>/dev/null || :"
+            "{{ [ -d {d} ] || mkdir -p -m 700 {d}; true {open} {p}; }} 2>/dev/null || :"
         ));
     }
 
