@@ -225,7 +225,7 @@ fn main() {
     for c in &contenders[1..] {
         let other = median(&c.times).as_secs_f64();
         println!(
-            "flotilla / {}: {:.2} (median wall time; target at most 0.50)",
+            "flotilla / {}: {:.2} (median wall time; target at most 0.35)",
             c.name,
             flotilla / other
         );
