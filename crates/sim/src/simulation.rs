@@ -116,7 +116,7 @@ pub struct Spec {
     /// The provider's seed.
     pub seed: u64,
     /// How long a job stays in GitLab's queue before GitLab fails it
-    /// ([`GITLAB_PENDING_TIMEOUT`]).
+    /// ([`GITLAB_PENDING_TIMEOUT`]); zero: never.
     pub pending_timeout: Duration,
 }
 
@@ -380,6 +380,10 @@ async fn simulate(spec: Spec, jobs: Vec<JobSpec>) -> Result<Outcome, SimError> {
 /// GitLab does: the queue is in arrival order, so only its front can be due.
 async fn drop_pending(world: Arc<World>, stop: tokio_util::sync::CancellationToken) {
     let timeout = world.spec.pending_timeout;
+    // Zero: GitLab never fails a pending job (a due time of now would spin in paused time).
+    if timeout.is_zero() {
+        return;
+    }
     loop {
         // A job arriving from now on is due no earlier than a timeout from now.
         let next = world

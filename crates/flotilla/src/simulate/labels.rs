@@ -1,7 +1,8 @@
 //! Where the sweep plot writes each point's label (pure, in pixels): beside its point, inside
-//! the plotting area, and never over another label. Points of a sweep often lie close
-//! together (two values that cost the same), and labels written at their points then run
-//! into each other.
+//! the plotting area, moved past the labels placed before it. Points of a sweep often lie
+//! close together (two values that cost the same), and labels written at their points then
+//! run into each other. Only where the area has no room left (labels pushed to its bottom
+//! edge) may two still meet.
 
 /// A label's place: its top-left corner, in pixels.
 pub(super) type Place = (i32, i32);

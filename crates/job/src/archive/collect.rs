@@ -66,8 +66,8 @@ pub async fn collect_zip(
     let qdir = quote(dir);
     if !filter.is_empty() {
         let listing = if env.helper_files_here() {
-            let dir = std::path::PathBuf::from(dir);
-            tokio::task::spawn_blocking(move || here::list_files(&dir))
+            let (dir, token) = (std::path::PathBuf::from(dir), cancel.clone());
+            tokio::task::spawn_blocking(move || here::list_files(&dir, &token))
                 .await
                 .map_err(|e| ArchiveError::Io {
                     context: "listing files".into(),
@@ -126,7 +126,7 @@ pub async fn collect_zip(
         }
         let batch = &names[start..end];
         state = if env.helper_files_here() {
-            tar_batch_here(dir, batch, state).await?
+            tar_batch_here(dir, batch, state, cancel).await?
         } else {
             tar_batch(env, &qdir, batch, state, log, cancel).await?
         };
@@ -241,22 +241,27 @@ async fn tar_batch_here(
     dir: &str,
     batch: &[String],
     mut state: ZipState,
+    cancel: &CancellationToken,
 ) -> Result<ZipState, ArchiveError> {
     let dir = std::path::PathBuf::from(dir);
     let batch = batch.to_vec();
     let requested: HashSet<String> = batch.iter().cloned().collect();
+    let cancel = cancel.clone();
     tokio::task::spawn_blocking(move || {
         let (reader, writer) = io::pipe().map_err(ArchiveError::io("making a pipe"))?;
         let read = std::thread::scope(|scope| {
-            let writing = scope.spawn(move || here::tar_files(&dir, &batch, writer));
+            let writing = scope.spawn(|| here::tar_files(&dir, &batch, writer, &cancel));
+            let reader = here::Cancellable::new(reader, &cancel);
             let read = tar_into_zip(reader, &requested, &mut state);
             let written = writing.join().map_err(|_| ArchiveError::Io {
                 context: "reading the files".into(),
-                source: io::Error::other("the reader panicked"),
+                source: io::Error::other("the writer panicked"),
             })?;
-            read.and(written)
+            let left_out = read.and(written)?;
+            state.warnings.extend(left_out);
+            Ok(())
         });
-        read.map(|()| state)
+        here::unless_canceled(read, &cancel).map(|()| state)
     })
     .await
     .map_err(|e| ArchiveError::Io {

@@ -212,8 +212,8 @@ pub async fn extract_zip(
     );
     on_disk::check(env, dir, &through, log, cancel).await?;
     if env.helper_files_here() {
-        let (path, dir) = (zip_path.to_path_buf(), PathBuf::from(dir));
-        tokio::task::spawn_blocking(move || extract_here(path, entries, &dir))
+        let (path, dir, token) = (zip_path.to_path_buf(), PathBuf::from(dir), cancel.clone());
+        tokio::task::spawn_blocking(move || extract_here(path, entries, &dir, &token))
             .await
             .map_err(|e| ArchiveError::Io {
                 context: "extracting the archive".into(),
@@ -260,15 +260,17 @@ fn extract_here(
     zip_path: PathBuf,
     entries: Vec<PlannedEntry>,
     dir: &Path,
+    cancel: &CancellationToken,
 ) -> Result<(), ArchiveError> {
     let (reader, writer) = io::pipe().map_err(ArchiveError::io("making a pipe"))?;
+    let writer = here::Cancellable::new(writer, cancel);
     std::thread::scope(|scope| {
         let writing = scope.spawn(move || write_tar(zip_path, entries, writer));
-        let extracted = here::untar_into(dir, reader);
+        let extracted = here::untar_into(dir, reader, cancel);
         let written = writing.join().map_err(|_| ArchiveError::Io {
             context: "writing the tar stream".into(),
             source: io::Error::other("the writer panicked"),
         })?;
-        extracted.and(written)
+        here::unless_canceled(extracted.and(written), cancel)
     })
 }

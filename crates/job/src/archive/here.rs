@@ -1,7 +1,7 @@
 //! The helper place's file work done in this process, for environments whose files are this
 //! process's own ([`crate::env::Environment::helper_files_here`]: the shell level on the
 //! manager's host). Each function does what the command it replaces does in the helper
-//! place, with the same checks and the same results, without starting a process:
+//! place, with the same checks, without starting a process:
 //!
 //! | here                  | the command                                      |
 //! |-----------------------|--------------------------------------------------|
@@ -10,7 +10,15 @@
 //! | [`check_destination`] | [`super::on_disk::check_command`]                |
 //! | [`untar_into`]        | `mkdir -p DIR && cd DIR && tar -x -f -`          |
 //!
-//! All are blocking: callers run them on the blocking pool.
+//! Where they differ: [`tar_files`] leaves sockets and special files out with a warning (GNU
+//! tar ignores sockets and archives FIFOs and devices, which the zip then leaves out with the
+//! same warning) and fails on a file that changed size while it was read (tar's exit 1); a
+//! directory entry where a link to a directory already is fails the extraction (GNU tar
+//! follows the link, which the destination check has let through only when it stays inside).
+//!
+//! All are blocking: callers run them on the blocking pool, with the stage's cancellation
+//! token, which each checks between entries and in every read and write of a stream, so a
+//! cancelled or timed-out job stops writing at once, as its killed command did.
 
 use super::ArchiveError;
 use super::on_disk::own_path;
@@ -18,14 +26,127 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::io::{self, Read, Write};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use tokio_util::sync::CancellationToken;
+
+/// A reader or writer that fails once `cancel` fires: a stream between two threads stops
+/// at its next read or write.
+pub(super) struct Cancellable<T> {
+    inner: T,
+    cancel: CancellationToken,
+}
+
+impl<T> Cancellable<T> {
+    pub(super) fn new(inner: T, cancel: &CancellationToken) -> Cancellable<T> {
+        Cancellable {
+            inner,
+            cancel: cancel.clone(),
+        }
+    }
+
+    fn check(&self) -> io::Result<()> {
+        if self.cancel.is_cancelled() {
+            // Not `Interrupted`: readers and copies retry that for ever.
+            return Err(io::Error::other("canceled"));
+        }
+        Ok(())
+    }
+}
+
+impl<T: Read> Read for Cancellable<T> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.check()?;
+        self.inner.read(buf)
+    }
+}
+
+impl<T: Write> Write for Cancellable<T> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.check()?;
+        self.inner.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Exactly `size` bytes of `inner`: what it has past them is left, and where it ends early
+/// the rest is zeros (and `short` says so), so a tar entry's body always matches its header.
+struct Exactly<R> {
+    inner: R,
+    left: u64,
+    short: bool,
+}
+
+impl<R> Exactly<R> {
+    fn new(inner: R, size: u64) -> Exactly<R> {
+        Exactly {
+            inner,
+            left: size,
+            short: false,
+        }
+    }
+}
+
+impl<R: Read> Read for Exactly<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let want = usize::try_from(self.left)
+            .unwrap_or(usize::MAX)
+            .min(buf.len());
+        if want == 0 {
+            return Ok(0);
+        }
+        let n = if self.short {
+            0
+        } else {
+            self.inner.read(&mut buf[..want])?
+        };
+        if n == 0 {
+            self.short = true;
+            buf[..want].fill(0);
+            self.left -= want as u64;
+            return Ok(want);
+        }
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
+/// `Canceled` when `cancel` fired, whatever else went wrong on the way.
+pub(super) fn unless_canceled<T>(
+    result: Result<T, ArchiveError>,
+    cancel: &CancellationToken,
+) -> Result<T, ArchiveError> {
+    if cancel.is_cancelled() {
+        return Err(ArchiveError::Canceled);
+    }
+    result
+}
+
+/// An I/O error with its causes in its text: the tar crate's errors name the entry but keep
+/// why (permission denied, file exists) in their source, which a log line would lose.
+fn with_causes(e: io::Error) -> io::Error {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(&e);
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    io::Error::new(e.kind(), text)
+}
 
 /// Every file, link and special file under `dir` (not directories, never following a link),
 /// as NUL-ended `./`-relative names, as `find . ! -type d -print0` lists them.
-pub(super) fn list_files(dir: &Path) -> Result<Vec<u8>, ArchiveError> {
+pub(super) fn list_files(dir: &Path, cancel: &CancellationToken) -> Result<Vec<u8>, ArchiveError> {
     let mut out = Vec::new();
     let mut pending = vec![PathBuf::new()];
     while let Some(rel) = pending.pop() {
+        if cancel.is_cancelled() {
+            return Err(ArchiveError::Canceled);
+        }
         let here = dir.join(&rel);
         let entries =
             fs::read_dir(&here).map_err(ArchiveError::io(format!("listing {}", here.display())))?;
@@ -48,20 +169,77 @@ pub(super) fn list_files(dir: &Path) -> Result<Vec<u8>, ArchiveError> {
 }
 
 /// Writes `names` (relative to `dir`) as a tar stream to `out`, links as links, as
-/// `tar -c -f - ./NAME...` run in `dir` writes them.
-pub(super) fn tar_files(dir: &Path, names: &[String], out: impl Write) -> Result<(), ArchiveError> {
+/// `tar -c -f - ./NAME...` run in `dir` writes them; returns a warning for each name left
+/// out (sockets and special files). A file is read for exactly the size it had when opened:
+/// one that changed meanwhile fails the stream, as tar exits 1 for it.
+pub(super) fn tar_files(
+    dir: &Path,
+    names: &[String],
+    out: impl Write,
+    cancel: &CancellationToken,
+) -> Result<Vec<String>, ArchiveError> {
     let mut builder = tar::Builder::new(out);
-    builder.follow_symlinks(false);
-    builder.mode(tar::HeaderMode::Complete);
+    let mut warnings = Vec::new();
     for name in names {
-        builder
-            .append_path_with_name(dir.join(name), format!("./{name}"))
-            .map_err(ArchiveError::io(format!("archiving {name}")))?;
+        if cancel.is_cancelled() {
+            return Err(ArchiveError::Canceled);
+        }
+        let path = dir.join(name);
+        let archived = format!("./{name}");
+        let io_err = |e: io::Error| ArchiveError::Io {
+            context: format!("archiving {name}"),
+            source: with_causes(e),
+        };
+        let meta = fs::symlink_metadata(&path).map_err(io_err)?;
+        let kind = meta.file_type();
+        let mut header = tar::Header::new_gnu();
+        header.set_metadata_in_mode(&meta, tar::HeaderMode::Complete);
+        if kind.is_symlink() {
+            let target = fs::read_link(&path).map_err(io_err)?;
+            builder
+                .append_link(&mut header, &archived, target)
+                .map_err(io_err)?;
+        } else if kind.is_file() {
+            // Not through a link swapped in since, and never waiting on a FIFO swapped in.
+            let file = fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+                .open(&path)
+                .map_err(io_err)?;
+            let opened = file.metadata().map_err(io_err)?;
+            if !opened.is_file() {
+                warnings.push(format!(
+                    "{name}: changed into another kind of file; not archived"
+                ));
+                continue;
+            }
+            header.set_metadata_in_mode(&opened, tar::HeaderMode::Complete);
+            let size = opened.len();
+            let mut body = Exactly::new(Cancellable::new(&file, cancel), size);
+            builder
+                .append_data(&mut header, &archived, &mut body)
+                .map_err(io_err)?;
+            if body.short {
+                return Err(io_err(io::Error::other(
+                    "the file changed as it was read: shorter than when it was opened",
+                )));
+            }
+        } else if kind.is_socket() {
+            warnings.push(format!("{name}: a socket; not archived"));
+        } else if kind.is_dir() {
+            // Listed names are not directories; one made since has nothing of its own.
+        } else {
+            warnings.push(format!("{name}: unsupported file type; not archived"));
+        }
     }
     builder
         .into_inner()
         .and_then(|mut out| out.flush())
-        .map_err(ArchiveError::io("finishing the tar stream"))
+        .map_err(|e| ArchiveError::Io {
+            context: "finishing the tar stream".into(),
+            source: with_causes(e),
+        })?;
+    Ok(warnings)
 }
 
 /// The destination check of [`super::on_disk::check_command`]: none of `dir`'s own
@@ -97,23 +275,44 @@ pub(super) fn check_destination(
 }
 
 /// Extracts the tar stream `from` into `dir` (made if missing), as `tar -x -f -` run there
-/// extracts it: modes and times kept, links made as links, an existing file replaced.
-pub(super) fn untar_into(dir: &Path, from: impl Read) -> Result<(), ArchiveError> {
+/// extracts it: times kept, links made as links, an existing file replaced, modes kept (less
+/// the umask when not root, as tar does for a user).
+pub(super) fn untar_into(
+    dir: &Path,
+    from: impl Read,
+    cancel: &CancellationToken,
+) -> Result<(), ArchiveError> {
     if !dir.is_dir() {
         fs::create_dir_all(dir).map_err(ArchiveError::io(format!("making {}", dir.display())))?;
     }
-    let mut archive = tar::Archive::new(from);
+    let mut archive = tar::Archive::new(Cancellable::new(from, cancel));
     archive.set_preserve_permissions(true);
+    if !nix::unistd::geteuid().is_root() {
+        archive.set_mask(umask());
+    }
     archive.set_preserve_mtime(true);
     archive.set_overwrite(true);
     archive.set_unpack_xattrs(false);
-    let result = archive.unpack(dir).map_err(ArchiveError::io(format!(
-        "extracting into {}",
-        dir.display()
-    )));
+    let result = archive.unpack(dir).map_err(|e| ArchiveError::Io {
+        context: format!("extracting into {}", dir.display()),
+        source: with_causes(e),
+    });
     // Read to the end so the writing side never sees a closed pipe.
     let _ = io::copy(&mut archive.into_inner(), &mut io::sink());
-    result
+    unless_canceled(result, cancel)
+}
+
+/// This process's umask, read from `/proc/self/status` (setting it to read it would change it
+/// for every thread meanwhile); 022 where it cannot be read.
+fn umask() -> u32 {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Umask:"))
+                .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        })
+        .unwrap_or(0o022)
 }
 
 #[cfg(test)]
@@ -121,6 +320,10 @@ mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
     use std::process::Command;
+
+    fn none() -> CancellationToken {
+        CancellationToken::new()
+    }
 
     fn names(listing: &[u8]) -> BTreeSet<String> {
         listing
@@ -149,7 +352,7 @@ mod tests {
     #[test]
     fn the_listing_is_finds() {
         let d = tree();
-        let ours = names(&list_files(d.path()).unwrap());
+        let ours = names(&list_files(d.path(), &none()).unwrap());
         let find = Command::new("find")
             .args([".", "!", "-type", "d", "-print0"])
             .current_dir(d.path())
@@ -158,19 +361,20 @@ mod tests {
         assert!(find.status.success());
         assert_eq!(ours, names(&find.stdout));
         assert_eq!(ours.len(), 6, "{ours:?}");
-        assert!(list_files(&d.path().join("missing")).is_err());
+        assert!(list_files(&d.path().join("missing"), &none()).is_err());
     }
 
     #[test]
     fn the_tar_stream_extracts_as_tars_own() {
         // Ours, extracted by GNU tar, and GNU tar's, extracted by ours, give the same tree.
         let d = tree();
-        let names: Vec<String> = names(&list_files(d.path()).unwrap())
+        let names: Vec<String> = names(&list_files(d.path(), &none()).unwrap())
             .into_iter()
             .map(|n| n.trim_start_matches("./").to_string())
             .collect();
         let mut ours = Vec::new();
-        tar_files(d.path(), &names, &mut ours).unwrap();
+        let left_out = tar_files(d.path(), &names, &mut ours, &none()).unwrap();
+        assert!(left_out.is_empty(), "{left_out:?}");
         let by_tar = tempfile::tempdir().unwrap();
         let mut tar = Command::new("tar")
             .args(["-x", "-f", "-"])
@@ -188,7 +392,7 @@ mod tests {
             .unwrap();
         assert!(theirs.status.success());
         let by_us = tempfile::tempdir().unwrap();
-        untar_into(&by_us.path().join("made"), &theirs.stdout[..]).unwrap();
+        untar_into(&by_us.path().join("made"), &theirs.stdout[..], &none()).unwrap();
         for root in [by_tar.path(), &by_us.path().join("made")] {
             assert_eq!(
                 fs::read_to_string(root.join("a/b/deep.txt")).unwrap(),
@@ -234,8 +438,8 @@ mod tests {
         let src = tempfile::tempdir().unwrap();
         fs::write(src.path().join("f.txt"), "new").unwrap();
         let mut stream = Vec::new();
-        tar_files(src.path(), &["f.txt".to_string()], &mut stream).unwrap();
-        untar_into(&dest, &stream[..]).unwrap();
+        tar_files(src.path(), &["f.txt".to_string()], &mut stream, &none()).unwrap();
+        untar_into(&dest, &stream[..], &none()).unwrap();
         assert_eq!(fs::read_to_string(&outside).unwrap(), "keep");
         assert_eq!(fs::read_to_string(dest.join("f.txt")).unwrap(), "new");
         assert!(
@@ -305,6 +509,73 @@ mod tests {
         assert!(matches!(
             check_destination(bs, &linked, &BTreeSet::new()),
             Err(ArchiveError::LinkOnDisk { name }) if name == linked
+        ));
+    }
+
+    #[test]
+    fn sockets_and_special_files_are_left_out_with_a_warning() {
+        let d = tempfile::tempdir().unwrap();
+        fs::write(d.path().join("f.txt"), "f").unwrap();
+        let _listener = std::os::unix::net::UnixListener::bind(d.path().join("s.sock")).unwrap();
+        nix::unistd::mkfifo(
+            &d.path().join("fifo"),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+        let names = ["f.txt", "s.sock", "fifo"].map(String::from);
+        let mut stream = Vec::new();
+        let left_out = tar_files(d.path(), &names, &mut stream, &none()).unwrap();
+        assert_eq!(
+            left_out,
+            [
+                "s.sock: a socket; not archived",
+                "fifo: unsupported file type; not archived"
+            ]
+        );
+        let mut archive = tar::Archive::new(&stream[..]);
+        let entries: Vec<String> = archive
+            .entries()
+            .unwrap()
+            .map(|e| e.unwrap().path().unwrap().display().to_string())
+            .collect();
+        assert_eq!(entries, ["f.txt"]);
+    }
+
+    #[test]
+    fn a_body_is_exactly_its_headers_size() {
+        // A file that grew is read to its size when opened; one that shrank is padded (the
+        // stream stays whole) and said to be short.
+        let mut grown = Exactly::new(&b"0123456789"[..], 4);
+        let mut out = Vec::new();
+        grown.read_to_end(&mut out).unwrap();
+        assert_eq!((out.as_slice(), grown.short), (&b"0123"[..], false));
+        let mut shrunk = Exactly::new(&b"01"[..], 4);
+        let mut out = Vec::new();
+        shrunk.read_to_end(&mut out).unwrap();
+        assert_eq!((out.as_slice(), shrunk.short), (&b"01\0\0"[..], true));
+    }
+
+    #[test]
+    fn a_canceled_transfer_stops_and_says_so() {
+        let src = tempfile::tempdir().unwrap();
+        fs::write(src.path().join("f.txt"), "f").unwrap();
+        let mut stream = Vec::new();
+        tar_files(src.path(), &["f.txt".to_string()], &mut stream, &none()).unwrap();
+        let canceled = CancellationToken::new();
+        canceled.cancel();
+        let dest = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            untar_into(dest.path(), &stream[..], &canceled),
+            Err(ArchiveError::Canceled)
+        ));
+        assert!(!dest.path().join("f.txt").exists());
+        assert!(matches!(
+            tar_files(src.path(), &["f.txt".to_string()], io::sink(), &canceled),
+            Err(ArchiveError::Canceled)
+        ));
+        assert!(matches!(
+            list_files(src.path(), &canceled),
+            Err(ArchiveError::Canceled)
         ));
     }
 }

@@ -89,7 +89,7 @@ pub(super) async fn check(
             dir.to_owned(),
             names.clone(),
         );
-        return tokio::task::spawn_blocking(move || {
+        let checked = tokio::task::spawn_blocking(move || {
             super::here::check_destination(&builds_dir, &dir, &names)
         })
         .await
@@ -97,6 +97,7 @@ pub(super) async fn check(
             context: "checking the destination".into(),
             source: std::io::Error::other(e.to_string()),
         })?;
+        return super::here::unless_canceled(checked, cancel);
     }
     let mut input = Vec::new();
     for n in names {

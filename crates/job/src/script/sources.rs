@@ -184,8 +184,11 @@ impl SourcesPlan {
             for notice in &local.notices {
                 w.notice(notice);
             }
-            // `rm` only for what an earlier job left: a process less on a fresh slot.
-            w.line(&format!("[ ! -e {qdir} ] || rm -rf {qdir}"));
+            // `rm` only for what an earlier job left (a link to nowhere too): a process less on
+            // a fresh slot.
+            w.line(&format!(
+                "if [ -e {qdir} ] || [ -L {qdir} ]; then rm -rf {qdir}; fi"
+            ));
             w.line(&format!("mkdir -p {qdir}"));
             return;
         }
