@@ -135,6 +135,51 @@ job:
     assert_eq!(run.statuses(), statuses(&[("job", "passed")]));
 }
 
+/// On a PATH with no `docker`, `tar`, `find` or `xargs`, the embedded default does not offer
+/// the docker level (it reaches the engine through `docker system dial-stdio`; offered on the
+/// socket alone, it waited a minute for the engine at every run), and artifacts pass between
+/// shell jobs all the same: the helper's file work is done in flotilla there, through every
+/// wrapper between the runner and the shell level.
+#[test]
+fn a_bare_path_gets_no_docker_level_and_passes_artifacts_without_tar() {
+    let p = Project::with_pipeline(
+        r#"
+stages: [build, test]
+build:
+  stage: build
+  script: [mkdir -p out, echo made > out/a.txt]
+  artifacts:
+    paths: [out/]
+test:
+  stage: test
+  script: [cat out/a.txt]
+"#,
+    );
+    let bin = p.outside().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    for tool in ["bash", "sh", "git", "mkdir", "rm", "cat"] {
+        let found = std::env::var("PATH")
+            .unwrap_or_default()
+            .split(':')
+            .map(|d| std::path::Path::new(d).join(tool))
+            .find(|p| p.is_file())
+            .unwrap_or_else(|| panic!("no {tool} on PATH"));
+        std::os::unix::fs::symlink(found, bin.join(tool)).unwrap();
+    }
+    let run = p.exec_with_env(&["--quiet"], &[("PATH", bin.to_str().unwrap())]);
+    run.expect_code(0);
+    let first = run.stderr.lines().next().unwrap_or_default();
+    assert!(
+        first.contains("not docker: missing docker (the command the level reaches the engine"),
+        "{run}"
+    );
+    assert_eq!(
+        run.statuses(),
+        statuses(&[("build", "passed"), ("test", "passed")])
+    );
+    assert!(p.log("test").contains("made"), "{}", p.log("test"));
+}
+
 /// As root with cgroups it can make, the embedded default offers the `cgroup` level: a job
 /// asking for it runs in a cgroup of its slot, named after this exec run.
 #[test]

@@ -130,8 +130,13 @@ pub fn remove_exec_cgroups(this_run: Option<u32>) {
 }
 
 /// Whether this host's Docker engine answers `GET /_ping` on its socket (`DOCKER_HOST` when
-/// it names a unix socket, else `/var/run/docker.sock`), within a second.
+/// it names a unix socket, else `/var/run/docker.sock`), within a second, and the `docker`
+/// program is there: the level reaches the engine through `docker system dial-stdio`, as it
+/// does on every instance (without it the level waited a minute for the engine, then failed).
 fn docker_answers() -> Result<(), String> {
+    if !on_path("docker") {
+        return Err("missing docker (the command the level reaches the engine through)".into());
+    }
     let socket = match std::env::var("DOCKER_HOST") {
         Ok(host) if !host.is_empty() => match host.strip_prefix("unix://") {
             Some(path) => path.to_string(),
