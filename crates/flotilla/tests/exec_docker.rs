@@ -143,7 +143,7 @@ job:
 #[test]
 fn a_bare_path_gets_no_docker_level_and_passes_artifacts_without_tar() {
     let p = Project::with_pipeline(
-        r#"
+        r"
 stages: [build, test]
 build:
   stage: build
@@ -153,7 +153,7 @@ build:
 test:
   stage: test
   script: [cat out/a.txt]
-"#,
+",
     );
     let bin = p.outside().join("bin");
     std::fs::create_dir_all(&bin).unwrap();
