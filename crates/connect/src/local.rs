@@ -147,18 +147,24 @@ impl LocalConnector {
 /// `name` found as an executable file in a directory of this process's `PATH`; a name with a
 /// `/`, or one not found, as it is (spawning it then fails as it would have).
 fn find_on_path(name: &std::path::Path) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
     if name.components().count() != 1 || name.is_absolute() {
         return name.to_path_buf();
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
+    find_in(std::env::split_paths(&path), name).unwrap_or_else(|| name.to_path_buf())
+}
+
+/// The first executable file named `name` in `dirs` (absolute ones only: a relative one would
+/// be read against whatever the current directory is). The one rule for "is it installed"
+/// where flotilla looks for a program on this host.
+pub fn find_in(dirs: impl IntoIterator<Item = PathBuf>, name: &std::path::Path) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    dirs.into_iter()
         .filter(|dir| dir.is_absolute())
         .map(|dir| dir.join(name))
         .find(|p| {
             std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         })
-        .unwrap_or_else(|| name.to_path_buf())
 }
 
 /// Kills a process group when dropped, unless disarmed; lists it with the watchdog while it

@@ -9,7 +9,7 @@ use crate::config::{
     RunnerConfig,
 };
 use std::io::{Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// What this host offers `flotilla exec` beyond the shell: for each level, `Ok` or why not.
@@ -189,16 +189,9 @@ pub fn microvm_missing() -> Vec<&'static str> {
 /// Whether `program` is an executable file in a directory of `PATH` (or `/sbin`, where
 /// `mke2fs` lives on Debian).
 fn on_path(program: &str) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    let path = std::env::var("PATH").unwrap_or_default();
-    path.split(':')
-        .chain(["/usr/sbin", "/sbin"])
-        .filter(|d| !d.is_empty())
-        .map(|d| Path::new(d).join(program))
-        .any(|p| {
-            p.metadata()
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let dirs = std::env::split_paths(&path).chain(["/usr/sbin", "/sbin"].map(PathBuf::from));
+    flotilla_connect::local::find_in(dirs, Path::new(program)).is_some()
 }
 
 /// The embedded default runner: [`RunnerConfig::embedded_default`] (shell isolation, a slot
